@@ -1,0 +1,129 @@
+//! Argument parsing shared by the MEM.* commands, with Redis-style errors.
+
+use redis_module::{RedisError, RedisString};
+
+use crate::session::MAX_ROLE_BYTES;
+
+/// Longest accepted model name, in bytes.
+pub const MAX_MODEL_BYTES: usize = 256;
+
+/// Options after the positional arguments: `NAME value` pairs (or bare flags),
+/// case-insensitive, each at most once, in any order.
+pub struct Options<'a> {
+    values: Vec<(&'static str, Option<&'a RedisString>)>,
+}
+
+impl<'a> Options<'a> {
+    /// Parses `args` against `with_value` (options taking one value) and
+    /// `flags` (options taking none).
+    pub fn parse(
+        args: &'a [RedisString],
+        with_value: &[&'static str],
+        flags: &[&'static str],
+    ) -> Result<Options<'a>, RedisError> {
+        let mut values: Vec<(&'static str, Option<&'a RedisString>)> = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            let given = String::from_utf8_lossy(args[i].as_slice()).to_ascii_uppercase();
+            let (name, value) = if let Some(&name) = with_value.iter().find(|n| **n == given) {
+                let value = args.get(i + 1).ok_or_else(|| {
+                    err(format!("ERR syntax error, option '{name}' needs a value"))
+                })?;
+                i += 2;
+                (name, Some(value))
+            } else if let Some(&name) = flags.iter().find(|n| **n == given) {
+                i += 1;
+                (name, None)
+            } else {
+                return Err(err(format!("ERR syntax error, unknown option '{}'", printable(&given))));
+            };
+            if values.iter().any(|(n, _)| *n == name) {
+                return Err(err(format!("ERR syntax error, option '{name}' given more than once")));
+            }
+            values.push((name, value));
+        }
+        Ok(Options { values })
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.values.iter().any(|(n, _)| *n == name)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'a RedisString> {
+        self.values.iter().find(|(n, _)| *n == name).and_then(|(_, v)| *v)
+    }
+
+    /// A non-negative integer option, at least `min`.
+    pub fn u64(&self, name: &str, min: u64) -> Result<Option<u64>, RedisError> {
+        self.get(name).map(|v| parse_u64(name, v, min)).transpose()
+    }
+
+    /// A UTF-8 string option.
+    pub fn str(&self, name: &str) -> Result<Option<&'a str>, RedisError> {
+        self.get(name).map(|v| utf8(name, v)).transpose()
+    }
+}
+
+pub fn err(msg: String) -> RedisError {
+    RedisError::String(msg)
+}
+
+/// Keeps error messages on one printable line.
+fn printable(s: &str) -> String {
+    s.chars()
+        .take(64)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// A decimal integer `>= min`; Redis's wording for anything else.
+pub fn parse_u64(name: &str, v: &RedisString, min: u64) -> Result<u64, RedisError> {
+    let s = std::str::from_utf8(v.as_slice()).unwrap_or("");
+    let n = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
+    } else {
+        None
+    };
+    match n {
+        Some(n) if n >= min => Ok(n),
+        Some(_) => Err(err(format!("ERR {name} must be at least {min}"))),
+        None => Err(err(format!("ERR {name} is not an integer or out of range"))),
+    }
+}
+
+pub fn utf8<'a>(name: &str, v: &'a RedisString) -> Result<&'a str, RedisError> {
+    std::str::from_utf8(v.as_slice()).map_err(|_| err(format!("ERR {name} is not valid UTF-8")))
+}
+
+pub fn check_role(role: &str) -> Result<(), RedisError> {
+    if role.is_empty() || role.len() > MAX_ROLE_BYTES {
+        return Err(err(format!("ERR role must be 1 to {MAX_ROLE_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+pub fn check_model(model: &str) -> Result<(), RedisError> {
+    if model.is_empty() || model.len() > MAX_MODEL_BYTES {
+        return Err(err(format!("ERR model name must be 1 to {MAX_MODEL_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+/// Content (or summary text) must fit `mem.max-message-bytes`.
+pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
+    if len as u64 > max {
+        return Err(err(format!(
+            "ERR {what} is {len} bytes, above mem.max-message-bytes ({max})"
+        )));
+    }
+    Ok(())
+}
+
+/// META must be a JSON object; it is kept as sent.
+pub fn check_meta(meta: &str) -> Result<(), RedisError> {
+    match serde_json::from_str::<&serde_json::value::RawValue>(meta) {
+        Ok(raw) if raw.get().trim_start().starts_with('{') => Ok(()),
+        Ok(_) => Err(err("ERR META must be a JSON object".to_owned())),
+        Err(e) => Err(err(format!("ERR META is not valid JSON: {e}"))),
+    }
+}

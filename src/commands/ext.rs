@@ -1,0 +1,78 @@
+//! MEM.EXTSET and MEM.EXTGET: an orchestrator's own conversation id (Dify,
+//! n8n, ...) kept with the session, each with its own expiry.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::args::{self, Options};
+use super::{arity, default_settings, finish_write, now_ms, Propagate};
+use crate::config::Config;
+use crate::key::SessionKey;
+use crate::session::{ExternalId, Op};
+use crate::stats;
+
+/// MEM.EXTSET key system conversation_id [EX seconds]
+pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    arity(&args, 4)?;
+    let keyname = &args[1];
+    let system = args::utf8("system", &args[2])?;
+    if system.is_empty() {
+        return Err(RedisError::Str("ERR system must not be empty"));
+    }
+    let id = args::utf8("conversation_id", &args[3])?;
+    let opts = Options::parse(&args[4..], &["EX"], &[])?;
+    let cfg = Config::current();
+    args::check_size("conversation_id", id.len().max(system.len()), cfg.max_message_bytes)?;
+    let ex = opts.u64("EX", 1)?.unwrap_or(cfg.ext_ttl).max(1);
+
+    let key = SessionKey::open(ctx, keyname, true)?;
+    let now = now_ms();
+    let remaining = key.ttl_ms();
+    let existing = key.session();
+    let created = existing.is_none();
+    let settings = match &existing {
+        Some(s) => s.settings.clone(),
+        None => default_settings(&cfg),
+    };
+    let ex_ms = i64::try_from(ex.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let external = ExternalId {
+        id: id.to_owned(),
+        expires_at: now.saturating_add(ex_ms),
+    };
+    let expires_at = external.expires_at;
+    let op = Op::ExtSet {
+        now,
+        settings,
+        system: system.to_owned(),
+        external,
+    };
+    if created {
+        if let Some(fresh) = op.new_session() {
+            key.put(fresh)?;
+        }
+    }
+    let Some(session) = key.session() else {
+        return Err(RedisError::Str("ERR cannot create the session"));
+    };
+    session.apply(&op).map_err(super::write::session_error)?;
+    // The key never expires before this id: a new session gets its TTL (or
+    // the id's expiry if later); an existing expiry only moves later.
+    let expiry = match remaining {
+        _ if created => session.key_expiry(now),
+        Some(ms) => Some(now.saturating_add(ms).max(expires_at)),
+        None => None,
+    };
+    stats::add(&stats::EXT_SETS, 1);
+    finish_write(ctx, keyname, &key, Propagate::Op(op), expiry, now, &["mem.extset"]);
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// MEM.EXTGET key system
+pub fn ext_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let system = args::utf8("system", &args[2])?;
+    let key = SessionKey::open(ctx, &args[1], false)?;
+    let id = key.session().and_then(|s| s.ext_get(system, now_ms()));
+    Ok(id.map_or(RedisValue::Null, |id| RedisValue::BulkString(id.to_owned())))
+}

@@ -1,0 +1,61 @@
+//! MEM.IMPORT: a session from a JSON document, for migrating client-side
+//! `user_memory_*` keys in one pass.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString};
+
+use super::args::{self, err, Options};
+use super::{default_settings, finish_write, now_ms, reply_outcome, session_thresholds, Propagate};
+use crate::config::Config;
+use crate::json_format;
+use crate::key::SessionKey;
+use crate::stats::{self, count_message};
+use crate::tokenizer;
+
+/// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
+pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    super::arity(&args, 3)?;
+    let keyname = &args[1];
+    let text = args::utf8("json", &args[2])?;
+    let opts = Options::parse(&args[3..], &["MODEL", "TTL"], &["REPLACE"])?;
+    let model = opts.str("MODEL")?;
+    if let Some(m) = model {
+        args::check_model(m)?;
+    }
+    let ttl = opts.u64("TTL", 0)?;
+    let cfg = Config::current();
+
+    let key = SessionKey::open(ctx, keyname, true)?;
+    if !key.is_empty() && !opts.has("REPLACE") {
+        return Err(RedisError::Str("BUSYKEY Target key name already exists."));
+    }
+    let doc = json_format::parse_import(text).map_err(|e| err(format!("ERR invalid document: {e}")))?;
+    for m in &doc.messages {
+        args::check_size("content", m.content.len(), cfg.max_message_bytes)?;
+    }
+    let mut settings = default_settings(&cfg);
+    if let Some(m) = model.map(str::to_owned).or_else(|| doc.model.clone()) {
+        args::check_model(&m)?;
+        settings.encoding = tokenizer::encoding_for_model(&m, cfg.default_encoding);
+        settings.model = m;
+    }
+    settings.ttl = ttl.unwrap_or(settings.ttl);
+    let now = now_ms();
+    let mut session = doc
+        .into_session(settings, now, count_message)
+        .map_err(|e| err(format!("ERR invalid document: {e}")))?;
+    let trimmed = session.trim(true);
+    let check = session.summarize_check(session_thresholds(&session, &cfg), cfg.summarize_keep);
+    let outcome = crate::session::Outcome {
+        id: session.last_id,
+        tokens: session.messages.back().map_or(0, |m| m.tokens),
+        total_tokens: session.total_tokens,
+        messages: session.message_count(),
+        trimmed,
+    };
+    let expiry = session.key_expiry(now);
+    key.put(session)?;
+    stats::add(&stats::IMPORTS, 1);
+    stats::add(&stats::MESSAGES_TRIMMED, trimmed);
+    finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &["mem.import"]);
+    reply_outcome(ctx, &outcome, check.summarize)
+}

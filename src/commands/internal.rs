@@ -1,0 +1,47 @@
+//! Internal commands that carry a write's effect to replicas and the AOF:
+//! `MEM._APPLY key op` (one op, as decided by the master) and
+//! `MEM._PUT key session` (a whole session: AOF rewrite, import, re-count).
+//! Both refuse payloads that do not decode, changing nothing.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::args::err;
+use crate::key::SessionKey;
+use crate::persistence;
+
+/// MEM._APPLY key payload
+pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let op = persistence::decode_op(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
+    let key = SessionKey::open(ctx, &args[1], true)?;
+    match key.session() {
+        Some(session) => {
+            // Check on a copy-free path: apply fails before changing anything.
+            session.apply(&op).map_err(super::write::session_error)?;
+        }
+        None => {
+            let Some(mut fresh) = op.new_session() else {
+                return Err(RedisError::Str("ERR no such key"));
+            };
+            fresh.apply(&op).map_err(super::write::session_error)?;
+            key.put(fresh)?;
+        }
+    }
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// MEM._PUT key payload
+pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let session =
+        persistence::decode_session(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
+    let key = SessionKey::open(ctx, &args[1], true)?;
+    key.put(session)?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

@@ -1,0 +1,123 @@
+//! The MEM.* commands: each parses its arguments, calls the session core and
+//! writes the reply. What every write shares (clock, settings of a new
+//! session, replication of the effect, key expiry, notifications) is here.
+
+pub mod args;
+mod ext;
+mod import;
+mod internal;
+mod read;
+pub mod reply;
+mod write;
+
+use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+
+use crate::config::Config;
+use crate::key::SessionKey;
+use crate::persistence;
+use crate::session::{Op, Outcome, Session, Settings, Thresholds};
+use crate::tokenizer;
+
+pub use ext::{ext_get, ext_set};
+pub use import::import;
+pub use internal::{apply, put};
+pub use read::{get, info, summarize_check};
+pub use write::{append, summarize};
+
+/// Runs a command body, turning a panic into an error reply instead of a
+/// dead server.
+pub fn run(
+    ctx: &Context,
+    args: Vec<RedisString>,
+    body: fn(&Context, Vec<RedisString>) -> RedisResult,
+) -> RedisResult {
+    crate::guard::or(
+        Err(RedisError::Str("ERR redis-mem internal error (see the server log)")),
+        || body(ctx, args),
+    )
+}
+
+/// The server's clock in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and only reads the clock.
+    unsafe { raw::RedisModule_Milliseconds.unwrap()() }
+}
+
+/// The settings a session created now gets.
+pub fn default_settings(cfg: &Config) -> Settings {
+    Settings {
+        model: cfg.default_model.clone(),
+        encoding: tokenizer::encoding_for_model(&cfg.default_model, cfg.default_encoding),
+        ttl: cfg.ttl,
+        max_tokens: cfg.max_tokens,
+        max_msgs: cfg.max_messages,
+    }
+}
+
+/// The summarization thresholds of `settings` under the current config.
+pub fn thresholds(settings: &Settings, cfg: &Config, window: Option<u64>) -> Thresholds {
+    Thresholds::new(window, cfg.summarize_ratio, cfg.summarize_fallback_tokens, settings)
+}
+
+pub fn session_thresholds(session: &Session, cfg: &Config) -> Thresholds {
+    thresholds(&session.settings, cfg, tokenizer::context_window(&session.settings.model))
+}
+
+/// How a write reaches replicas and the AOF.
+pub enum Propagate {
+    /// The op itself: small, and applied identically downstream.
+    Op(Op),
+    /// The whole session (import, a re-count under a new tokenizer).
+    Session,
+}
+
+/// Finishes a write on `key`: replicates its effect, sets the key's expiry
+/// (replicated as an absolute PEXPIREAT so replicas agree) and notifies.
+pub fn finish_write(
+    ctx: &Context,
+    keyname: &RedisString,
+    key: &SessionKey,
+    how: Propagate,
+    expiry: Option<i64>,
+    now: i64,
+    events: &[&str],
+) {
+    let payload = match &how {
+        Propagate::Op(op) => ("MEM._APPLY", persistence::encode_op(op)),
+        Propagate::Session => match key.session() {
+            Some(s) => ("MEM._PUT", persistence::encode_session(s)),
+            None => return,
+        },
+    };
+    ctx.replicate(payload.0, &[keyname.as_slice(), payload.1.as_slice()]);
+    key.set_expiry(expiry, now);
+    match expiry {
+        Some(at) => ctx.replicate("PEXPIREAT", &[keyname.as_slice(), at.to_string().as_bytes()]),
+        None => ctx.replicate("PERSIST", &[keyname.as_slice()]),
+    }
+    for event in events {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, keyname);
+    }
+}
+
+/// The reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT.
+pub fn reply_outcome(ctx: &Context, outcome: &Outcome, summarize: bool) -> RedisResult {
+    reply::Reply::new(ctx)
+        .map(6)
+        .field_int("id", outcome.id)
+        .field_int("tokens", outcome.tokens)
+        .field_int("total_tokens", outcome.total_tokens)
+        .field_int("messages", outcome.messages)
+        .field_int("trimmed", outcome.trimmed)
+        .field_int("summarize", u64::from(summarize));
+    Ok(RedisValue::NoReply)
+}
+
+/// Positional arguments: exactly `min` or more (options follow).
+pub fn arity(args: &[RedisString], min: usize) -> Result<(), RedisError> {
+    if args.len() < min {
+        Err(RedisError::WrongArity)
+    } else {
+        Ok(())
+    }
+}

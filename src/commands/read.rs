@@ -1,0 +1,156 @@
+//! The read-only commands: MEM.GET, MEM.SUMMARIZE_CHECK, MEM.INFO. None of
+//! them touches the key's TTL.
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+
+use super::args::{self, err, Options};
+use super::reply::Reply;
+use super::{arity, default_settings, now_ms, thresholds};
+use crate::config::Config;
+use crate::json_format;
+use crate::key::SessionKey;
+use crate::session::{Message, Selection, Session};
+use crate::tokenizer;
+
+/// MEM.GET key [LAST n] [AFTER id] [BUDGET tokens] [FORMAT RESP|JSON]
+pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    arity(&args, 2)?;
+    let opts = Options::parse(&args[2..], &["LAST", "AFTER", "BUDGET", "FORMAT"], &[])?;
+    let sel = Selection {
+        last: opts.u64("LAST", 0)?,
+        after: opts.u64("AFTER", 0)?,
+        budget: opts.u64("BUDGET", 0)?,
+    };
+    let json = match opts.get("FORMAT").map(|f| f.as_slice().to_ascii_uppercase()) {
+        None => false,
+        Some(f) if f == b"RESP" => false,
+        Some(f) if f == b"JSON" => true,
+        Some(_) => return Err(err("ERR FORMAT must be RESP or JSON".to_owned())),
+    };
+    let key = SessionKey::open(ctx, &args[1], false)?;
+    let session = key.session().map(|s| &*s);
+    let (summary, a, b) = match session {
+        Some(s) => s.select(sel),
+        None => (None, &[][..], &[][..]),
+    };
+    if json {
+        let cfg = Config::current();
+        let doc = json_format::render(session, summary, a.iter().chain(b), &cfg.default_model);
+        return Ok(RedisValue::BulkString(doc));
+    }
+    let reply = Reply::new(ctx);
+    reply.array(usize::from(summary.is_some()) + a.len() + b.len());
+    if let Some(s) = summary {
+        reply
+            .map(5)
+            .field_int("id", s.upto)
+            .field_str("role", "summary")
+            .field_str("content", &s.text)
+            .bulk("ts")
+            .signed(s.ts)
+            .field_int("tokens", s.tokens);
+    }
+    for m in a.iter().chain(b) {
+        reply_message(&reply, m);
+    }
+    Ok(RedisValue::NoReply)
+}
+
+fn reply_message(reply: &Reply, m: &Message) {
+    reply
+        .map(5 + usize::from(m.meta.is_some()))
+        .field_int("id", m.id)
+        .field_str("role", &m.role)
+        .field_str("content", &m.content)
+        .bulk("ts")
+        .signed(m.ts)
+        .field_int("tokens", m.tokens);
+    if let Some(meta) = &m.meta {
+        reply.field_str("meta", meta);
+    }
+}
+
+/// MEM.SUMMARIZE_CHECK key [MODEL name | CONTEXT tokens] [KEEP n]
+pub fn summarize_check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    arity(&args, 2)?;
+    let opts = Options::parse(&args[2..], &["MODEL", "CONTEXT", "KEEP"], &[])?;
+    if opts.has("MODEL") && opts.has("CONTEXT") {
+        return Err(err("ERR MODEL and CONTEXT options at the same time are not compatible".to_owned()));
+    }
+    let model = opts.str("MODEL")?;
+    if let Some(m) = model {
+        args::check_model(m)?;
+    }
+    let context = opts.u64("CONTEXT", 1)?;
+    let cfg = Config::current();
+    let keep = opts.u64("KEEP", 0)?.unwrap_or(cfg.summarize_keep);
+
+    let key = SessionKey::open(ctx, &args[1], false)?;
+    let empty;
+    let session: &Session = match key.session() {
+        Some(s) => s,
+        None => {
+            empty = Session::new(default_settings(&cfg), now_ms());
+            &empty
+        }
+    };
+    let window = match (model, context) {
+        (_, Some(tokens)) => Some(tokens),
+        (Some(m), None) => tokenizer::context_window(m),
+        (None, None) => tokenizer::context_window(&session.settings.model),
+    };
+    let check = session.summarize_check(thresholds(&session.settings, &cfg, window), keep);
+    Reply::new(ctx)
+        .map(8)
+        .field_int("summarize", u64::from(check.summarize))
+        .field_int("total_tokens", check.total_tokens)
+        .field_int("messages", check.messages)
+        .field_int("threshold_tokens", check.thresholds.tokens)
+        .field_int("threshold_messages", check.thresholds.messages)
+        .field_int("keep", check.keep)
+        .field_int("upto", check.upto)
+        .field_int("upto_tokens", check.upto_tokens);
+    Ok(RedisValue::NoReply)
+}
+
+/// MEM.INFO key
+pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 2 {
+        return Err(redis_module::RedisError::WrongArity);
+    }
+    let key = SessionKey::open(ctx, &args[1], false)?;
+    let Some(s) = key.session() else {
+        return Ok(RedisValue::Null);
+    };
+    let now = now_ms();
+    let live: Vec<&String> = s
+        .external
+        .iter()
+        .filter(|(_, e)| e.expires_at > now)
+        .map(|(name, _)| name)
+        .collect();
+    let reply = Reply::new(ctx);
+    reply
+        .map(14)
+        .field_int("messages", s.message_count())
+        .field_int("total_tokens", s.total_tokens)
+        .field_str("model", &s.settings.model)
+        .field_str("encoding", s.settings.encoding.name())
+        .field_int("context_window", tokenizer::context_window(&s.settings.model).unwrap_or(0))
+        .field_int("maxtokens", s.settings.max_tokens)
+        .field_int("maxmsgs", s.settings.max_msgs)
+        .field_int("ttl", s.settings.ttl)
+        .field_int("first_id", s.first_id())
+        .field_int("last_id", s.last_id)
+        .bulk("created")
+        .signed(s.created)
+        .bulk("updated")
+        .signed(s.updated)
+        .field_int("summary_upto", s.summary.as_ref().map_or(0, |x| x.upto))
+        .bulk("external")
+        .array(live.len());
+    for name in live {
+        reply.bulk(name);
+    }
+    Ok(RedisValue::NoReply)
+}

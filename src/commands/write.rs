@@ -1,0 +1,160 @@
+//! MEM.APPEND and MEM.SUMMARIZE.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString};
+
+use super::args::{self, err, Options};
+use super::{arity, default_settings, finish_write, now_ms, reply_outcome, session_thresholds, Propagate};
+use crate::config::Config;
+use crate::key::SessionKey;
+use crate::session::{Message, Op, SessionError, Summary};
+use crate::stats::{self, count_message};
+use crate::tokenizer;
+
+/// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
+///   [MAXTOKENS n] [MAXMSGS n]
+pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    arity(&args, 4)?;
+    let keyname = &args[1];
+    let role = args::utf8("role", &args[2])?;
+    args::check_role(role)?;
+    let content = args::utf8("content", &args[3])?;
+    let opts = Options::parse(
+        &args[4..],
+        &["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS"],
+        &[],
+    )?;
+    let cfg = Config::current();
+    args::check_size("content", content.len(), cfg.max_message_bytes)?;
+    let ts = opts.u64("TS", 0)?;
+    let meta = opts.str("META")?;
+    if let Some(meta) = meta {
+        args::check_size("META", meta.len(), cfg.max_message_bytes)?;
+        args::check_meta(meta)?;
+    }
+    let model = opts.str("MODEL")?;
+    if let Some(model) = model {
+        args::check_model(model)?;
+    }
+    let ttl = opts.u64("TTL", 0)?;
+    let max_tokens = opts.u64("MAXTOKENS", 1)?;
+    let max_msgs = opts.u64("MAXMSGS", 1)?;
+
+    let key = SessionKey::open(ctx, keyname, true)?;
+    let now = now_ms();
+    let existing = key.session();
+    let mut settings = match &existing {
+        Some(s) => s.settings.clone(),
+        None => default_settings(&cfg),
+    };
+    if let Some(model) = model {
+        settings.model = model.to_owned();
+        settings.encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
+    }
+    settings.ttl = ttl.unwrap_or(settings.ttl);
+    settings.max_tokens = max_tokens.unwrap_or(settings.max_tokens);
+    settings.max_msgs = max_msgs.unwrap_or(settings.max_msgs);
+
+    let message = Message {
+        id: existing.as_ref().map_or(0, |s| s.last_id) + 1,
+        role: role.to_owned(),
+        content: content.to_owned(),
+        ts: ts.map_or(now, |t| t as i64),
+        tokens: count_message(settings.encoding, role, content),
+        meta: meta.map(str::to_owned),
+    };
+    let encoding = settings.encoding;
+    let op = Op::Append { now, settings, message };
+
+    // Everything is validated; from here on the write cannot fail.
+    let (session, how) = match existing {
+        Some(session) => {
+            let how = if session.settings.encoding != encoding {
+                session.recount(encoding, count_message);
+                Propagate::Session
+            } else {
+                Propagate::Op(op.clone())
+            };
+            (session, how)
+        }
+        None => {
+            let Some(fresh) = op.new_session() else {
+                return Err(RedisError::Str("ERR cannot create the session"));
+            };
+            key.put(fresh)?;
+            let Some(session) = key.session() else {
+                return Err(RedisError::Str("ERR cannot create the session"));
+            };
+            (session, Propagate::Op(op.clone()))
+        }
+    };
+    let outcome = session.apply(&op).map_err(session_error)?;
+    let check = session.summarize_check(session_thresholds(session, &cfg), cfg.summarize_keep);
+    let expiry = session.key_expiry(now);
+
+    stats::add(&stats::APPENDS, 1);
+    stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
+    let mut events = vec!["mem.append"];
+    if outcome.trimmed > 0 {
+        events.push("mem.trim");
+    }
+    if check.summarize {
+        stats::add(&stats::THRESHOLD_EVENTS, 1);
+        events.push("mem.threshold");
+    }
+    finish_write(ctx, keyname, &key, how, expiry, now, &events);
+    reply_outcome(ctx, &outcome, check.summarize)
+}
+
+pub fn session_error(e: SessionError) -> RedisError {
+    err(format!("ERR {e}"))
+}
+
+/// MEM.SUMMARIZE key upto summary
+pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let keyname = &args[1];
+    let upto = args::parse_u64("upto", &args[2], 1)?;
+    let text = args::utf8("summary", &args[3])?;
+    let cfg = Config::current();
+    args::check_size("summary", text.len(), cfg.max_message_bytes)?;
+
+    let key = SessionKey::open(ctx, keyname, true)?;
+    let Some(session) = key.session() else {
+        return Err(RedisError::Str("ERR no such key"));
+    };
+    if let Some(current) = &session.summary {
+        if upto < current.upto {
+            stats::add(&stats::SUMMARIES_REJECTED, 1);
+            return Err(err(format!(
+                "ERR upto {upto} is below the current summary's ({})",
+                current.upto
+            )));
+        }
+    }
+    if !session.messages.iter().any(|m| m.id == upto) {
+        stats::add(&stats::SUMMARIES_REJECTED, 1);
+        return Err(session_error(SessionError::UnknownUpto(upto)));
+    }
+    let now = now_ms();
+    let summary = Summary {
+        text: text.to_owned(),
+        tokens: count_message(session.settings.encoding, "system", text),
+        upto,
+        ts: now,
+    };
+    let op = Op::Summarize { now, summary };
+    let outcome = session.apply(&op).map_err(session_error)?;
+    let check = session.summarize_check(session_thresholds(session, &cfg), cfg.summarize_keep);
+    let expiry = session.key_expiry(now);
+    stats::add(&stats::SUMMARIES_APPLIED, 1);
+    stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
+    let mut events = vec!["mem.summarize"];
+    if outcome.trimmed > 0 {
+        events.push("mem.trim");
+    }
+    finish_write(ctx, keyname, &key, Propagate::Op(op), expiry, now, &events);
+    reply_outcome(ctx, &outcome, check.summarize)
+}
+

@@ -1,0 +1,103 @@
+//! Module configuration (`CONFIG SET/GET mem.*`, redis.conf, loadmodule args).
+//!
+//! Values are read on the main thread while a command runs; atomics and a
+//! mutex keep them `Sync` for the crate's registration API.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use redis_module::{enum_configuration, RedisString};
+
+use crate::tokenizer::Encoding;
+
+pub static TTL: AtomicI64 = AtomicI64::new(86_400);
+pub static EXT_TTL: AtomicI64 = AtomicI64::new(86_400);
+pub static MAX_TOKENS: AtomicI64 = AtomicI64::new(80_000);
+pub static MAX_MESSAGES: AtomicI64 = AtomicI64::new(30);
+pub static SUMMARIZE_RATIO: AtomicI64 = AtomicI64::new(15);
+pub static SUMMARIZE_FALLBACK_TOKENS: AtomicI64 = AtomicI64::new(15_000);
+pub static SUMMARIZE_KEEP: AtomicI64 = AtomicI64::new(10);
+pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(4 * 1024 * 1024);
+pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
+
+pub const DEFAULT_MODEL: &str = "gpt-4o";
+
+enum_configuration! {
+    #[allow(non_camel_case_types)]
+    pub enum EncodingConfig {
+        o200k_base = 0,
+        cl100k_base = 1,
+    }
+}
+
+pub static DEFAULT_MODEL_CONFIG: ModelSetting = ModelSetting(Mutex::new(Cow::Borrowed(DEFAULT_MODEL)));
+pub static DEFAULT_ENCODING: Mutex<EncodingConfig> = Mutex::new(EncodingConfig::o200k_base);
+
+/// `mem.default-model`: a string config that refuses names MODEL would refuse.
+pub struct ModelSetting(Mutex<Cow<'static, str>>);
+
+impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
+    fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
+        RedisString::create(None, lock(&self.0).as_ref())
+    }
+
+    fn set(
+        &self,
+        _: &redis_module::configuration::ConfigurationContext,
+        val: RedisString,
+    ) -> Result<(), redis_module::RedisError> {
+        let model = val
+            .try_as_str()
+            .map_err(|_| redis_module::RedisError::Str("model name must be valid UTF-8"))?;
+        crate::commands::args::check_model(model)?;
+        *lock(&self.0) = Cow::Owned(model.to_owned());
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means a panic elsewhere; the value is still whole.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn get(v: &AtomicI64) -> u64 {
+    v.load(Ordering::Relaxed).max(0) as u64
+}
+
+/// A snapshot of the configuration a command works with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ttl: u64,
+    pub ext_ttl: u64,
+    pub max_tokens: u64,
+    pub max_messages: u64,
+    pub summarize_ratio: u64,
+    pub summarize_fallback_tokens: u64,
+    pub summarize_keep: u64,
+    pub default_model: String,
+    pub default_encoding: Encoding,
+    pub max_message_bytes: u64,
+    pub async_threshold_bytes: u64,
+}
+
+impl Config {
+    pub fn current() -> Config {
+        Config {
+            ttl: get(&TTL),
+            ext_ttl: get(&EXT_TTL),
+            max_tokens: get(&MAX_TOKENS),
+            max_messages: get(&MAX_MESSAGES),
+            summarize_ratio: get(&SUMMARIZE_RATIO),
+            summarize_fallback_tokens: get(&SUMMARIZE_FALLBACK_TOKENS),
+            summarize_keep: get(&SUMMARIZE_KEEP),
+            default_model: lock(&DEFAULT_MODEL_CONFIG.0).to_string(),
+            default_encoding: match *lock(&DEFAULT_ENCODING) {
+                EncodingConfig::o200k_base => Encoding::O200kBase,
+                EncodingConfig::cl100k_base => Encoding::Cl100kBase,
+            },
+            max_message_bytes: get(&MAX_MESSAGE_BYTES),
+            async_threshold_bytes: get(&ASYNC_THRESHOLD_BYTES),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The `redis-mem` native data type: its Redis callbacks (RDB, AOF rewrite,
+//! memory usage, copy, digest, free). Each one is a thin shell over
+//! `persistence` and `session`, guarded so that no panic reaches Redis.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use redis_module::native_types::RedisType;
+use redis_module::{logging, raw};
+
+use crate::persistence::{self, RDB_ENCODING_VERSION};
+use crate::session::Session;
+
+/// Sessions alive in memory (for `INFO mem`).
+pub static LIVE_SESSIONS: AtomicI64 = AtomicI64::new(0);
+
+pub static SESSION_TYPE: RedisType = RedisType::new(
+    "redis-mem",
+    RDB_ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free_session),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// Boxes a session for Redis to own, counting it as alive.
+pub fn into_raw(session: Session) -> *mut c_void {
+    LIVE_SESSIONS.fetch_add(1, Ordering::Relaxed);
+    Box::into_raw(Box::new(session)).cast()
+}
+
+/// # Safety
+/// `value` must come from [`into_raw`] and not have been freed.
+unsafe fn session_ref<'a>(value: *const c_void) -> Option<&'a Session> {
+    // SAFETY: per the contract, value is null or a live Box<Session>.
+    unsafe { value.cast::<Session>().as_ref() }
+}
+
+/// # Safety
+/// `value` must come from [`into_raw`]; it is freed here.
+pub unsafe extern "C" fn free_session(value: *mut c_void) {
+    if !value.is_null() {
+        LIVE_SESSIONS.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: value is a Box<Session> that Redis hands back exactly once.
+        drop(unsafe { Box::from_raw(value.cast::<Session>()) });
+    }
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    crate::guard::or(std::ptr::null_mut(), || {
+        let result = match encver {
+            1 => load_payload(rdb).and_then(|bytes| persistence::decode_session(&bytes)),
+            v => Err(format!("unknown redis-mem encoding version {v}")),
+        };
+        match result {
+            Ok(session) => into_raw(session),
+            Err(e) => {
+                logging::log_warning(format!("redis-mem: refusing to load a session: {e}"));
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+fn load_payload(rdb: *mut raw::RedisModuleIO) -> Result<Vec<u8>, String> {
+    let mut len = 0usize;
+    // SAFETY: rdb is the IO handle Redis passed to rdb_load; with
+    // HANDLE_IO_ERRORS a failed read returns NULL/garbage and sets the error
+    // flag, which is checked before the buffer is used.
+    let ptr = unsafe { raw::RedisModule_LoadStringBuffer.unwrap()(rdb, &mut len) };
+    if raw::is_io_error(rdb) || ptr.is_null() {
+        if !ptr.is_null() {
+            // SAFETY: the buffer was allocated by Redis for us to free.
+            unsafe { raw::RedisModule_Free.unwrap()(ptr.cast()) };
+        }
+        return Err("short read".to_owned());
+    }
+    // SAFETY: ptr points to len bytes owned by us until freed below.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }.to_vec();
+    // SAFETY: allocated by Redis, freed once.
+    unsafe { raw::RedisModule_Free.unwrap()(ptr.cast()) };
+    Ok(bytes)
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    crate::guard::or((), || {
+        // SAFETY: Redis passes a value of our type.
+        if let Some(session) = unsafe { session_ref(value) } {
+            raw::save_slice(rdb, &persistence::encode_session(session));
+        }
+    })
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    crate::guard::or((), || {
+        // SAFETY: Redis passes a value of our type.
+        let Some(session) = (unsafe { session_ref(value) }) else { return };
+        let payload = persistence::encode_session(session);
+        // SAFETY: "sb" = a RedisModuleString then a buffer with its length;
+        // both outlive the call. The key's TTL is emitted by Redis itself.
+        unsafe {
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                c"MEM._PUT".as_ptr(),
+                c"sb".as_ptr(),
+                key,
+                payload.as_ptr().cast::<c_char>(),
+                payload.len(),
+            );
+        }
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of our type.
+    crate::guard::or(0, || unsafe { session_ref(value) }.map_or(0, Session::mem_usage))
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    crate::guard::or((), || {
+        // SAFETY: Redis passes a value of our type.
+        let Some(session) = (unsafe { session_ref(value) }) else { return };
+        let payload = persistence::encode_session(session);
+        // SAFETY: md is the digest handle of this call; the buffer outlives it.
+        unsafe {
+            raw::RedisModule_DigestAddStringBuffer.unwrap()(
+                md,
+                payload.as_ptr().cast::<c_char>(),
+                payload.len(),
+            );
+            raw::RedisModule_DigestEndSequence.unwrap()(md);
+        }
+    })
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    crate::guard::or(std::ptr::null_mut(), || {
+        // SAFETY: Redis passes a value of our type.
+        match unsafe { session_ref(value) } {
+            Some(session) => into_raw(session.clone()),
+            None => std::ptr::null_mut(),
+        }
+    })
+}

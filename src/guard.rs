@@ -1,0 +1,19 @@
+//! Keeps panics out of Redis: a panic inside a module aborts the server and
+//! loses every unsaved write. Every entry point Redis calls runs through
+//! [`or`], and a panic hook writes the panic to the Redis log.
+
+use std::panic::{self, AssertUnwindSafe};
+
+use redis_module::logging;
+
+/// Installs a hook that logs panics (with their location) to the Redis log.
+pub fn install_panic_hook() {
+    panic::set_hook(Box::new(|info| {
+        logging::log_warning(format!("redis-mem: internal error (panic): {info}"));
+    }));
+}
+
+/// Runs `f`; if it panics, logs it (through the hook) and returns `fallback`.
+pub fn or<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
+}

@@ -1,0 +1,38 @@
+//! The `INFO mem` section.
+
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context};
+
+use crate::data_type::LIVE_SESSIONS;
+use crate::stats::{self, read};
+
+pub fn register(ctx: &Context) {
+    // Replaces the crate's default handler, which knows nothing of ours.
+    raw::register_info_function(ctx.ctx, Some(info_func));
+}
+
+extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    crate::guard::or((), || {
+        raw::add_info_section(ctx, None);
+        let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
+        let fields: [(&str, u64); 12] = [
+            ("sessions", sessions.max(0) as u64),
+            ("appends", read(&stats::APPENDS)),
+            ("tokens_counted", read(&stats::TOKENS_COUNTED)),
+            ("messages_trimmed", read(&stats::MESSAGES_TRIMMED)),
+            ("threshold_events", read(&stats::THRESHOLD_EVENTS)),
+            ("summaries_applied", read(&stats::SUMMARIES_APPLIED)),
+            ("summaries_rejected", read(&stats::SUMMARIES_REJECTED)),
+            ("imports", read(&stats::IMPORTS)),
+            ("extsets", read(&stats::EXT_SETS)),
+            ("tokenizer_calls", read(&stats::TOKENIZER_CALLS)),
+            ("tokenizer_usec", read(&stats::TOKENIZER_MICROS)),
+            ("encodings_load_usec", read(&stats::ENCODINGS_LOAD_MICROS)),
+        ];
+        for (name, value) in fields {
+            raw::add_info_field_unsigned_long_long(ctx, name, value);
+        }
+        raw::add_info_field_str(ctx, "encodings", "o200k_base,cl100k_base");
+    })
+}

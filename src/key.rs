@@ -1,0 +1,146 @@
+//! A key opened for one command: type check, the session in it, its expiry.
+//!
+//! A thin wrapper over the raw key API, because the crate's `RedisKeyWritable`
+//! hides the key pointer that expiry reads and in-place value replacement need
+//! (replacing a value with `set_value` would delete the key and drop its TTL).
+
+use std::os::raw::c_void;
+use std::ptr::NonNull;
+
+use redis_module::{raw, Context, RedisError, RedisString};
+
+use crate::data_type::SESSION_TYPE;
+use crate::session::Session;
+
+/// Redis's reply for a key holding another type.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+pub struct SessionKey {
+    /// None: a missing key opened read-only (Redis gives no handle then).
+    inner: Option<NonNull<raw::RedisModuleKey>>,
+}
+
+impl SessionKey {
+    /// Opens `name` for reading (`write == false`) or for writing.
+    /// Fails with WRONGTYPE when the key holds something else.
+    pub fn open(ctx: &Context, name: &RedisString, write: bool) -> Result<SessionKey, RedisError> {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        // SAFETY: ctx and name are valid for the duration of the command; the
+        // returned key is closed in Drop.
+        let ptr = unsafe {
+            raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode as i32).cast::<raw::RedisModuleKey>()
+        };
+        let key = SessionKey {
+            inner: NonNull::new(ptr),
+        };
+        if !key.is_empty() && !key.holds_session() {
+            return Err(RedisError::Str(WRONGTYPE));
+        }
+        Ok(key)
+    }
+
+    fn raw(&self) -> Option<*mut raw::RedisModuleKey> {
+        self.inner.map(NonNull::as_ptr)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        let Some(k) = self.raw() else { return true };
+        // SAFETY: k is an open key.
+        let t = unsafe { raw::RedisModule_KeyType.unwrap()(k) };
+        t == raw::REDISMODULE_KEYTYPE_EMPTY as i32
+    }
+
+    fn holds_session(&self) -> bool {
+        let Some(k) = self.raw() else { return false };
+        // SAFETY: k is an open key.
+        let t = unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(k) };
+        t == *SESSION_TYPE.raw_type.borrow()
+    }
+
+    /// The session in the key, if any.
+    pub fn session(&self) -> Option<&mut Session> {
+        if self.is_empty() {
+            return None;
+        }
+        let k = self.raw()?;
+        // SAFETY: the key holds our type (checked in open), whose values are
+        // always `Box<Session>` pointers; the key stays open while borrowed.
+        unsafe {
+            let v = raw::RedisModule_ModuleTypeGetValue.unwrap()(k);
+            v.cast::<Session>().as_mut()
+        }
+    }
+
+    /// Stores `session` in an empty key, or replaces the session in place
+    /// (keeping the key's TTL).
+    pub fn put(&self, session: Session) -> Result<(), RedisError> {
+        let Some(k) = self.raw() else {
+            return Err(RedisError::Str("ERR key not opened for writing"));
+        };
+        let value = crate::data_type::into_raw(session);
+        let raw_type = *SESSION_TYPE.raw_type.borrow();
+        // SAFETY: the key is open for writing; ownership of `value` passes to
+        // Redis, which frees it through the type's free callback.
+        let status = unsafe {
+            if self.is_empty() {
+                raw::RedisModule_ModuleTypeSetValue.unwrap()(k, raw_type, value)
+            } else {
+                let mut old: *mut c_void = std::ptr::null_mut();
+                let status = raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
+                    k,
+                    raw_type,
+                    value,
+                    &mut old,
+                );
+                if status == raw::REDISMODULE_OK as i32 && !old.is_null() {
+                    crate::data_type::free_session(old);
+                }
+                status
+            }
+        };
+        if status == raw::REDISMODULE_OK as i32 {
+            Ok(())
+        } else {
+            // SAFETY: Redis did not take the value, so it is still ours.
+            unsafe { crate::data_type::free_session(value) };
+            Err(RedisError::Str("ERR could not store the session"))
+        }
+    }
+
+    /// Sets the key's expiry to an absolute Unix time in ms (None: no expiry).
+    pub fn set_expiry(&self, at_ms: Option<i64>, now_ms: i64) {
+        let Some(k) = self.raw() else { return };
+        let relative = match at_ms {
+            Some(at) => at.saturating_sub(now_ms).max(1),
+            None => raw::REDISMODULE_NO_EXPIRE as i64,
+        };
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            raw::RedisModule_SetExpire.unwrap()(k, relative);
+        }
+    }
+
+    /// The key's remaining time to live in ms, None when it has no expiry.
+    pub fn ttl_ms(&self) -> Option<i64> {
+        if self.is_empty() {
+            return None;
+        }
+        let k = self.raw()?;
+        // SAFETY: k is an open key.
+        let t = unsafe { raw::RedisModule_GetExpire.unwrap()(k) };
+        (t != raw::REDISMODULE_NO_EXPIRE as i64).then_some(t)
+    }
+}
+
+impl Drop for SessionKey {
+    fn drop(&mut self) {
+        if let Some(k) = self.raw() {
+            // SAFETY: k was opened by RedisModule_OpenKey and not closed yet.
+            unsafe { raw::RedisModule_CloseKey.unwrap()(k) };
+        }
+    }
+}

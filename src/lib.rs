@@ -1,0 +1,115 @@
+//! redis-mem: conversation memory for LLM agents, kept inside Redis.
+//!
+//! - `session`: the pure core (messages, totals, trimming, summarize rules)
+//! - `tokenizer`: exact tiktoken counts and model tables
+//! - `commands`: argument parsing and replies of the MEM.* commands
+//! - `persistence` / `data_type`: the versioned payload and Redis callbacks
+//! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
+
+pub mod commands;
+pub mod config;
+pub mod data_type;
+pub mod guard;
+pub mod info;
+pub mod json_format;
+pub mod key;
+pub mod persistence;
+pub mod session;
+pub mod stats;
+pub mod tokenizer;
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{redis_module, Context, RedisString, Status};
+
+use crate::data_type::SESSION_TYPE;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    guard::install_panic_hook();
+    // SAFETY: HANDLE_IO_ERRORS makes failed RDB reads report an error to
+    // rdb_load (which checks it) instead of aborting the server.
+    unsafe {
+        redis_module::raw::RedisModule_SetModuleOptions.unwrap()(
+            ctx.ctx,
+            redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
+        );
+    }
+    let start = std::time::Instant::now();
+    for encoding in tokenizer::Encoding::ALL {
+        encoding.warm_up();
+    }
+    let micros = start.elapsed().as_micros() as u64;
+    stats::add(&stats::ENCODINGS_LOAD_MICROS, micros);
+    ctx.log_notice(&format!("redis-mem: encodings o200k_base and cl100k_base loaded in {} ms", micros / 1000));
+    info::register(ctx);
+    Status::Ok
+}
+
+macro_rules! command {
+    ($name:ident, $body:path) => {
+        fn $name(ctx: &Context, args: Vec<RedisString>) -> redis_module::RedisResult {
+            commands::run(ctx, args, $body)
+        }
+    };
+}
+
+command!(mem_append, commands::append);
+command!(mem_get, commands::get);
+command!(mem_summarize_check, commands::summarize_check);
+command!(mem_summarize, commands::summarize);
+command!(mem_extset, commands::ext_set);
+command!(mem_extget, commands::ext_get);
+command!(mem_import, commands::import);
+command!(mem_info, commands::info);
+command!(mem_apply, commands::apply);
+command!(mem_put, commands::put);
+
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+// Unit tests run without Redis, whose allocator does not exist there.
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+redis_module! {
+    name: "mem",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [SESSION_TYPE],
+    init: init,
+    commands: [
+        ["mem.append", mem_append, "write deny-oom", 1, 1, 1, ""],
+        ["mem.get", mem_get, "readonly", 1, 1, 1, ""],
+        ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, ""],
+        ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, ""],
+        ["mem.extset", mem_extset, "write deny-oom", 1, 1, 1, ""],
+        ["mem.extget", mem_extget, "readonly", 1, 1, 1, ""],
+        ["mem.import", mem_import, "write deny-oom", 1, 1, 1, ""],
+        ["mem.info", mem_info, "readonly", 1, 1, 1, ""],
+        ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
+        ["mem._put", mem_put, "write", 1, 1, 1, ""],
+    ],
+    configurations: [
+        i64: [
+            ["ttl", &config::TTL, 86_400, 0, i64::MAX / 1000, ConfigurationFlags::DEFAULT, None],
+            ["ext-ttl", &config::EXT_TTL, 86_400, 1, i64::MAX / 1000, ConfigurationFlags::DEFAULT, None],
+            ["max-tokens", &config::MAX_TOKENS, 80_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-messages", &config::MAX_MESSAGES, 30, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["summarize-ratio", &config::SUMMARIZE_RATIO, 15, 1, 100, ConfigurationFlags::DEFAULT, None],
+            ["summarize-fallback-tokens", &config::SUMMARIZE_FALLBACK_TOKENS, 15_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["summarize-keep", &config::SUMMARIZE_KEEP, 10, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-message-bytes", &config::MAX_MESSAGE_BYTES, 4_194_304, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
+            ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, 65_536, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
+        ],
+        string: [
+            ["default-model", &config::DEFAULT_MODEL_CONFIG, config::DEFAULT_MODEL, ConfigurationFlags::DEFAULT, None],
+        ],
+        bool: [],
+        enum: [
+            ["default-encoding", &config::DEFAULT_ENCODING, config::EncodingConfig::o200k_base, ConfigurationFlags::DEFAULT, None],
+        ],
+        module_args_as_configuration: true,
+    ]
+}

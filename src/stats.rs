@@ -1,0 +1,36 @@
+//! Counters behind `INFO mem`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::tokenizer::Encoding;
+
+pub static APPENDS: AtomicU64 = AtomicU64::new(0);
+pub static TOKENS_COUNTED: AtomicU64 = AtomicU64::new(0);
+pub static MESSAGES_TRIMMED: AtomicU64 = AtomicU64::new(0);
+pub static THRESHOLD_EVENTS: AtomicU64 = AtomicU64::new(0);
+pub static SUMMARIES_APPLIED: AtomicU64 = AtomicU64::new(0);
+pub static SUMMARIES_REJECTED: AtomicU64 = AtomicU64::new(0);
+pub static IMPORTS: AtomicU64 = AtomicU64::new(0);
+pub static EXT_SETS: AtomicU64 = AtomicU64::new(0);
+pub static TOKENIZER_MICROS: AtomicU64 = AtomicU64::new(0);
+pub static TOKENIZER_CALLS: AtomicU64 = AtomicU64::new(0);
+pub static ENCODINGS_LOAD_MICROS: AtomicU64 = AtomicU64::new(0);
+
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+pub fn read(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// Counts one chat message (role + content) and records the time it took.
+pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
+    let start = Instant::now();
+    let tokens = crate::tokenizer::message_tokens(encoding, role, content);
+    add(&TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
+    add(&TOKENIZER_CALLS, 1);
+    add(&TOKENS_COUNTED, tokens);
+    tokens
+}
