@@ -1,0 +1,35 @@
+# redis-mem: `make run` starts Redis with the module, `make test` runs every test.
+# Both install what a fresh Debian machine is missing (redis-server, libclang-dev).
+
+SO      := target/release/libredis_mem.so
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
+
+.PHONY: deps build run test unit integration bench clean
+
+# RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(APT) update -qq && $(APT) install -y -qq $$missing; \
+	fi
+
+build: deps
+	cargo build --release
+
+run: build
+	redis-server redis.conf.example
+
+# Unit tests (pure Rust) and integration tests (real redis-server processes).
+test: build
+	cargo test --release
+
+bench: build
+	@echo "no benchmark yet"
+
+clean:
+	cargo clean

@@ -1,0 +1,256 @@
+//! Test harness: real `redis-server` processes with the module loaded, on
+//! loopback ports handed out from an atomic counter, each killed (and its
+//! directory removed) in `Drop`.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// The release build of the module, built by `make test` before the tests.
+pub fn module_path() -> PathBuf {
+    if let Ok(p) = std::env::var("REDIS_MEM_MODULE") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libredis_mem.so")
+}
+
+fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A free loopback port. Each test process starts in its own band (from its
+/// pid) so parallel test binaries do not collide; ports in use are skipped.
+pub fn free_port() -> u16 {
+    let _ = NEXT_PORT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 200) as u16 * 100,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let port = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+        // The cluster bus uses port + 10000: keep both free.
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if port < 55_000 && free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+}
+
+static NEXT_DIR: AtomicU16 = AtomicU16::new(0);
+
+fn fresh_dir(port: u16) -> PathBuf {
+    let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-servers")
+        .join(format!("{}-{port}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create server dir");
+    dir
+}
+
+/// A running redis-server with the module loaded.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server with no persistence.
+    pub fn start() -> Server {
+        Server::with_args(&[])
+    }
+
+    /// A server with extra `redis-server` arguments, e.g. `&["--appendonly", "yes"]`.
+    pub fn with_args(extra: &[&str]) -> Server {
+        Server::with_module_args(extra, &[])
+    }
+
+    /// Extra server arguments and `loadmodule` arguments (e.g. `["ttl", "5"]`).
+    pub fn with_module_args(extra: &[&str], module_args: &[&str]) -> Server {
+        let port = free_port();
+        let dir = fresh_dir(port);
+        let mut loadmodule = module_path().display().to_string();
+        for a in module_args {
+            loadmodule.push(' ');
+            loadmodule.push_str(a);
+        }
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+            "--logfile".into(),
+            "redis.log".into(),
+            "--loadmodule".into(),
+        ];
+        args.extend(loadmodule.split(' ').map(str::to_owned));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = Server {
+            port,
+            dir,
+            args,
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(redis_server_bin())
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (is it installed? `make test` installs it)");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(mut c) = self.try_client() {
+                let loading: Result<String, _> = redis::cmd("PING").query(&mut c);
+                if loading.is_ok() {
+                    return;
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("redis-server exited with {status}; log:\n{}", self.log());
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_client(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// A new connection (RESP2).
+    pub fn client(&self) -> redis::Connection {
+        self.try_client().expect("connect to redis-server")
+    }
+
+    /// A new RESP3 connection.
+    pub fn client_resp3(&self) -> redis::Connection {
+        let url = format!("redis://127.0.0.1:{}/?protocol=resp3", self.port);
+        redis::Client::open(url)
+            .and_then(|c| c.get_connection())
+            .expect("connect with RESP3")
+    }
+
+    /// The server's log file.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// Whether the process is still running (a crash shows up here).
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// SIGKILL, no chance to save anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server (SHUTDOWN NOSAVE, or SIGKILL) and starts it again on
+    /// the same port and directory, e.g. to reload an RDB or AOF.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Restarts with different extra arguments (same port and directory).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.kill9();
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Runs a command, returning the raw value.
+pub fn cmd(con: &mut redis::Connection, args: &[&str]) -> redis::RedisResult<redis::Value> {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query(con)
+}
+
+/// Runs a command whose reply is a map (RESP3) or a flat field/value array
+/// (RESP2) of integers and strings, returning its fields in order.
+pub fn map_reply(con: &mut redis::Connection, args: &[&str]) -> Vec<(String, redis::Value)> {
+    let v = cmd(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    as_fields(v)
+}
+
+/// Turns a map or flat array value into `(field, value)` pairs.
+pub fn as_fields(v: redis::Value) -> Vec<(String, redis::Value)> {
+    match v {
+        redis::Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(k, v)| (redis::from_redis_value::<String>(&k).unwrap(), v))
+            .collect(),
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .map(|kv| (redis::from_redis_value::<String>(&kv[0]).unwrap(), kv[1].clone()))
+            .collect(),
+        other => panic!("not a map: {other:?}"),
+    }
+}
+
+/// An integer field of a map reply.
+pub fn int_field(fields: &[(String, redis::Value)], name: &str) -> i64 {
+    let (_, v) = fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no field {name} in {fields:?}"));
+    redis::from_redis_value(v).unwrap()
+}
+
+/// A string field of a map reply.
+pub fn str_field(fields: &[(String, redis::Value)], name: &str) -> String {
+    let (_, v) = fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no field {name} in {fields:?}"));
+    redis::from_redis_value(v).unwrap()
+}
