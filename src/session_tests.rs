@@ -1,0 +1,302 @@
+//! Unit tests of the session core: no Redis, no tokenizer (token counts are
+//! given directly, so each rule is tested on its own).
+
+use super::*;
+
+pub fn settings() -> Settings {
+    Settings {
+        model: "gpt-4o".into(),
+        encoding: Encoding::O200kBase,
+        ttl: 100,
+        max_tokens: 1_000,
+        max_msgs: 5,
+    }
+}
+
+fn msg(id: u64, role: &str, tokens: u64) -> Message {
+    Message {
+        id,
+        role: role.into(),
+        content: format!("m{id}"),
+        ts: id as i64,
+        tokens,
+        meta: None,
+    }
+}
+
+/// Appends a message with the next id and `tokens`, under `settings`.
+fn push(s: &mut Session, settings: &Settings, role: &str, tokens: u64) -> Outcome {
+    let message = msg(s.last_id + 1, role, tokens);
+    s.apply(&Op::Append { now: 1, settings: settings.clone(), message }).unwrap()
+}
+
+fn ids(s: &Session) -> Vec<u64> {
+    s.messages.iter().map(|m| m.id).collect()
+}
+
+fn summarize(s: &mut Session, upto: u64, tokens: u64) -> Result<Outcome, SessionError> {
+    let summary = Summary { text: "sum".into(), tokens, upto, ts: 9 };
+    s.apply(&Op::Summarize { now: 9, summary })
+}
+
+#[test]
+fn append_assigns_totals_and_counts() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    let o = push(&mut s, &cfg, "user", 10);
+    assert_eq!((o.id, o.tokens, o.total_tokens, o.messages, o.trimmed), (1, 10, 10, 1, 0));
+    push(&mut s, &cfg, "assistant", 5);
+    assert_eq!(s.total_tokens, 15);
+    assert_eq!(s.last_id, 2);
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn ids_must_increase() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 1);
+    let stale = Op::Append { now: 1, settings: cfg, message: msg(1, "user", 1) };
+    assert_eq!(
+        s.apply(&stale),
+        Err(SessionError::IdNotIncreasing { id: 1, last_id: 1 })
+    );
+    assert_eq!(s.message_count(), 1);
+}
+
+#[test]
+fn trims_by_message_count_oldest_first() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..5 {
+        push(&mut s, &cfg, "user", 1);
+    }
+    let o = push(&mut s, &cfg, "user", 1);
+    assert_eq!(o.trimmed, 1);
+    assert_eq!(ids(&s), vec![2, 3, 4, 5, 6]);
+    assert_eq!(s.total_tokens, 5);
+}
+
+#[test]
+fn trims_by_tokens_but_never_the_new_message() {
+    let mut cfg = settings();
+    cfg.max_tokens = 100;
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 40);
+    push(&mut s, &cfg, "user", 40);
+    let o = push(&mut s, &cfg, "user", 30);
+    assert_eq!((o.trimmed, s.total_tokens), (1, 70));
+    // A message larger than the cap stays alone.
+    let o = push(&mut s, &cfg, "user", 500);
+    assert_eq!(o.trimmed, 2);
+    assert_eq!(ids(&s), vec![4]);
+    assert_eq!(s.total_tokens, 500);
+}
+
+#[test]
+fn tool_results_go_with_their_evicted_call() {
+    let mut cfg = settings();
+    cfg.max_msgs = 4;
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "assistant", 1); // 1: the tool call
+    push(&mut s, &cfg, "tool", 1); // 2
+    push(&mut s, &cfg, "tool", 1); // 3
+    push(&mut s, &cfg, "assistant", 1); // 4
+    let o = push(&mut s, &cfg, "user", 1); // 5 evicts 1, then 2 and 3 follow
+    assert_eq!(o.trimmed, 3);
+    assert_eq!(ids(&s), vec![4, 5]);
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn a_tool_message_just_appended_is_kept_even_if_oldest() {
+    let mut cfg = settings();
+    cfg.max_msgs = 1;
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "assistant", 1);
+    push(&mut s, &cfg, "tool", 1);
+    assert_eq!(ids(&s), vec![2]);
+}
+
+#[test]
+fn summary_is_kept_while_messages_can_go() {
+    let mut cfg = settings();
+    cfg.max_tokens = 100;
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 10);
+    push(&mut s, &cfg, "user", 10);
+    summarize(&mut s, 1, 50).unwrap();
+    assert_eq!(s.total_tokens, 60);
+    push(&mut s, &cfg, "user", 30); // 90: fits
+    push(&mut s, &cfg, "user", 20); // 110: evicts 2 (10) -> 100
+    assert!(s.summary.is_some());
+    assert_eq!(ids(&s), vec![3, 4]);
+    assert_eq!(s.total_tokens, 100);
+    push(&mut s, &cfg, "user", 60); // evicts 3, 4; still 110 > 100: summary goes
+    assert!(s.summary.is_none());
+    assert_eq!(ids(&s), vec![5]);
+    assert_eq!(s.total_tokens, 60);
+}
+
+#[test]
+fn lowering_a_cap_trims_at_once() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..5 {
+        push(&mut s, &cfg, "user", 1);
+    }
+    let mut lower = cfg.clone();
+    lower.max_msgs = 2;
+    let o = push(&mut s, &lower, "user", 1);
+    assert_eq!(o.trimmed, 4);
+    assert_eq!(ids(&s), vec![5, 6]);
+    assert_eq!(s.settings.max_msgs, 2);
+}
+
+#[test]
+fn thresholds_follow_the_spec_examples() {
+    let cfg = settings();
+    let big = Settings { max_tokens: 80_000, max_msgs: 30, ..cfg };
+    let t = |w| Thresholds::new(w, 15, 15_000, &big).tokens;
+    assert_eq!(t(Some(128_000)), 19_200);
+    assert_eq!(t(Some(200_000)), 30_000);
+    assert_eq!(t(Some(1_047_576)), 80_000);
+    assert_eq!(t(None), 15_000);
+    assert_eq!(Thresholds::new(None, 15, 15_000, &big).messages, 30);
+}
+
+#[test]
+fn check_reports_upto_and_moves_back_past_tool_results() {
+    let mut cfg = settings();
+    cfg.max_msgs = 100;
+    let mut s = Session::new(cfg.clone(), 0);
+    for role in ["user", "assistant", "tool", "tool", "assistant", "user"] {
+        push(&mut s, &cfg, role, 10);
+    }
+    let th = Thresholds { tokens: 60, messages: 100 };
+    // keep 3: the kept part would start at id 4 (tool), then id 3 (tool):
+    // it moves back to start at id 2, the call, so upto is 1.
+    let c = s.summarize_check(th, 3);
+    assert!(c.summarize);
+    assert_eq!((c.upto, c.upto_tokens), (1, 10));
+    let c = s.summarize_check(th, 2);
+    assert_eq!((c.upto, c.upto_tokens), (4, 40));
+    let c = s.summarize_check(th, 6);
+    assert_eq!((c.upto, c.upto_tokens), (0, 0));
+    let c = s.summarize_check(th, 0);
+    assert_eq!(c.upto, 6);
+    let c = s.summarize_check(Thresholds { tokens: 61, messages: 7 }, 0);
+    assert!(!c.summarize);
+}
+
+#[test]
+fn summarize_replaces_covered_messages_and_keeps_newer_ones() {
+    let mut cfg = settings();
+    cfg.max_msgs = 100;
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..4 {
+        push(&mut s, &cfg, "user", 10);
+    }
+    let o = summarize(&mut s, 2, 7).unwrap();
+    assert_eq!((o.id, o.tokens, o.total_tokens, o.messages), (2, 7, 27, 2));
+    assert_eq!(ids(&s), vec![3, 4]);
+    // A later summary replaces the earlier one.
+    summarize(&mut s, 3, 5).unwrap();
+    assert_eq!(s.total_tokens, 15);
+    assert_eq!(s.summary.as_ref().map(|x| x.upto), Some(3));
+    // Stale or unknown upto: refused, nothing changed.
+    let before = s.clone();
+    assert_eq!(summarize(&mut s, 2, 1), Err(SessionError::UnknownUpto(2)));
+    assert_eq!(summarize(&mut s, 99, 1), Err(SessionError::UnknownUpto(99)));
+    assert_eq!(s, before);
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn external_ids_expire_and_purge_deterministically() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    let ext = |id: &str, at| ExternalId { id: id.into(), expires_at: at };
+    s.apply(&Op::ExtSet { now: 0, settings: cfg.clone(), system: "dify".into(), external: ext("a", 100) })
+        .unwrap();
+    assert_eq!(s.ext_get("dify", 99), Some("a"));
+    assert_eq!(s.ext_get("dify", 100), None);
+    s.apply(&Op::ExtSet { now: 150, settings: cfg, system: "n8n".into(), external: ext("b", 5_000) })
+        .unwrap();
+    assert_eq!(s.external.len(), 1, "the expired dify id is purged by the op's clock");
+    assert_eq!(s.key_expiry(150), Some(150 + 100_000));
+    s.settings.ttl = 0;
+    assert_eq!(s.key_expiry(150), None);
+    s.settings.ttl = 1;
+    assert_eq!(s.key_expiry(150), Some(5_000), "never earlier than a live external id");
+}
+
+#[test]
+fn select_last_after_and_budget() {
+    let mut cfg = settings();
+    cfg.max_msgs = 100;
+    let mut s = Session::new(cfg.clone(), 0);
+    for t in [5, 10, 20, 30, 40] {
+        push(&mut s, &cfg, "user", t);
+    }
+    summarize(&mut s, 1, 6).unwrap(); // messages 2..=5 (10, 20, 30, 40), summary 6
+    let pick = |s: &Session, sel| {
+        let (sum, a, b) = s.select(sel);
+        (sum.map(|x| x.upto), a.iter().chain(b).map(|m| m.id).collect::<Vec<_>>())
+    };
+    assert_eq!(pick(&s, Selection::default()), (Some(1), vec![2, 3, 4, 5]));
+    assert_eq!(pick(&s, Selection { last: Some(2), ..Default::default() }), (Some(1), vec![4, 5]));
+    assert_eq!(pick(&s, Selection { last: Some(0), ..Default::default() }), (Some(1), vec![]));
+    assert_eq!(pick(&s, Selection { after: Some(3), ..Default::default() }), (None, vec![4, 5]));
+    // 6 + 40 + 30 = 76 fits 80; + 20 would not; contiguous from the newest.
+    assert_eq!(pick(&s, Selection { budget: Some(80), ..Default::default() }), (Some(1), vec![4, 5]));
+    assert_eq!(pick(&s, Selection { budget: Some(6), ..Default::default() }), (Some(1), vec![]));
+    assert_eq!(pick(&s, Selection { budget: Some(5), ..Default::default() }), (None, vec![]));
+    let both = Selection { last: Some(1), budget: Some(1000), ..Default::default() };
+    assert_eq!(pick(&s, both), (Some(1), vec![5]));
+}
+
+#[test]
+fn select_spans_both_halves_of_the_ring_buffer() {
+    let mut cfg = settings();
+    cfg.max_msgs = 3;
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..7 {
+        push(&mut s, &cfg, "user", 1);
+    }
+    let (_, a, b) = s.select(Selection { last: Some(2), ..Default::default() });
+    let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
+    assert_eq!(got, vec![6, 7]);
+}
+
+#[test]
+fn recount_replaces_every_count() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 1);
+    push(&mut s, &cfg, "user", 1);
+    summarize(&mut s, 1, 1).unwrap();
+    s.recount(Encoding::Cl100kBase, |_, role, content| (role.len() + content.len()) as u64);
+    assert_eq!(s.settings.encoding, Encoding::Cl100kBase);
+    assert_eq!(s.total_tokens, 6 + 3 + 4 + 2);
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn validate_rejects_broken_invariants() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 3);
+    let mut bad = s.clone();
+    bad.total_tokens = 4;
+    assert!(bad.validate().is_err());
+    let mut bad = s.clone();
+    bad.last_id = 0;
+    assert!(bad.validate().is_err());
+    let mut bad = s.clone();
+    bad.messages[0].role.clear();
+    assert!(bad.validate().is_err());
+    let mut bad = s;
+    bad.settings.max_msgs = 0;
+    assert!(bad.validate().is_err());
+}
