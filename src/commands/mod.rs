@@ -3,6 +3,7 @@
 //! session, replication of the effect, key expiry, notifications) is here.
 
 pub mod args;
+mod async_count;
 mod ext;
 mod import;
 mod internal;

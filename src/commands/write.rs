@@ -4,6 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
 use super::{arity, default_settings, finish_write, now_ms, reply_outcome, session_thresholds, Propagate};
+use super::async_count::{can_block, count_off_thread, Counted};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{Message, Op, SessionError, Summary};
@@ -13,6 +14,11 @@ use crate::tokenizer;
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
 ///   [MAXTOKENS n] [MAXMSGS n]
 pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    append_counted(ctx, args, None)
+}
+
+/// MEM.APPEND, resumed with a count made off the main thread (`counted`).
+fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted>) -> RedisResult {
     arity(&args, 4)?;
     let keyname = &args[1];
     let role = args::utf8("role", &args[2])?;
@@ -54,12 +60,25 @@ pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     settings.max_tokens = max_tokens.unwrap_or(settings.max_tokens);
     settings.max_msgs = max_msgs.unwrap_or(settings.max_msgs);
 
+    let tokens = match counted {
+        Some(c) if c.encoding == settings.encoding => c.tokens,
+        None if content.len() as u64 >= cfg.async_threshold_bytes && can_block(ctx) => {
+            let (owned_role, owned_content) = (role.to_owned(), content.to_owned());
+            let enc = settings.encoding;
+            if let Some(reply) = count_off_thread(ctx, enc, owned_role, owned_content, append_counted) {
+                return reply;
+            }
+            count_message(settings.encoding, role, content)
+        }
+        // Counted under another encoding (the model changed meanwhile): inline.
+        _ => count_message(settings.encoding, role, content),
+    };
     let message = Message {
         id: existing.as_ref().map_or(0, |s| s.last_id) + 1,
         role: role.to_owned(),
         content: content.to_owned(),
         ts: ts.map_or(now, |t| t as i64),
-        tokens: count_message(settings.encoding, role, content),
+        tokens,
         meta: meta.map(str::to_owned),
     };
     let encoding = settings.encoding;

@@ -1,0 +1,116 @@
+//! Counting large contents off the main thread (`mem.async-threshold-bytes`).
+//!
+//! The client is blocked (its later commands wait, so its own order holds),
+//! a worker thread counts, and the command then runs again on the main thread
+//! with the count in hand: the write itself, its replication and its reply
+//! happen exactly as for a small message. Where a client cannot block (MULTI,
+//! Lua, replication stream, AOF loading) the caller counts inline instead.
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
+
+use crate::stats;
+use crate::tokenizer::Encoding;
+
+/// A count made on a worker thread for the command being resumed.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted {
+    pub encoding: Encoding,
+    pub tokens: u64,
+}
+
+/// A command that can be resumed with a count.
+pub type Resume = fn(&Context, Vec<RedisString>, Option<Counted>) -> RedisResult;
+
+struct Pending {
+    counted: Option<Counted>,
+    resume: Resume,
+}
+
+/// Whether this call may block its client.
+pub fn can_block(ctx: &Context) -> bool {
+    let no = ContextFlags::MULTI
+        | ContextFlags::LUA
+        | ContextFlags::REPLICATED
+        | ContextFlags::LOADING
+        | ContextFlags::DENY_BLOCKING;
+    !ctx.get_flags().intersects(no)
+}
+
+/// Blocks the client and counts `role` + `content` on a worker thread; the
+/// command is then resumed with the count. Returns `None` when the client
+/// could not be blocked (the caller counts inline).
+pub fn count_off_thread(
+    ctx: &Context,
+    encoding: Encoding,
+    role: String,
+    content: String,
+    resume: Resume,
+) -> Option<RedisResult> {
+    // SAFETY: ctx is the context of the running command; the callbacks match
+    // the signatures Redis expects; no timeout (0).
+    let bc = unsafe {
+        raw::RedisModule_BlockClient.unwrap()(ctx.ctx, Some(on_counted), None, Some(free_pending), 0)
+    };
+    if bc.is_null() {
+        return None;
+    }
+    let bc_addr = bc as usize;
+    let spawned = std::thread::Builder::new()
+        .name("mem-count".into())
+        .spawn(move || {
+            let tokens = crate::guard::or(None, || {
+                Some(stats::count_message(encoding, &role, &content))
+            });
+            unblock(bc_addr, tokens.map(|tokens| Counted { encoding, tokens }), resume);
+        });
+    if spawned.is_err() {
+        // No thread: resume at once; the command counts inline.
+        unblock(bc_addr, None, resume);
+    }
+    Some(Ok(RedisValue::NoReply))
+}
+
+fn unblock(bc_addr: usize, counted: Option<Counted>, resume: Resume) {
+    let pending = Box::into_raw(Box::new(Pending { counted, resume })).cast::<c_void>();
+    // SAFETY: bc_addr is the blocked client created above, unblocked exactly
+    // once; RedisModule_UnblockClient may be called from any thread, and
+    // ownership of `pending` passes to Redis (freed by free_pending).
+    unsafe {
+        raw::RedisModule_UnblockClient.unwrap()(bc_addr as *mut raw::RedisModuleBlockedClient, pending);
+    }
+}
+
+/// Runs on the main thread once the count is done.
+extern "C" fn on_counted(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    // SAFETY: in a blocked client's reply callback, the private data is the
+    // Pending passed to UnblockClient; it stays alive until free_pending.
+    let pending = unsafe {
+        raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+            .cast::<Pending>()
+            .as_ref()
+    };
+    let Some(pending) = pending else {
+        return context.reply(Err(redis_module::RedisError::Str("ERR lost the token count"))) as c_int;
+    };
+    let args = redis_module::decode_args(ctx, argv, argc);
+    let (counted, resume) = (pending.counted, pending.resume);
+    let result = crate::guard::or(
+        Err(redis_module::RedisError::Str("ERR redis-mem internal error (see the server log)")),
+        || resume(&context, args, counted),
+    );
+    context.reply(result) as c_int
+}
+
+extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    if !privdata.is_null() {
+        // SAFETY: privdata is the Box<Pending> handed to UnblockClient.
+        drop(unsafe { Box::from_raw(privdata.cast::<Pending>()) });
+    }
+}
