@@ -6,6 +6,7 @@
 //! - `persistence` / `data_type`: the versioned payload and Redis callbacks
 //! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
 
+pub mod command_docs;
 pub mod commands;
 pub mod config;
 pub mod data_type;
@@ -41,6 +42,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     stats::add(&stats::ENCODINGS_LOAD_MICROS, micros);
     ctx.log_notice(&format!("redis-mem: encodings o200k_base and cl100k_base loaded in {} ms", micros / 1000));
     info::register(ctx);
+    command_docs::register(ctx);
     Status::Ok
 }
 
