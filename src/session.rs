@@ -388,6 +388,12 @@ impl Session {
         Some(latest_ext.map_or(sliding, |ext| ext.max(sliding)))
     }
 
+    /// Whether the session meets its summarization thresholds (O(1), for the
+    /// hot path; `summarize_check` also finds what to summarize).
+    pub fn meets(&self, thresholds: Thresholds) -> bool {
+        self.total_tokens >= thresholds.tokens || self.message_count() >= thresholds.messages
+    }
+
     /// MEM.SUMMARIZE_CHECK for this session.
     pub fn summarize_check(&self, thresholds: Thresholds, keep: u64) -> SummarizeCheck {
         let messages = self.message_count();
@@ -406,7 +412,7 @@ impl Session {
             (self.messages[first_kept - 1].id, covered.map(|m| m.tokens).sum())
         };
         SummarizeCheck {
-            summarize: self.total_tokens >= thresholds.tokens || messages >= thresholds.messages,
+            summarize: self.meets(thresholds),
             total_tokens: self.total_tokens,
             messages,
             thresholds,

@@ -44,7 +44,7 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .into_session(settings, now, count_message)
         .map_err(|e| err(format!("ERR invalid document: {e}")))?;
     let trimmed = session.trim(true);
-    let check = session.summarize_check(session_thresholds(&session, &cfg), cfg.summarize_keep);
+    let summarize = session.meets(session_thresholds(&session, &cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,
         tokens: session.messages.back().map_or(0, |m| m.tokens),
@@ -57,5 +57,5 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     stats::add(&stats::IMPORTS, 1);
     stats::add(&stats::MESSAGES_TRIMMED, trimmed);
     finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &["mem.import"]);
-    reply_outcome(ctx, &outcome, check.summarize)
+    reply_outcome(ctx, &outcome, summarize)
 }

@@ -107,7 +107,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
         }
     };
     let outcome = session.apply(&op).map_err(session_error)?;
-    let check = session.summarize_check(session_thresholds(session, &cfg), cfg.summarize_keep);
+    let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
 
     stats::add(&stats::APPENDS, 1);
@@ -116,12 +116,12 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     if outcome.trimmed > 0 {
         events.push("mem.trim");
     }
-    if check.summarize {
+    if summarize {
         stats::add(&stats::THRESHOLD_EVENTS, 1);
         events.push("mem.threshold");
     }
     finish_write(ctx, keyname, &key, how, expiry, now, &events);
-    reply_outcome(ctx, &outcome, check.summarize)
+    reply_outcome(ctx, &outcome, summarize)
 }
 
 pub fn session_error(e: SessionError) -> RedisError {
@@ -165,7 +165,7 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let op = Op::Summarize { now, summary };
     let outcome = session.apply(&op).map_err(session_error)?;
-    let check = session.summarize_check(session_thresholds(session, &cfg), cfg.summarize_keep);
+    let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     stats::add(&stats::SUMMARIES_APPLIED, 1);
     stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
@@ -174,6 +174,6 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         events.push("mem.trim");
     }
     finish_write(ctx, keyname, &key, Propagate::Op(op), expiry, now, &events);
-    reply_outcome(ctx, &outcome, check.summarize)
+    reply_outcome(ctx, &outcome, summarize)
 }
 
