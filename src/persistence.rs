@@ -78,7 +78,7 @@ mod tests {
                 tokens: 7,
                 meta: (id == 2).then(|| r#"{"name":"x"}"#.to_owned()),
             };
-            s.apply(&Op::Append { now: 20, settings: settings.clone(), message }).unwrap();
+            s.apply(Op::Append { now: 20, settings: settings.clone(), message }).unwrap();
         }
         s
     }

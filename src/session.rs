@@ -96,6 +96,32 @@ pub enum Op {
 }
 
 impl Op {
+    /// The op without an appended message's content, which travels as its
+    /// own argument (so a large content is not copied again to replicate it).
+    pub fn header(&self) -> Op {
+        match self {
+            Op::Append { now, settings, message } => Op::Append {
+                now: *now,
+                settings: settings.clone(),
+                message: Message {
+                    content: String::new(),
+                    meta: message.meta.clone(),
+                    role: message.role.clone(),
+                    ..*message
+                },
+            },
+            other => other.clone(),
+        }
+    }
+
+    /// Puts back the content that [`Op::header`] left out.
+    pub fn with_content(mut self, content: String) -> Op {
+        if let Op::Append { message, .. } = &mut self {
+            message.content = content;
+        }
+        self
+    }
+
     /// The session an op starts from when its key does not exist yet.
     pub fn new_session(&self) -> Option<Session> {
         match self {
@@ -213,22 +239,23 @@ impl Session {
         self.summary.as_ref().map_or(0, |s| s.tokens)
     }
 
-    /// Applies `op`. Fails without changing anything.
-    pub fn apply(&mut self, op: &Op) -> Result<Outcome, SessionError> {
+    /// Applies `op` (moving its message or summary in). Fails without
+    /// changing anything.
+    pub fn apply(&mut self, op: Op) -> Result<Outcome, SessionError> {
         match op {
             Op::Append {
                 now,
                 settings,
                 message,
-            } => self.append(*now, settings, message.clone()),
-            Op::Summarize { now, summary } => self.summarize(*now, summary.clone()),
+            } => self.append(now, settings, message),
+            Op::Summarize { now, summary } => self.summarize(now, summary),
             Op::ExtSet {
                 now,
                 settings: _,
                 system,
                 external,
             } => {
-                self.ext_set(*now, system, external.clone());
+                self.ext_set(now, system, external);
                 Ok(self.outcome(0, 0, 0))
             }
         }
@@ -247,7 +274,7 @@ impl Session {
     fn append(
         &mut self,
         now: i64,
-        settings: &Settings,
+        settings: Settings,
         message: Message,
     ) -> Result<Outcome, SessionError> {
         if message.id <= self.last_id {
@@ -256,7 +283,7 @@ impl Session {
                 last_id: self.last_id,
             });
         }
-        self.settings = settings.clone();
+        self.settings = settings;
         self.last_id = message.id;
         self.total_tokens += message.tokens;
         let (id, tokens) = (message.id, message.tokens);
@@ -356,9 +383,9 @@ impl Session {
         self.settings.encoding = encoding;
     }
 
-    fn ext_set(&mut self, now: i64, system: &str, external: ExternalId) {
+    fn ext_set(&mut self, now: i64, system: String, external: ExternalId) {
         self.purge_external(now);
-        self.external.insert(system.to_owned(), external);
+        self.external.insert(system, external);
     }
 
     /// Drops external ids whose time is up. `now` comes from the op, so the

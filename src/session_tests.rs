@@ -27,7 +27,7 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
 /// Appends a message with the next id and `tokens`, under `settings`.
 fn push(s: &mut Session, settings: &Settings, role: &str, tokens: u64) -> Outcome {
     let message = msg(s.last_id + 1, role, tokens);
-    s.apply(&Op::Append { now: 1, settings: settings.clone(), message }).unwrap()
+    s.apply(Op::Append { now: 1, settings: settings.clone(), message }).unwrap()
 }
 
 fn ids(s: &Session) -> Vec<u64> {
@@ -36,7 +36,7 @@ fn ids(s: &Session) -> Vec<u64> {
 
 fn summarize(s: &mut Session, upto: u64, tokens: u64) -> Result<Outcome, SessionError> {
     let summary = Summary { text: "sum".into(), tokens, upto, ts: 9 };
-    s.apply(&Op::Summarize { now: 9, summary })
+    s.apply(Op::Summarize { now: 9, summary })
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn ids_must_increase() {
     push(&mut s, &cfg, "user", 1);
     let stale = Op::Append { now: 1, settings: cfg, message: msg(1, "user", 1) };
     assert_eq!(
-        s.apply(&stale),
+        s.apply(stale),
         Err(SessionError::IdNotIncreasing { id: 1, last_id: 1 })
     );
     assert_eq!(s.message_count(), 1);
@@ -217,11 +217,11 @@ fn external_ids_expire_and_purge_deterministically() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     let ext = |id: &str, at| ExternalId { id: id.into(), expires_at: at };
-    s.apply(&Op::ExtSet { now: 0, settings: cfg.clone(), system: "dify".into(), external: ext("a", 100) })
+    s.apply(Op::ExtSet { now: 0, settings: cfg.clone(), system: "dify".into(), external: ext("a", 100) })
         .unwrap();
     assert_eq!(s.ext_get("dify", 99), Some("a"));
     assert_eq!(s.ext_get("dify", 100), None);
-    s.apply(&Op::ExtSet { now: 150, settings: cfg, system: "n8n".into(), external: ext("b", 5_000) })
+    s.apply(Op::ExtSet { now: 150, settings: cfg, system: "n8n".into(), external: ext("b", 5_000) })
         .unwrap();
     assert_eq!(s.external.len(), 1, "the expired dify id is purged by the op's clock");
     assert_eq!(s.key_expiry(150), Some(150 + 100_000));

@@ -13,19 +13,24 @@ use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisVa
 use crate::stats;
 use crate::tokenizer::Encoding;
 
-/// A count made on a worker thread for the command being resumed.
+/// What a worker thread found, for the command being resumed.
 #[derive(Clone, Copy, Debug)]
 pub struct Counted {
     pub encoding: Encoding,
-    pub tokens: u64,
+    /// None: not counted (content not UTF-8, or no worker); the resumed
+    /// command validates and counts inline.
+    pub tokens: Option<u64>,
 }
 
 /// A command that can be resumed with a count.
 pub type Resume = fn(&Context, Vec<RedisString>, Option<Counted>) -> RedisResult;
 
 struct Pending {
-    counted: Option<Counted>,
+    counted: Counted,
     resume: Resume,
+    /// The content string, held so its bytes outlive a client that
+    /// disconnects while the worker reads them; released in `free_pending`.
+    held: usize,
 }
 
 /// Whether this call may block its client.
@@ -39,13 +44,14 @@ pub fn can_block(ctx: &Context) -> bool {
 }
 
 /// Blocks the client and counts `role` + `content` on a worker thread; the
-/// command is then resumed with the count. Returns `None` when the client
-/// could not be blocked (the caller counts inline).
+/// command is then resumed with the count (or without one when the content
+/// is not UTF-8: the resumed command reports that). Returns `None` when the
+/// client could not be blocked (the caller counts inline).
 pub fn count_off_thread(
     ctx: &Context,
     encoding: Encoding,
     role: String,
-    content: String,
+    content: &RedisString,
     resume: Resume,
 ) -> Option<RedisResult> {
     // SAFETY: ctx is the context of the running command; the callbacks match
@@ -56,24 +62,35 @@ pub fn count_off_thread(
     if bc.is_null() {
         return None;
     }
+    // SAFETY: retaining only bumps the string's refcount (no ctx: manual
+    // memory); the matching free is in free_pending, on the main thread.
+    unsafe { raw::RedisModule_RetainString.unwrap()(std::ptr::null_mut(), content.inner) };
+    let held = content.inner as usize;
+    let bytes = content.as_slice();
+    let (bytes_addr, len) = (bytes.as_ptr() as usize, bytes.len());
     let bc_addr = bc as usize;
     let spawned = std::thread::Builder::new()
         .name("mem-count".into())
         .spawn(move || {
+            // SAFETY: the held string keeps these bytes alive and unchanged
+            // (Redis never mutates a shared argv string) until free_pending,
+            // which runs only after the unblock below.
+            let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
             let tokens = crate::guard::or(None, || {
-                Some(stats::count_message(encoding, &role, &content))
+                let content = std::str::from_utf8(bytes).ok()?;
+                Some(stats::count_message(encoding, &role, content))
             });
-            unblock(bc_addr, tokens.map(|tokens| Counted { encoding, tokens }), resume);
+            unblock(bc_addr, Counted { encoding, tokens }, resume, held);
         });
     if spawned.is_err() {
         // No thread: resume at once; the command counts inline.
-        unblock(bc_addr, None, resume);
+        unblock(bc_addr, Counted { encoding, tokens: None }, resume, held);
     }
     Some(Ok(RedisValue::NoReply))
 }
 
-fn unblock(bc_addr: usize, counted: Option<Counted>, resume: Resume) {
-    let pending = Box::into_raw(Box::new(Pending { counted, resume })).cast::<c_void>();
+fn unblock(bc_addr: usize, counted: Counted, resume: Resume, held: usize) {
+    let pending = Box::into_raw(Box::new(Pending { counted, resume, held })).cast::<c_void>();
     // SAFETY: bc_addr is the blocked client created above, unblocked exactly
     // once; RedisModule_UnblockClient may be called from any thread, and
     // ownership of `pending` passes to Redis (freed by free_pending).
@@ -103,14 +120,18 @@ extern "C" fn on_counted(
     let (counted, resume) = (pending.counted, pending.resume);
     let result = crate::guard::or(
         Err(redis_module::RedisError::Str("ERR redis-mem internal error (see the server log)")),
-        || resume(&context, args, counted),
+        || resume(&context, args, Some(counted)),
     );
     context.reply(result) as c_int
 }
 
 extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
     if !privdata.is_null() {
-        // SAFETY: privdata is the Box<Pending> handed to UnblockClient.
-        drop(unsafe { Box::from_raw(privdata.cast::<Pending>()) });
+        // SAFETY: privdata is the Box<Pending> handed to UnblockClient, and
+        // `held` the string retained in count_off_thread, released once here.
+        unsafe {
+            let pending = Box::from_raw(privdata.cast::<Pending>());
+            raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), pending.held as *mut _);
+        }
     }
 }

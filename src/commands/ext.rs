@@ -53,7 +53,8 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(session) = key.session() else {
         return Err(RedisError::Str("ERR cannot create the session"));
     };
-    session.apply(&op).map_err(super::write::session_error)?;
+    let header = op.header();
+    session.apply(op).map_err(super::write::session_error)?;
     // The key never expires before this id: a new session gets its TTL (or
     // the id's expiry if later); an existing expiry only moves later.
     let expiry = match remaining {
@@ -62,7 +63,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => None,
     };
     stats::add(&stats::EXT_SETS, 1);
-    finish_write(ctx, keyname, &key, Propagate::Op(op), expiry, now, &["mem.extset"]);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &["mem.extset"]);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -9,23 +9,26 @@ use super::args::err;
 use crate::key::SessionKey;
 use crate::persistence;
 
-/// MEM._APPLY key payload
+/// MEM._APPLY key payload [content]
 pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() != 3 {
+    if args.len() != 3 && args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let op = persistence::decode_op(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
+    let mut op = persistence::decode_op(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
+    if let Some(content) = args.get(3) {
+        op = op.with_content(super::args::utf8("content", content)?.to_owned());
+    }
     let key = SessionKey::open(ctx, &args[1], true)?;
     match key.session() {
         Some(session) => {
-            // Check on a copy-free path: apply fails before changing anything.
-            session.apply(&op).map_err(super::write::session_error)?;
+            // apply fails before changing anything.
+            session.apply(op).map_err(super::write::session_error)?;
         }
         None => {
             let Some(mut fresh) = op.new_session() else {
                 return Err(RedisError::Str("ERR no such key"));
             };
-            fresh.apply(&op).map_err(super::write::session_error)?;
+            fresh.apply(op).map_err(super::write::session_error)?;
             key.put(fresh)?;
         }
     }

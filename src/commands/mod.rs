@@ -65,9 +65,10 @@ pub fn session_thresholds(session: &Session, cfg: &Config) -> Thresholds {
 }
 
 /// How a write reaches replicas and the AOF.
-pub enum Propagate {
-    /// The op itself: small, and applied identically downstream.
-    Op(Op),
+pub enum Propagate<'a> {
+    /// The op (its [`Op::header`]), applied identically downstream, and the
+    /// appended content, if any, as the client's own argument (not copied).
+    Op(Op, Option<&'a RedisString>),
     /// The whole session (import, a re-count under a new tokenizer).
     Session,
 }
@@ -83,14 +84,21 @@ pub fn finish_write(
     now: i64,
     events: &[&str],
 ) {
-    let payload = match &how {
-        Propagate::Op(op) => ("MEM._APPLY", persistence::encode_op(op)),
-        Propagate::Session => match key.session() {
-            Some(s) => ("MEM._PUT", persistence::encode_session(s)),
-            None => return,
-        },
-    };
-    ctx.replicate(payload.0, &[keyname.as_slice(), payload.1.as_slice()]);
+    match how {
+        Propagate::Op(header, content) => {
+            let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_op(&header));
+            match content {
+                Some(c) => ctx.replicate("MEM._APPLY", &[keyname, &payload, c]),
+                None => ctx.replicate("MEM._APPLY", &[keyname, &payload]),
+            }
+        }
+        Propagate::Session => {
+            if let Some(s) = key.session() {
+                let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_session(s));
+                ctx.replicate("MEM._PUT", &[keyname, &payload]);
+            }
+        }
+    }
     key.set_expiry(expiry, now);
     match expiry {
         Some(at) => ctx.replicate("PEXPIREAT", &[keyname.as_slice(), at.to_string().as_bytes()]),

@@ -23,14 +23,14 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     let keyname = &args[1];
     let role = args::utf8("role", &args[2])?;
     args::check_role(role)?;
-    let content = args::utf8("content", &args[3])?;
+    let raw_content = &args[3];
     let opts = Options::parse(
         &args[4..],
         &["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS"],
         &[],
     )?;
     let cfg = Config::current();
-    args::check_size("content", content.len(), cfg.max_message_bytes)?;
+    args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
     let meta = opts.str("META")?;
     if let Some(meta) = meta {
@@ -46,7 +46,6 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     let max_msgs = opts.u64("MAXMSGS", 1)?;
 
     let key = SessionKey::open(ctx, keyname, true)?;
-    let now = now_ms();
     let existing = key.session();
     let mut settings = match &existing {
         Some(s) => s.settings.clone(),
@@ -59,20 +58,25 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     settings.ttl = ttl.unwrap_or(settings.ttl);
     settings.max_tokens = max_tokens.unwrap_or(settings.max_tokens);
     settings.max_msgs = max_msgs.unwrap_or(settings.max_msgs);
+    let encoding = settings.encoding;
 
-    let tokens = match counted {
-        Some(c) if c.encoding == settings.encoding => c.tokens,
-        None if content.len() as u64 >= cfg.async_threshold_bytes && can_block(ctx) => {
-            let (owned_role, owned_content) = (role.to_owned(), content.to_owned());
-            let enc = settings.encoding;
-            if let Some(reply) = count_off_thread(ctx, enc, owned_role, owned_content, append_counted) {
-                return reply;
-            }
-            count_message(settings.encoding, role, content)
+    // Large content: checked and counted by a worker while the client waits;
+    // this command runs again with the count.
+    let large = raw_content.len() as u64 >= cfg.async_threshold_bytes;
+    if counted.is_none() && large && can_block(ctx) {
+        if let Some(reply) = count_off_thread(ctx, encoding, role.to_owned(), raw_content, append_counted) {
+            return reply;
         }
-        // Counted under another encoding (the model changed meanwhile): inline.
-        _ => count_message(settings.encoding, role, content),
+    }
+    let content = args::utf8("content", raw_content)?;
+    let tokens = match counted {
+        Some(Counted { encoding: e, tokens: Some(t) }) if e == encoding => t,
+        // Not counted, or under another encoding (the model changed
+        // meanwhile): inline.
+        _ => count_message(encoding, role, content),
     };
+
+    let now = now_ms();
     let message = Message {
         id: existing.as_ref().map_or(0, |s| s.last_id) + 1,
         role: role.to_owned(),
@@ -81,32 +85,26 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
         tokens,
         meta: meta.map(str::to_owned),
     };
-    let encoding = settings.encoding;
     let op = Op::Append { now, settings, message };
 
     // Everything is validated; from here on the write cannot fail.
-    let (session, how) = match existing {
-        Some(session) => {
-            let how = if session.settings.encoding != encoding {
-                session.recount(encoding, count_message);
-                Propagate::Session
-            } else {
-                Propagate::Op(op.clone())
-            };
-            (session, how)
-        }
+    let session = match existing {
+        Some(session) => session,
         None => {
             let Some(fresh) = op.new_session() else {
                 return Err(RedisError::Str("ERR cannot create the session"));
             };
             key.put(fresh)?;
-            let Some(session) = key.session() else {
-                return Err(RedisError::Str("ERR cannot create the session"));
-            };
-            (session, Propagate::Op(op.clone()))
+            key.session().ok_or(RedisError::Str("ERR cannot create the session"))?
         }
     };
-    let outcome = session.apply(&op).map_err(session_error)?;
+    let how = if session.settings.encoding != encoding {
+        session.recount(encoding, count_message);
+        Propagate::Session
+    } else {
+        Propagate::Op(op.header(), Some(raw_content))
+    };
+    let outcome = session.apply(op).map_err(session_error)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
 
@@ -164,7 +162,8 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ts: now,
     };
     let op = Op::Summarize { now, summary };
-    let outcome = session.apply(&op).map_err(session_error)?;
+    let header = op.header();
+    let outcome = session.apply(op).map_err(session_error)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     stats::add(&stats::SUMMARIES_APPLIED, 1);
@@ -173,7 +172,7 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if outcome.trimmed > 0 {
         events.push("mem.trim");
     }
-    finish_write(ctx, keyname, &key, Propagate::Op(op), expiry, now, &events);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
 
