@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Regenerates docs/commands.md: every MEM.* command run for real through
+redis-cli against a fresh redis-server with the module, output pasted as is.
+
+    python3 docs/gen_commands.py        (after cargo build --release)
+"""
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODULE = os.path.join(ROOT, "target", "release", "libredis_mem.so")
+
+SECTIONS = [
+    ("MEM.APPEND", "Append a message; the reply says what happened and whether to summarize.", [
+        "MEM.APPEND mem:{alice} system 'You are a helpful travel assistant.' TS 1735689600000",
+        "MEM.APPEND mem:{alice} user 'What is the capital of France?' TS 1735689601000",
+        "MEM.APPEND mem:{alice} assistant 'Paris.' TS 1735689602000 META '{\"model_used\":\"gpt-4o\"}'",
+        "MEM.APPEND mem:{alice} user 'And of Italy?' TS 1735689603000 MAXMSGS 50 TTL 3600",
+        "TTL mem:{alice}",
+        "MEM.APPEND mem:{alice} user 'x' TS -1",
+        "MEM.APPEND mem:{alice} user 'x' META '[1,2]'",
+        "MEM.APPEND mem:{alice} user 'x' FOO 1",
+    ]),
+    ("MEM.GET", "Read the session: all, the newest, after an id, within a budget, or as JSON.", [
+        "MEM.GET mem:{alice} LAST 2",
+        "MEM.GET mem:{alice} AFTER 3",
+        "MEM.GET mem:{alice} BUDGET 30",
+        "MEM.GET mem:{alice} LAST 1 FORMAT JSON",
+        "MEM.GET mem:{nobody}",
+    ]),
+    ("MEM.SUMMARIZE_CHECK", "Is it time to summarize, and up to which message?", [
+        "MEM.SUMMARIZE_CHECK mem:{alice} KEEP 2",
+        "MEM.SUMMARIZE_CHECK mem:{alice} MODEL claude-3-5-sonnet",
+        "MEM.SUMMARIZE_CHECK mem:{alice} CONTEXT 100",
+    ]),
+    ("MEM.SUMMARIZE", "Replace the messages up to an id with a summary; later messages stay.", [
+        "MEM.SUMMARIZE mem:{alice} 2 'The user is planning a trip and asked about France.'",
+        "MEM.GET mem:{alice}",
+        "MEM.SUMMARIZE mem:{alice} 1 'stale'",
+    ]),
+    ("MEM.EXTSET / MEM.EXTGET", "An orchestrator's own conversation id, with its own expiry.", [
+        "MEM.EXTSET mem:{alice} dify 5f1c2a9e-conv EX 86400",
+        "MEM.EXTGET mem:{alice} dify",
+        "MEM.EXTGET mem:{alice} n8n",
+    ]),
+    ("MEM.IMPORT", "Move a client-side user_memory_* document into a session.", [
+        "SET user_memory_bob '{\"conversation_history\":[{\"role\":\"user\",\"content\":\"Hi, I am Bob\",\"timestamp\":\"2025-01-01T10:00:00\"},{\"role\":\"assistant\",\"content\":\"Hello Bob!\",\"timestamp\":\"2025-01-01T10:00:02\"}],\"user_profile\":{\"name\":\"Bob\"},\"context\":{\"topic\":\"greeting\"}}'",
+        "MEM.IMPORT mem:{bob} \"$(redis-cli GET user_memory_bob)\"",
+        "MEM.GET mem:{bob} FORMAT JSON",
+        "MEM.IMPORT mem:{bob} '{\"conversation_history\":[]}'",
+    ]),
+    ("MEM.INFO", "Counts, settings and ids of a session.", [
+        "MEM.INFO mem:{alice}",
+        "MEM.INFO mem:{nobody}",
+    ]),
+    ("INFO mem", "What the module has done since the server started.", [
+        "INFO mem",
+    ]),
+    ("COMMAND DOCS", "Every command carries its documentation and key specs.", [
+        "COMMAND DOCS mem.extget",
+    ]),
+]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def main():
+    if not os.path.exists(MODULE):
+        sys.exit(f"build the module first: {MODULE} is missing")
+    port = free_port()
+    workdir = tempfile.mkdtemp()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--dir", workdir,
+         "--loadmodule", MODULE],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True).stdout.strip() == b"PONG":
+                break
+            time.sleep(0.05)
+        out = ["# MEM.* commands, by example", "",
+               "Every block below is a real redis-cli session against redis-server with the module "
+               "(regenerate with `python3 docs/gen_commands.py`). Paste the lines after `$` into a shell "
+               "while `make run` is running.", ""]
+        for title, text, commands in SECTIONS:
+            out += [f"## {title}", "", text, "", "```"]
+            for command in commands:
+                shown = command.replace("redis-cli GET", f"redis-cli --raw -p {port} GET")
+                result = subprocess.run(f"redis-cli --no-raw -p {port} {shown}", shell=True,
+                                        capture_output=True, text=True)
+                reply = (result.stdout + result.stderr).rstrip("\n")
+                if title == "INFO mem":
+                    reply = "\n".join(l for l in reply.splitlines() if "usec" not in l)
+                out += [f"$ redis-cli {command}", reply]
+            out += ["```", ""]
+        with open(os.path.join(ROOT, "docs", "commands.md"), "w") as f:
+            f.write("\n".join(out))
+    finally:
+        server.kill()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
