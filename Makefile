@@ -24,9 +24,11 @@ build: deps
 run: build
 	redis-server redis.conf.example
 
-# Unit tests (pure Rust) and integration tests (real redis-server processes).
+# Unit tests (pure Rust), integration tests (real redis-server processes),
+# then the Python client / LangChain / worker / migration tests (pytest, venv in target/).
 test: build
 	cargo test --release
+	examples/python/run_tests.sh
 
 bench: build
 	@echo "no benchmark yet"

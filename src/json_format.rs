@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::session::{Message, Session, Summary, MAX_ROLE_BYTES};
+use crate::session::{Message, Session, Summary, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::Encoding;
 
 /// ISO 8601 UTC with milliseconds, e.g. `2025-01-31T12:00:00.000Z`.
@@ -225,17 +225,22 @@ fn optional_id(v: Option<&Value>) -> Result<Option<u64>, String> {
 
 /// `ts` (ms) wins over `timestamp` (ISO 8601); neither: None.
 fn time_of(m: &Map<String, Value>) -> Result<Option<i64>, String> {
-    if let Some(ts) = m.get("ts").filter(|v| !v.is_null()) {
-        return ts.as_i64().map(Some).ok_or_else(|| "ts must be an integer".to_owned());
+    let ts = if let Some(ts) = m.get("ts").filter(|v| !v.is_null()) {
+        ts.as_i64().ok_or_else(|| "ts must be an integer".to_owned())?
+    } else {
+        match m.get("timestamp") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) => {
+                parse_iso8601(s).ok_or_else(|| format!("timestamp {s:?} is not ISO 8601"))?
+            }
+            Some(Value::Number(n)) => n.as_i64().ok_or_else(|| "bad timestamp".to_owned())?,
+            Some(_) => return Err("timestamp must be an ISO 8601 string".to_owned()),
+        }
+    };
+    if !(0..=MAX_TS).contains(&ts) {
+        return Err(format!("time {ts} is outside 1970-01-01 .. 9999-12-31"));
     }
-    match m.get("timestamp") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => parse_iso8601(s)
-            .map(Some)
-            .ok_or_else(|| format!("timestamp {s:?} is not ISO 8601")),
-        Some(Value::Number(n)) => n.as_i64().map(Some).ok_or_else(|| "bad timestamp".to_owned()),
-        Some(_) => Err("timestamp must be an ISO 8601 string".to_owned()),
-    }
+    Ok(Some(ts))
 }
 
 impl ImportedDoc {

@@ -15,6 +15,9 @@ use crate::tokenizer::Encoding;
 
 /// The role whose messages must stay with the call that produced them.
 pub const TOOL_ROLE: &str = "tool";
+/// Latest accepted message time: 9999-12-31T23:59:59.999Z, the last instant
+/// an ISO 8601 timestamp with a four-digit year can show.
+pub const MAX_TS: i64 = 253_402_300_799_999;
 /// Longest accepted role, in bytes.
 pub const MAX_ROLE_BYTES: usize = 64;
 
@@ -478,6 +481,10 @@ impl Session {
                 while fit > start && used + at(fit - 1).tokens <= budget {
                     used += at(fit - 1).tokens;
                     fit -= 1;
+                }
+                // Sendable as is: a tool result never comes without its call.
+                while fit < len && at(fit).role == TOOL_ROLE {
+                    fit += 1;
                 }
                 start = fit;
             }

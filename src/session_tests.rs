@@ -300,3 +300,20 @@ fn validate_rejects_broken_invariants() {
     bad.settings.max_msgs = 0;
     assert!(bad.validate().is_err());
 }
+
+#[test]
+fn budget_never_starts_with_a_tool_result() {
+    let mut cfg = settings();
+    cfg.max_msgs = 100;
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 6);
+    push(&mut s, &cfg, "assistant", 4); // the tool call
+    push(&mut s, &cfg, "tool", 8);
+    push(&mut s, &cfg, "assistant", 8);
+    let (_, a, b) = s.select(Selection { budget: Some(16), ..Default::default() });
+    let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
+    assert_eq!(got, vec![4], "the tool result (3) fits, but its call (2) does not");
+    let (_, a, b) = s.select(Selection { budget: Some(20), ..Default::default() });
+    let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
+    assert_eq!(got, vec![2, 3, 4]);
+}

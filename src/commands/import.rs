@@ -56,6 +56,14 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     key.put(session)?;
     stats::add(&stats::IMPORTS, 1);
     stats::add(&stats::MESSAGES_TRIMMED, trimmed);
-    finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &["mem.import"]);
+    let mut events = vec!["mem.import"];
+    if trimmed > 0 {
+        events.push("mem.trim");
+    }
+    if summarize {
+        stats::add(&stats::THRESHOLD_EVENTS, 1);
+        events.push("mem.threshold");
+    }
+    finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }

@@ -7,7 +7,7 @@ use super::{arity, default_settings, finish_write, now_ms, reply_outcome, sessio
 use super::async_count::{can_block, count_off_thread, Counted};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{Message, Op, SessionError, Summary};
+use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
 use crate::stats::{self, count_message};
 use crate::tokenizer;
 
@@ -32,6 +32,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     let cfg = Config::current();
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
+    if ts.is_some_and(|t| t > MAX_TS as u64) {
+        return Err(err(format!("ERR TS must be at most {MAX_TS} (9999-12-31)")));
+    }
     let meta = opts.str("META")?;
     if let Some(meta) = meta {
         args::check_size("META", meta.len(), cfg.max_message_bytes)?;

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs the Python tests of redis-mem (client, LangChain history, summarizer
+# worker, migration script) against a real redis-server with the module.
+#
+#   examples/python/run_tests.sh [pytest args...]
+#
+# Creates the venv target/venv (python3 -m venv; installs python3-venv with
+# apt-get when that fails and we are root), installs requirements.txt when it
+# changed, then runs pytest -q on examples/python/tests.
+# Env: PYTHON (default python3), REDIS_MEM_VENV (default <repo>/target/venv),
+# REDIS_MEM_MODULE (default <repo>/target/release/libredis_mem.so),
+# REDIS_SERVER (default: redis-server on PATH).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+VENV="${REDIS_MEM_VENV:-$REPO/target/venv}"
+PY="${PYTHON:-python3}"
+export DEBIAN_FRONTEND=noninteractive
+
+is_root() { [ "$(id -u)" = 0 ]; }
+apt_install() {
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        echo "run_tests.sh: apt-get install $*" >&2
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq "$@" >/dev/null
+    else
+        echo "run_tests.sh: please install: $*" >&2
+        return 1
+    fi
+}
+
+if ! command -v "$PY" >/dev/null 2>&1; then
+    apt_install python3
+fi
+
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
+    if ! "$PY" -m venv "$VENV" >/dev/null 2>&1; then
+        rm -rf "$VENV"
+        # Debian ships venv/ensurepip separately (python3-venv).
+        apt_install python3-venv
+        "$PY" -m venv "$VENV"
+    fi
+fi
+
+# Install the requirements when they changed since the last install.
+STAMP="$VENV/.redis-mem-requirements"
+WANT="$(cat "$HERE/requirements.txt")"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
+    printf '%s' "$WANT" > "$STAMP"
+fi
+
+if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
+    apt_install redis-server
+fi
+
+MODULE="${REDIS_MEM_MODULE:-$REPO/target/release/libredis_mem.so}"
+if [ ! -f "$MODULE" ] && [ -z "${REDIS_MEM_MODULE:-}" ]; then
+    echo "run_tests.sh: $MODULE missing, building it" >&2
+    (cd "$REPO" && cargo build --release)
+fi
+export REDIS_MEM_MODULE="$MODULE"
+
+cd "$HERE"
+export PYTHONDONTWRITEBYTECODE=1
+exec "$VENV/bin/python" -m pytest -q tests "$@"

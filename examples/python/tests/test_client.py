@@ -1,0 +1,268 @@
+"""RedisMemClient against the real module, over RESP2 and RESP3, with
+decode_responses on and off (the `conn` fixture runs each test 4 times)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import pytest
+import redis
+
+from redis_mem import AppendResult, Message, RedisMemClient, SessionInfo, SummarizeCheck
+
+KEY = "mem:{alice}"
+
+
+@pytest.fixture
+def mem(conn):
+    return RedisMemClient(conn)
+
+
+def test_append_creates_session_and_counts_tokens(mem):
+    r1 = mem.append(KEY, "user", "")
+    assert isinstance(r1, AppendResult)
+    # tokens = 3 + count("user") + count(""): "user" is one token.
+    assert (r1.id, r1.tokens, r1.total_tokens, r1.messages, r1.trimmed, r1.summarize) == (
+        1, 4, 4, 1, 0, False)
+    r2 = mem.append(KEY, "user", "hello there")  # "hello", " there"
+    assert (r2.id, r2.tokens, r2.total_tokens, r2.messages) == (2, 6, 10, 2)
+    r3 = mem.append(KEY, "assistant", "Hi! How can I help you today?")
+    assert r3.id == 3 and r3.messages == 3
+    assert r3.total_tokens == 10 + r3.tokens
+    got = mem.get(KEY)
+    assert [m.id for m in got] == [1, 2, 3]
+    assert sum(m.tokens for m in got) == r3.total_tokens
+
+
+def test_append_ts_meta_and_unicode(mem):
+    meta = {"tool_calls": [{"id": "c1", "name": "lookup", "args": {"q": "é"}}], "n": 1}
+    mem.append(KEY, "assistant", "Grüße, 世界 🌍", ts=1700000000123, meta=meta)
+    mem.append(KEY, "user", "plain")
+    first, second = mem.get(KEY)
+    assert isinstance(first, Message)
+    assert first.content == "Grüße, 世界 🌍"
+    assert first.ts == 1700000000123
+    assert first.timestamp == datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=timezone.utc)
+    assert first.meta == meta
+    assert second.meta is None
+    assert abs(second.ts - time.time() * 1000) < 60_000  # server clock
+    assert not first.is_summary
+
+
+def test_append_settings_model_ttl_caps(mem, conn):
+    mem.append(KEY, "user", "hello there", model="gpt-4", ttl=120, maxtokens=5000, maxmsgs=7)
+    info = mem.info(KEY)
+    assert isinstance(info, SessionInfo)
+    assert (info.model, info.encoding, info.context_window) == ("gpt-4", "cl100k_base", 8192)
+    assert (info.ttl, info.maxtokens, info.maxmsgs) == (120, 5000, 7)
+    assert 100 <= conn.ttl(KEY) <= 120
+    # Settings stick: a later append without options keeps them.
+    mem.append(KEY, "user", "again")
+    assert mem.info(KEY).maxmsgs == 7
+    assert mem.info(KEY).model == "gpt-4"
+
+
+def test_append_trims_to_maxmsgs(mem):
+    for i in range(5):
+        mem.append(KEY, "user", f"message {i}", maxmsgs=3)
+    got = mem.get(KEY)
+    assert [m.content for m in got] == ["message 2", "message 3", "message 4"]
+    r = mem.append(KEY, "user", "message 5")
+    assert r.trimmed == 1 and r.messages == 3 and r.id == 6
+    # Lowering a cap trims at once.
+    r = mem.append(KEY, "user", "message 6", maxmsgs=1)
+    assert (r.messages, r.trimmed) == (1, 3)
+    assert [m.id for m in mem.get(KEY)] == [7]
+
+
+def test_append_trims_to_maxtokens(mem):
+    for i in range(4):
+        mem.append(KEY, "user", "hello there", maxtokens=13)  # 6 tokens each
+    got = mem.get(KEY)
+    assert [m.id for m in got] == [3, 4]
+    assert mem.info(KEY).total_tokens == 12
+
+
+def test_append_reports_summarize_threshold(mem):
+    results = [mem.append(KEY, "user", f"m{i}", maxmsgs=4) for i in range(4)]
+    assert [x.summarize for x in results] == [False, False, False, True]
+
+
+def test_append_errors_change_nothing(mem):
+    mem.append(KEY, "user", "keep me")
+    with pytest.raises(redis.ResponseError, match="META"):
+        mem.append(KEY, "user", "x", meta="[1, 2]")
+    with pytest.raises(redis.ResponseError, match="META"):
+        mem.append(KEY, "user", "x", meta="{not json")
+    with pytest.raises(redis.ResponseError):
+        mem.append(KEY, "", "x")
+    assert [m.content for m in mem.get(KEY)] == ["keep me"]
+    mem.redis.set("plain", "v")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        mem.append("plain", "user", "x")
+
+
+def test_get_last_after_budget(mem):
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"message number {i}")
+    all_ = mem.get(KEY)
+    assert [m.id for m in mem.get(KEY, last=2)] == [5, 6]
+    assert [m.id for m in mem.get(KEY, after=4)] == [5, 6]
+    assert [m.id for m in mem.get(KEY, after=1, last=10)] == [2, 3, 4, 5, 6]
+    per = all_[0].tokens
+    assert all(m.tokens == per for m in all_)
+    assert [m.id for m in mem.get(KEY, budget=per * 3)] == [4, 5, 6]
+    assert [m.id for m in mem.get(KEY, budget=per * 3 + per - 1)] == [4, 5, 6]
+    assert mem.get(KEY, budget=per - 1) == []
+    assert mem.get("mem:{nobody}") == []
+
+
+def test_summarize_and_summary_first(mem):
+    for i in range(1, 6):
+        mem.append(KEY, "user", f"message number {i}")
+    r = mem.summarize(KEY, 3, "The user counted to three.")
+    assert r.id == 3 and r.messages == 2
+    got = mem.get(KEY)
+    assert got[0].is_summary and got[0].role == "summary"
+    assert (got[0].id, got[0].content) == (3, "The user counted to three.")
+    assert got[0].tokens == r.tokens
+    assert [m.id for m in got[1:]] == [4, 5]
+    assert r.total_tokens == sum(m.tokens for m in got)
+    # LAST keeps the summary first; AFTER leaves it out.
+    assert [(m.role, m.id) for m in mem.get(KEY, last=1)] == [("summary", 3), ("user", 5)]
+    assert [m.id for m in mem.get(KEY, after=3)] == [4, 5]
+    # BUDGET: summary plus the newest messages that fit.
+    budget = got[0].tokens + got[2].tokens
+    assert [(m.role, m.id) for m in mem.get(KEY, budget=budget)] == [("summary", 3), ("user", 5)]
+    assert mem.info(KEY).summary_upto == 3
+
+
+def test_summarize_rejects_bad_upto(mem):
+    for i in range(1, 4):
+        mem.append(KEY, "user", f"m{i}")
+    with pytest.raises(redis.ResponseError):
+        mem.summarize(KEY, 99, "nope")
+    mem.summarize(KEY, 2, "first two")
+    with pytest.raises(redis.ResponseError):
+        mem.summarize(KEY, 1, "older")  # below the current summary
+    with pytest.raises(redis.ResponseError):
+        mem.summarize("mem:{nobody}", 1, "x")
+    got = mem.get(KEY)
+    assert [(m.role, m.id, m.content) for m in got] == [("summary", 2, "first two"), ("user", 3, "m3")]
+
+
+def test_get_json(mem):
+    mem.append(KEY, "user", "hi", ts=1714557600000, meta={"a": 1})
+    mem.append(KEY, "assistant", "hello", ts=1714557601000)
+    doc = mem.get_json(KEY)
+    assert doc["model"] == "gpt-4o"
+    assert doc["summary"] is None
+    h = doc["conversation_history"]
+    assert [(m["id"], m["role"], m["content"]) for m in h] == [(1, "user", "hi"), (2, "assistant", "hello")]
+    assert h[0]["timestamp"] == "2024-05-01T10:00:00.000Z" and h[0]["ts"] == 1714557600000
+    assert h[0]["meta"] == {"a": 1} and "meta" not in h[1]
+    assert doc["total_tokens"] == sum(m["tokens"] for m in h)
+    assert [m["id"] for m in mem.get_json(KEY, last=1)["conversation_history"]] == [2]
+    assert mem.get_json("mem:{nobody}")["conversation_history"] == []
+
+
+def test_summarize_check(mem):
+    empty = mem.summarize_check("mem:{nobody}")
+    assert isinstance(empty, SummarizeCheck)
+    assert (empty.summarize, empty.messages, empty.upto) == (False, 0, 0)
+    assert (empty.threshold_tokens, empty.threshold_messages, empty.keep) == (19200, 30, 10)
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"message {i}", maxmsgs=6)
+    c = mem.summarize_check(KEY, keep=2)
+    assert (c.summarize, c.messages, c.threshold_messages, c.keep, c.upto) == (True, 6, 6, 2, 4)
+    msgs = mem.get(KEY)
+    assert c.upto_tokens == sum(m.tokens for m in msgs[:4])
+    assert c.total_tokens == sum(m.tokens for m in msgs)
+    assert mem.summarize_check(KEY).upto == 0  # default keep 10 > 6 messages
+    assert mem.summarize_check(KEY, model="claude-3-5-sonnet").threshold_tokens == 30000
+    assert mem.summarize_check(KEY, model="some-unknown-model").threshold_tokens == 15000
+    assert mem.summarize_check(KEY, context=10000).threshold_tokens == 1500
+    with pytest.raises(redis.ResponseError):
+        mem.summarize_check(KEY, model="gpt-4o", context=1000)
+
+
+def test_summarize_check_keeps_tool_result_with_its_call(mem):
+    mem.append(KEY, "user", "weather?")
+    mem.append(KEY, "assistant", "", meta={"tool_calls": [{"id": "c1"}]})
+    mem.append(KEY, "tool", "sunny", meta={"tool_call_id": "c1"})
+    mem.append(KEY, "assistant", "It is sunny.")
+    # keep=2 would start the kept part at the tool result: upto moves back.
+    assert mem.summarize_check(KEY, keep=2).upto == 1
+
+
+def test_extset_extget(mem, conn):
+    assert mem.extset(KEY, "dify", "conv-123") is True
+    assert mem.extget(KEY, "dify") == "conv-123"
+    assert mem.extget(KEY, "n8n") is None
+    assert mem.extget("mem:{nobody}", "dify") is None
+    assert mem.extset(KEY, "n8n", "wf-9", ex=1000) is True
+    assert sorted(mem.info(KEY).external) == ["dify", "n8n"]
+    assert mem.extset(KEY, "dify", "conv-456") is True
+    assert mem.extget(KEY, "dify") == "conv-456"
+    assert conn.ttl(KEY) > 0
+
+
+def test_import_json(mem, conn):
+    doc = {
+        "conversation_history": [
+            {"role": "user", "content": "I like tea", "timestamp": "2024-05-01T10:00:00"},
+            {"role": "assistant", "content": "Noted!", "timestamp": "2024-05-01T10:00:05Z"},
+        ],
+        "user_profile": {"name": "Ann", "lang": "en"},
+        "context": {"topic": "drinks"},
+    }
+    r = mem.import_json(KEY, doc, model="gpt-4", ttl=600)
+    assert (r.id, r.messages, r.trimmed) == (2, 2, 0)
+    got = mem.get(KEY)
+    assert [(m.id, m.role, m.content, m.ts) for m in got] == [
+        (1, "user", "I like tea", 1714557600000),
+        (2, "assistant", "Noted!", 1714557605000),
+    ]
+    assert r.total_tokens == sum(m.tokens for m in got)
+    info = mem.info(KEY)
+    assert (info.model, info.encoding, info.ttl) == ("gpt-4", "cl100k_base", 600)
+    out = mem.get_json(KEY)
+    assert out["user_profile"] == {"name": "Ann", "lang": "en"}
+    assert out["context"] == {"topic": "drinks"}
+    # The key exists: refused without REPLACE, nothing changed.
+    with pytest.raises(redis.ResponseError, match="BUSYKEY"):
+        mem.import_json(KEY, {"conversation_history": []})
+    assert len(mem.get(KEY)) == 2
+    # REPLACE, from JSON text; the FORMAT JSON document imports back.
+    again = mem.import_json(KEY, json.dumps(out), replace=True)
+    assert again.id == 2
+    assert mem.get_json(KEY)["conversation_history"] == out["conversation_history"]
+    with pytest.raises(redis.ResponseError, match="invalid document"):
+        mem.import_json("mem:{bad}", {"history": []})
+    assert conn.exists("mem:{bad}") == 0
+
+
+def test_info(mem):
+    assert mem.info("mem:{nobody}") is None
+    t0 = int(time.time() * 1000)
+    mem.append(KEY, "user", "a")
+    mem.append(KEY, "user", "b")
+    info = mem.info(KEY)
+    assert (info.messages, info.first_id, info.last_id, info.summary_upto) == (2, 1, 2, 0)
+    assert (info.model, info.encoding, info.context_window) == ("gpt-4o", "o200k_base", 128000)
+    assert (info.maxtokens, info.maxmsgs, info.ttl) == (80000, 30, 86400)
+    assert info.external == []
+    assert abs(info.created - t0) < 60_000 and info.updated >= info.created
+    assert info.total_tokens == sum(m.tokens for m in mem.get(KEY))
+
+
+def test_from_url(clean):
+    mem = RedisMemClient.from_url(clean.url, protocol=3)
+    try:
+        assert mem.append(KEY, "user", "hi").id == 1
+        assert mem.delete(KEY) == 1
+        assert mem.info(KEY) is None
+    finally:
+        mem.redis.close()
