@@ -16,19 +16,20 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
     crate::guard::or((), || {
         raw::add_info_section(ctx, None);
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
-        let fields: [(&str, u64); 12] = [
+        let fields: [(&str, u64); 13] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
             ("tokens_counted", read(&stats::TOKENS_COUNTED)),
             ("messages_trimmed", read(&stats::MESSAGES_TRIMMED)),
             ("threshold_events", read(&stats::THRESHOLD_EVENTS)),
             ("summaries_applied", read(&stats::SUMMARIES_APPLIED)),
-            ("summaries_rejected", read(&stats::SUMMARIES_REJECTED)),
+            ("summaries_rejected_stale", read(&stats::SUMMARIES_REJECTED)),
             ("imports", read(&stats::IMPORTS)),
             ("extsets", read(&stats::EXT_SETS)),
             ("tokenizer_calls", read(&stats::TOKENIZER_CALLS)),
             ("tokenizer_usec", read(&stats::TOKENIZER_MICROS)),
             ("encodings_load_usec", read(&stats::ENCODINGS_LOAD_MICROS)),
+            ("encodings_memory_bytes", read(&stats::ENCODINGS_MEMORY_BYTES)),
         ];
         for (name, value) in fields {
             raw::add_info_field_unsigned_long_long(ctx, name, value);

@@ -34,13 +34,28 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
         );
     }
+    // Build the encoders now, once, rather than in the first command; their
+    // tables come from the Redis allocator, so used_memory shows their size.
+    let used_memory = || -> u64 {
+        ctx.server_info("memory")
+            .field("used_memory")
+            .and_then(|v| v.parse_integer().ok())
+            .map_or(0, |v| v.max(0) as u64)
+    };
+    let memory_before = used_memory();
     let start = std::time::Instant::now();
     for encoding in tokenizer::Encoding::ALL {
         encoding.warm_up();
     }
     let micros = start.elapsed().as_micros() as u64;
+    let bytes = used_memory().saturating_sub(memory_before);
     stats::add(&stats::ENCODINGS_LOAD_MICROS, micros);
-    ctx.log_notice(&format!("redis-mem: encodings o200k_base and cl100k_base loaded in {} ms", micros / 1000));
+    stats::add(&stats::ENCODINGS_MEMORY_BYTES, bytes);
+    ctx.log_notice(&format!(
+        "redis-mem: encodings o200k_base and cl100k_base loaded in {} ms, {} MB",
+        micros / 1000,
+        bytes / (1024 * 1024)
+    ));
     info::register(ctx);
     command_docs::register(ctx);
     Status::Ok

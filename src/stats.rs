@@ -16,6 +16,7 @@ pub static EXT_SETS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_MICROS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_CALLS: AtomicU64 = AtomicU64::new(0);
 pub static ENCODINGS_LOAD_MICROS: AtomicU64 = AtomicU64::new(0);
+pub static ENCODINGS_MEMORY_BYTES: AtomicU64 = AtomicU64::new(0);
 
 pub fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);
