@@ -187,9 +187,9 @@ pub fn all() -> Vec<Doc> {
             name: "mem._apply",
             summary: "Internal: applies one write as decided by the master (replication and AOF).",
             complexity: "O(N) in the size of the payload.",
-            arity: 3,
+            arity: -3,
             access: Update,
-            args: vec![key(), string("payload")],
+            args: vec![key(), string("payload"), Arg { optional: true, ..string("content") }],
         },
         Doc {
             name: "mem._put",

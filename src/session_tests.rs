@@ -17,7 +17,8 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
     Message {
         id,
         role: role.into(),
-        content: format!("m{id}"),
+        // As long as its token count, as real text would be at least.
+        content: "x".repeat(tokens as usize),
         ts: id as i64,
         tokens,
         meta: None,
@@ -35,7 +36,7 @@ fn ids(s: &Session) -> Vec<u64> {
 }
 
 fn summarize(s: &mut Session, upto: u64, tokens: u64) -> Result<Outcome, SessionError> {
-    let summary = Summary { text: "sum".into(), tokens, upto, ts: 9 };
+    let summary = Summary { text: "s".repeat(tokens as usize), tokens, upto, ts: 9 };
     s.apply(Op::Summarize { now: 9, summary })
 }
 
@@ -278,7 +279,9 @@ fn recount_replaces_every_count() {
     summarize(&mut s, 1, 1).unwrap();
     s.recount(Encoding::Cl100kBase, |_, role, content| (role.len() + content.len()) as u64);
     assert_eq!(s.settings.encoding, Encoding::Cl100kBase);
-    assert_eq!(s.total_tokens, 6 + 3 + 4 + 2);
+    // summary: "system" + "s"; message 2: "user" + "x".
+    assert_eq!(s.total_tokens, (6 + 1) + (4 + 1));
+    assert_eq!(s.summary.as_ref().map(|x| x.tokens), Some(7));
     assert!(s.validate().is_ok());
 }
 

@@ -121,9 +121,5 @@ pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
 
 /// META must be a JSON object; it is kept as sent.
 pub fn check_meta(meta: &str) -> Result<(), RedisError> {
-    match serde_json::from_str::<&serde_json::value::RawValue>(meta) {
-        Ok(raw) if raw.get().trim_start().starts_with('{') => Ok(()),
-        Ok(_) => Err(err("ERR META must be a JSON object".to_owned())),
-        Err(e) => Err(err(format!("ERR META is not valid JSON: {e}"))),
-    }
+    crate::session::check_json_object("META", meta).map_err(|e| err(format!("ERR {e}")))
 }

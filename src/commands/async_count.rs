@@ -121,7 +121,8 @@ extern "C" fn on_counted(
     let result = crate::guard::or(
         Err(redis_module::RedisError::Str("ERR redis-mem internal error (see the server log)")),
         || resume(&context, args, Some(counted)),
-    );
+    )
+    .map_err(super::ascii_error);
     context.reply(result) as c_int
 }
 

@@ -18,6 +18,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(content) = args.get(3) {
         op = op.with_content(super::args::utf8("content", content)?.to_owned());
     }
+    op.validate().map_err(|e| err(format!("ERR invalid op: {e}")))?;
     let key = SessionKey::open(ctx, &args[1], true)?;
     match key.session() {
         Some(session) => {

@@ -36,6 +36,23 @@ pub fn run(
         Err(RedisError::Str("ERR redis-mem internal error (see the server log)")),
         || body(ctx, args),
     )
+    .map_err(ascii_error)
+}
+
+/// Error replies are one line of ASCII: an error that echoes client input
+/// (an unknown option, a bad timestamp) must not carry bytes a client's
+/// protocol parser refuses.
+pub fn ascii_error(e: RedisError) -> RedisError {
+    match e {
+        RedisError::String(s) if !s.bytes().all(|b| b.is_ascii() && !b.is_ascii_control()) => {
+            RedisError::String(
+                s.chars()
+                    .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { '?' })
+                    .collect(),
+            )
+        }
+        other => other,
+    }
 }
 
 /// The server's clock in Unix milliseconds.
