@@ -281,11 +281,11 @@ impl ImportedDoc {
             session.total_tokens += tokens;
             session.messages.push_back(Message {
                 id,
-                role: m.role,
-                content: m.content,
+                role: m.role.into(),
+                content: m.content.into(),
                 ts: m.ts.unwrap_or(now),
                 tokens,
-                meta: m.meta,
+                meta: m.meta.map(Box::from),
             });
         }
         session.last_id = last;

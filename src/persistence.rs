@@ -73,10 +73,10 @@ mod tests {
             let message = Message {
                 id,
                 role: "user".into(),
-                content: format!("message {id}"),
+                content: format!("message {id}").into(),
                 ts: 10 + id as i64,
                 tokens: 7,
-                meta: (id == 2).then(|| r#"{"name":"x"}"#.to_owned()),
+                meta: (id == 2).then(|| r#"{"name":"x"}"#.into()),
             };
             s.apply(Op::Append { now: 20, settings: settings.clone(), message }).unwrap();
         }

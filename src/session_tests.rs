@@ -18,7 +18,7 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
         id,
         role: role.into(),
         // As long as its token count, as real text would be at least.
-        content: "x".repeat(tokens as usize),
+        content: "x".repeat(tokens as usize).into(),
         ts: id as i64,
         tokens,
         meta: None,
@@ -297,7 +297,7 @@ fn validate_rejects_broken_invariants() {
     bad.last_id = 0;
     assert!(bad.validate().is_err());
     let mut bad = s.clone();
-    bad.messages[0].role.clear();
+    bad.messages[0].role = "".into();
     assert!(bad.validate().is_err());
     let mut bad = s;
     bad.settings.max_msgs = 0;

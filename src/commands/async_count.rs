@@ -13,20 +13,22 @@ use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisVa
 use crate::stats;
 use crate::tokenizer::Encoding;
 
-/// What a worker thread found, for the command being resumed.
-#[derive(Clone, Copy, Debug)]
+/// What a worker thread made of the content, for the command being resumed.
+#[derive(Debug)]
 pub struct Counted {
     pub encoding: Encoding,
-    /// None: not counted (content not UTF-8, or no worker); the resumed
-    /// command validates and counts inline.
-    pub tokens: Option<u64>,
+    /// The content, checked as UTF-8 and copied on the worker (so the main
+    /// thread neither scans nor copies it), with its message's tokens. None:
+    /// not counted (not UTF-8, or no worker); the command checks and counts
+    /// inline.
+    pub content: Option<(String, u64)>,
 }
 
 /// A command that can be resumed with a count.
 pub type Resume = fn(&Context, Vec<RedisString>, Option<Counted>) -> RedisResult;
 
 struct Pending {
-    counted: Counted,
+    counted: Option<Counted>,
     resume: Resume,
     /// The content string, held so its bytes outlive a client that
     /// disconnects while the worker reads them; released in `free_pending`.
@@ -76,21 +78,23 @@ pub fn count_off_thread(
             // (Redis never mutates a shared argv string) until free_pending,
             // which runs only after the unblock below.
             let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
-            let tokens = crate::guard::or(None, || {
-                let content = std::str::from_utf8(bytes).ok()?;
-                Some(stats::count_message(encoding, &role, content))
+            let content = crate::guard::or(None, || {
+                let content = std::str::from_utf8(bytes).ok()?.to_owned();
+                let tokens = stats::count_message(encoding, &role, &content);
+                Some((content, tokens))
             });
-            unblock(bc_addr, Counted { encoding, tokens }, resume, held);
+            unblock(bc_addr, Counted { encoding, content }, resume, held);
         });
     if spawned.is_err() {
         // No thread: resume at once; the command counts inline.
-        unblock(bc_addr, Counted { encoding, tokens: None }, resume, held);
+        unblock(bc_addr, Counted { encoding, content: None }, resume, held);
     }
     Some(Ok(RedisValue::NoReply))
 }
 
 fn unblock(bc_addr: usize, counted: Counted, resume: Resume, held: usize) {
-    let pending = Box::into_raw(Box::new(Pending { counted, resume, held })).cast::<c_void>();
+    let pending = Pending { counted: Some(counted), resume, held };
+    let pending = Box::into_raw(Box::new(pending)).cast::<c_void>();
     // SAFETY: bc_addr is the blocked client created above, unblocked exactly
     // once; RedisModule_UnblockClient may be called from any thread, and
     // ownership of `pending` passes to Redis (freed by free_pending).
@@ -111,13 +115,14 @@ extern "C" fn on_counted(
     let pending = unsafe {
         raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
             .cast::<Pending>()
-            .as_ref()
+            .as_mut()
     };
     let Some(pending) = pending else {
         return context.reply(Err(redis_module::RedisError::Str("ERR lost the token count"))) as c_int;
     };
     let args = redis_module::decode_args(ctx, argv, argc);
-    let (counted, resume) = (pending.counted, pending.resume);
+    let (counted, resume) = (pending.counted.take(), pending.resume);
+    let counted = counted.unwrap_or(Counted { encoding: Encoding::O200kBase, content: None });
     let result = crate::guard::or(
         Err(redis_module::RedisError::Str("ERR redis-mem internal error (see the server log)")),
         || resume(&context, args, Some(counted)),

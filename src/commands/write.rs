@@ -71,22 +71,28 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
             return reply;
         }
     }
-    let content = args::utf8("content", raw_content)?;
-    let tokens = match counted {
-        Some(Counted { encoding: e, tokens: Some(t) }) if e == encoding => t,
-        // Not counted, or under another encoding (the model changed
-        // meanwhile): inline.
-        _ => count_message(encoding, role, content),
+    let (content, tokens) = match counted.and_then(|c| c.content.map(|ct| (c.encoding, ct))) {
+        Some((e, (content, tokens))) if e == encoding => (content, tokens),
+        // Counted under another encoding (the model changed meanwhile).
+        Some((_, (content, _))) => {
+            let tokens = count_message(encoding, role, &content);
+            (content, tokens)
+        }
+        // Not counted yet (small content, or not UTF-8): here, inline.
+        None => {
+            let content = args::utf8("content", raw_content)?;
+            (content.to_owned(), count_message(encoding, role, content))
+        }
     };
 
     let now = now_ms();
     let message = Message {
         id: existing.as_ref().map_or(0, |s| s.last_id) + 1,
-        role: role.to_owned(),
-        content: content.to_owned(),
+        role: role.into(),
+        content: content.into(),
         ts: ts.map_or(now, |t| t as i64),
         tokens,
-        meta: meta.map(str::to_owned),
+        meta: meta.map(Box::from),
     };
     let op = Op::Append { now, settings, message };
 
