@@ -5,7 +5,7 @@ SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
 
-.PHONY: deps build run test unit integration bench clean
+.PHONY: deps build run test bench clean
 
 # RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
 deps:
@@ -30,8 +30,9 @@ test: build
 	cargo test --release
 	examples/python/run_tests.sh
 
+# Side-by-side benchmark (own redis-server, release build); writes docs/PERFORMANCE.md.
 bench: build
-	@echo "no benchmark yet"
+	benches/run_bench.sh
 
 clean:
 	cargo clean

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# redis-mem benchmark (the `make bench` entry point).
+#
+#   benches/run_bench.sh [--quick] [--parts 5,1,2,3,4,6] [--perf]
+#
+# Builds the release module, prepares a Python venv with redis-py
+# (target/venv if it exists, else target/venv-bench), runs the tokenizer bench
+# (cargo bench --bench tokenizer), then benches/bench.py, which starts its own
+# redis-server on a free loopback port, prints one table and writes
+# docs/PERFORMANCE.md. About 3-5 minutes on a 2-core machine (plus the first
+# compilation of the tokenizer bench). Extra arguments go to bench.py.
+set -u -o pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK="$ROOT/target/bench"
+mkdir -p "$WORK"
+START=$(date +%s)
+log() { echo "[bench] $*" >&2; }
+
+HARNESS=""
+cleanup() {
+    # The harness stops its own server on SIGTERM; then make sure of it.
+    if [ -n "$HARNESS" ] && kill -0 "$HARNESS" 2>/dev/null; then
+        kill -TERM "$HARNESS" 2>/dev/null || true
+        wait "$HARNESS" 2>/dev/null || true
+    fi
+    local pidfile="$WORK/redis.pid" pid
+    if [ -f "$pidfile" ]; then
+        pid=$(cat "$pidfile" 2>/dev/null || true)
+        if [ -n "$pid" ] && grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+        fi
+        rm -f "$pidfile"
+    fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
+
+# --- tools -------------------------------------------------------------------
+missing=""
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v redis-benchmark >/dev/null 2>&1 || missing="$missing redis-tools"
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ]; then
+        log "installing:$missing"
+        # RUNLEVEL=1 keeps Debian from starting its own redis-server on 6379.
+        DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq $missing >/dev/null ||
+            { log "apt-get install$missing failed"; exit 1; }
+    else
+        log "missing:$missing (install redis-tools / redis-server, or run as root)"; exit 1
+    fi
+fi
+
+# --- module ------------------------------------------------------------------
+log "cargo build --release"
+if ! cargo build --release >"$WORK/build.log" 2>&1; then
+    tail -20 "$WORK/build.log" >&2; log "build failed"; exit 1
+fi
+SO="$ROOT/target/release/libredis_mem.so"
+[ -f "$SO" ] || { log "no $SO"; exit 1; }
+
+# --- python ------------------------------------------------------------------
+if [ -x "$ROOT/target/venv/bin/python" ]; then
+    VENV="$ROOT/target/venv"
+else
+    VENV="$ROOT/target/venv-bench"
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || { log "python3 -m venv failed"; exit 1; }
+fi
+if ! "$VENV/bin/python" -c 'import redis' 2>/dev/null; then
+    log "pip install redis into $VENV"
+    "$VENV/bin/python" -m pip install -q redis || { log "pip install redis failed"; exit 1; }
+fi
+
+# --- tokenizer bench (its failure is reported in the table) --------------------
+log "cargo bench --bench tokenizer"
+rm -f "$WORK/tokenizer.log"
+if ! timeout 600 cargo bench --bench tokenizer >"$WORK/tokenizer.log" 2>"$WORK/tokenizer.err"; then
+    log "tokenizer bench failed (see $WORK/tokenizer.err); going on"
+fi
+
+# --- server benchmarks ---------------------------------------------------------
+if [ -n "${MAKELEVEL:-}" ]; then CMD="make bench"; else CMD="benches/run_bench.sh${*:+ $*}"; fi
+export BENCH_PRE_SECS=$(( $(date +%s) - START ))
+# In the background and waited for, so that a signal runs the trap at once.
+timeout --signal=TERM 900 "$VENV/bin/python" "$ROOT/benches/bench.py" \
+    --module "$SO" --tokenizer-log "$WORK/tokenizer.log" --workdir "$WORK" \
+    --out "$ROOT/docs/PERFORMANCE.md" --command "${BENCH_COMMAND:-$CMD}" "$@" &
+HARNESS=$!
+wait "$HARNESS"
+rc=$?
+HARNESS=""
+log "done in $(( $(date +%s) - START )) s"
+exit $rc
