@@ -1,0 +1,178 @@
+//! The large-content path: contents of `mem.async-threshold-bytes` or more are
+//! checked and counted on a worker thread while the client is blocked. These
+//! tests prove it gives the same session as inline counting, keeps each
+//! client's order, replicates identically, falls back to inline counting where
+//! a client cannot block (MULTI, Lua), and survives a client that leaves.
+//! Correctness only: timing belongs to `make bench`.
+
+mod common;
+#[allow(dead_code)]
+mod relkit;
+
+use common::*;
+use redis::Value;
+
+fn o200(s: &str) -> i64 {
+    tiktoken_rs::o200k_base_singleton().encode_ordinary(s).len() as i64
+}
+
+/// A varied text of about `bytes` bytes (never pathological for tiktoken-rs).
+fn text(bytes: usize, seed: usize) -> String {
+    let words = ["memory", "Redis", "token", "session", "summary", "42", "über", "日本語", "🎉", "\n"];
+    let mut out = String::new();
+    let mut i = seed;
+    while out.len() < bytes {
+        out.push_str(words[i % words.len()]);
+        out.push(' ');
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    out
+}
+
+fn ids_and_tokens(con: &mut redis::Connection, key: &str) -> Vec<(i64, i64)> {
+    let doc: serde_json::Value =
+        serde_json::from_str(&relkit::json_text(con, key)).expect("FORMAT JSON");
+    doc["conversation_history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|m| (m["id"].as_i64().unwrap(), m["tokens"].as_i64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn large_contents_count_exactly_and_keep_a_clients_order() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
+    // One pipeline: large, small, large, small. Replies and ids must come
+    // back in the order sent, although the large ones wait for a worker.
+    let contents: Vec<String> = (0..8)
+        .map(|i| if i % 2 == 0 { text(50_000 + i * 1000, i) } else { format!("small {i}") })
+        .collect();
+    let mut pipe = redis::pipe();
+    for c in &contents {
+        pipe.cmd("MEM.APPEND").arg("mem:{p}").arg("user").arg(c).arg("MAXMSGS").arg(100);
+    }
+    let replies: Vec<Value> = pipe.query(&mut con).expect("pipeline");
+    for (i, (reply, content)) in replies.into_iter().zip(&contents).enumerate() {
+        let fields = as_fields(reply);
+        assert_eq!(int_field(&fields, "id"), i as i64 + 1, "reply {i} out of order");
+        assert_eq!(int_field(&fields, "tokens"), 3 + o200("user") + o200(content), "reply {i}");
+    }
+    let stored = ids_and_tokens(&mut con, "mem:{p}");
+    assert_eq!(stored.iter().map(|(id, _)| *id).collect::<Vec<_>>(), (1..=8).collect::<Vec<_>>());
+    let expected: i64 = contents.iter().map(|c| 3 + o200("user") + o200(c)).sum();
+    let info = map_reply(&mut con, &["MEM.INFO", "mem:{p}"]);
+    assert_eq!(int_field(&info, "total_tokens"), expected);
+}
+
+#[test]
+fn large_invalid_utf8_is_refused_after_the_worker_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
+    cmd(&mut con, &["MEM.APPEND", "mem:{u}", "user", "first"]).unwrap();
+    let before = relkit::snap(&mut con, "mem:{u}");
+    let mut bad = text(20_000, 3).into_bytes();
+    bad[10_000] = 0xff;
+    let r = redis::cmd("MEM.APPEND").arg("mem:{u}").arg("user").arg(&bad[..]).query::<Value>(&mut con);
+    let e = r.expect_err("invalid UTF-8 must be refused");
+    assert!(e.to_string().contains("not valid UTF-8"), "{e}");
+    relkit::assert_same(&before, &relkit::snap(&mut con, "mem:{u}"), "after a refused large append", 1000);
+    // The connection is still usable and in order.
+    let r = map_reply(&mut con, &["MEM.APPEND", "mem:{u}", "user", "second"]);
+    assert_eq!(int_field(&r, "id"), 2);
+}
+
+#[test]
+fn multi_and_lua_count_inline_with_the_same_result() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
+    let big = text(30_000, 9);
+    let expected = 3 + o200("user") + o200(&big);
+    // MULTI: a client inside a transaction cannot block.
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("MEM.APPEND").arg("mem:{m}").arg("user").arg(&big)
+        .cmd("MEM.APPEND").arg("mem:{m}").arg("user").arg("after")
+        .query(&mut con)
+        .expect("MULTI/EXEC");
+    assert_eq!(int_field(&as_fields(replies[0].clone()), "tokens"), expected);
+    assert_eq!(int_field(&as_fields(replies[1].clone()), "id"), 2);
+    // Lua: neither can a script.
+    let v: Value = redis::cmd("EVAL")
+        .arg("return redis.call('MEM.APPEND', KEYS[1], 'user', ARGV[1])")
+        .arg(1)
+        .arg("mem:{l}")
+        .arg(&big)
+        .query(&mut con)
+        .expect("EVAL");
+    assert_eq!(int_field(&as_fields(v), "tokens"), expected);
+    // And the worker path gives the same count.
+    let r = map_reply(&mut con, &["MEM.APPEND", "mem:{w}", "user", &big]);
+    assert_eq!(int_field(&r, "tokens"), expected);
+}
+
+#[test]
+fn large_appends_replicate_identically() {
+    let master = Server::start();
+    let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let mut m = master.client();
+    let mut r = replica.client();
+    relkit::wait_until("replica link up", 20, || {
+        relkit::info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    cmd(&mut m, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
+    for i in 0..6 {
+        let content = if i % 2 == 0 { text(40_000, i) } else { format!("small {i}") };
+        cmd(&mut m, &["MEM.APPEND", "mem:{r}", "user", &content, "MAXMSGS", "4"]).unwrap();
+    }
+    // A MODEL change on a large append re-counts the session (whole-session propagation).
+    cmd(&mut m, &["MEM.APPEND", "mem:{r}", "user", &text(40_000, 77), "MODEL", "gpt-4"]).unwrap();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    relkit::assert_same(
+        &relkit::snap(&mut m, "mem:{r}"),
+        &relkit::snap(&mut r, "mem:{r}"),
+        "replica after large appends",
+        1000,
+    );
+}
+
+#[test]
+fn a_client_that_leaves_while_counted_does_not_hurt_the_server() {
+    let mut server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
+    cmd(&mut con, &["CONFIG", "SET", "mem.max-message-bytes", "8mb"]).unwrap();
+    let big = "word ".repeat(800_000); // 4 MB: takes the worker a while
+    for i in 0..5 {
+        // Send the command and drop the connection without reading the reply.
+        use std::io::Write;
+        let mut raw = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let key = format!("mem:{{gone{i}}}");
+        let mut frame = Vec::new();
+        for part in ["*4\r\n$10\r\nMEM.APPEND\r\n".to_owned(), format!("${}\r\n{key}\r\n", key.len()), "$4\r\nuser\r\n".to_owned(), format!("${}\r\n", big.len())] {
+            frame.extend_from_slice(part.as_bytes());
+        }
+        frame.extend_from_slice(big.as_bytes());
+        frame.extend_from_slice(b"\r\n");
+        raw.write_all(&frame).unwrap();
+        drop(raw);
+    }
+    // The server stays up and consistent; appends of gone clients either
+    // landed whole or not at all.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for i in 0..5 {
+        let key = format!("mem:{{gone{i}}}");
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut con).unwrap();
+        if exists == 1 {
+            assert_eq!(relkit::consistency_problem(&mut con, &key), None);
+        }
+    }
+    assert!(server.is_alive(), "server died; log:\n{}", server.log());
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
