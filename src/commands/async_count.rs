@@ -74,6 +74,7 @@ pub fn count_off_thread(
     let spawned = std::thread::Builder::new()
         .name("mem-count".into())
         .spawn(move || {
+            lower_priority();
             // SAFETY: the held string keeps these bytes alive and unchanged
             // (Redis never mutates a shared argv string) until free_pending,
             // which runs only after the unblock below.
@@ -90,6 +91,17 @@ pub fn count_off_thread(
         unblock(bc_addr, Counted { encoding, content: None }, resume, held);
     }
     Some(Ok(RedisValue::NoReply))
+}
+
+/// Counting is background work: the worker yields the CPU to Redis's main
+/// thread (nice +10), so other clients' latency holds on a busy machine.
+fn lower_priority() {
+    // SAFETY: gettid has no preconditions; setpriority only changes the
+    // scheduling priority of this thread (a failure is harmless: ignored).
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
 }
 
 fn unblock(bc_addr: usize, counted: Counted, resume: Resume, held: usize) {
