@@ -38,6 +38,11 @@ import time
 import traceback
 
 import redis
+try:  # redis-py picks the hiredis parser up by itself when it is installed
+    import hiredis  # noqa: F401
+    HIREDIS = True
+except ImportError:
+    HIREDIS = False
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -854,7 +859,7 @@ loopback).
    MEM.APPEND and XADD calls each trim one entry, as in production). "count time" in
    the first target is the tokenizer bench's figure for the same message with its
    role (`count("user") + count(content)`, bpe-openai, o200k_base).
-2. One redis-py {redis.__version__} connection (RESP2, pure-Python parser), {a.sessions2} sessions of 30 messages each, random
+2. One redis-py {redis.__version__} connection (RESP2, {'hiredis' if HIREDIS else 'pure-Python'} parser), {a.sessions2} sessions of 30 messages each, random
    session per append, {a.reps} rounds of {a.secs2} s per variant (interleaved; the best
    round of each is shown). Client-side: GET the JSON document
    `{{"conversation_history":[...]}}`, append, keep the newest 30, SET EX 86400

@@ -69,9 +69,11 @@ else
     VENV="$ROOT/target/venv-bench"
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" || { log "python3 -m venv failed"; exit 1; }
 fi
-if ! "$VENV/bin/python" -c 'import redis' 2>/dev/null; then
-    log "pip install redis into $VENV"
-    "$VENV/bin/python" -m pip install -q redis || { log "pip install redis failed"; exit 1; }
+# redis-py with its hiredis parser, as production Python clients run it (both
+# the client-side way and MEM.APPEND are measured through the same client).
+if ! "$VENV/bin/python" -c 'import redis, hiredis' 2>/dev/null; then
+    log "pip install redis hiredis into $VENV"
+    "$VENV/bin/python" -m pip install -q redis hiredis || { log "pip install redis hiredis failed"; exit 1; }
 fi
 
 # --- tokenizer bench (its failure is reported in the table) --------------------
