@@ -24,8 +24,48 @@ use redis_module::{redis_module, Context, RedisString, Status};
 
 use crate::data_type::SESSION_TYPE;
 
+/// Every Redis API function the module calls through `raw` (all exist since
+/// Redis 7.0). Checked once at load, so the `.unwrap()` on these function
+/// pointers at call sites cannot fire.
+fn required_api_present() -> bool {
+    use redis_module::raw::*;
+    // SAFETY: reading the function pointers RedisModule_Init filled in; no
+    // other thread runs module code during OnLoad.
+    unsafe {
+        [
+            RedisModule_OpenKey.is_some(),
+            RedisModule_CloseKey.is_some(),
+            RedisModule_KeyType.is_some(),
+            RedisModule_ModuleTypeGetType.is_some(),
+            RedisModule_ModuleTypeGetValue.is_some(),
+            RedisModule_ModuleTypeSetValue.is_some(),
+            RedisModule_ModuleTypeReplaceValue.is_some(),
+            RedisModule_SetExpire.is_some(),
+            RedisModule_GetExpire.is_some(),
+            RedisModule_LoadStringBuffer.is_some(),
+            RedisModule_Free.is_some(),
+            RedisModule_EmitAOF.is_some(),
+            RedisModule_DigestAddStringBuffer.is_some(),
+            RedisModule_DigestEndSequence.is_some(),
+            RedisModule_Milliseconds.is_some(),
+            RedisModule_BlockClient.is_some(),
+            RedisModule_UnblockClient.is_some(),
+            RedisModule_GetBlockedClientPrivateData.is_some(),
+            RedisModule_RetainString.is_some(),
+            RedisModule_FreeString.is_some(),
+            RedisModule_SetModuleOptions.is_some(),
+        ]
+        .into_iter()
+        .all(|present| present)
+    }
+}
+
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     guard::install_panic_hook();
+    if !required_api_present() {
+        ctx.log_warning("redis-mem: this Redis lacks module API functions redis-mem needs (Redis 7.0+ required)");
+        return Status::Err;
+    }
     // SAFETY: HANDLE_IO_ERRORS makes failed RDB reads report an error to
     // rdb_load (which checks it) instead of aborting the server.
     unsafe {
