@@ -29,31 +29,38 @@ use crate::data_type::SESSION_TYPE;
 /// pointers at call sites cannot fire.
 fn required_api_present() -> bool {
     use redis_module::raw::*;
+    // Copies the pointer out (no reference to the `static mut`).
+    macro_rules! present {
+        ($f:ident) => {{
+            let f = $f;
+            f.is_some()
+        }};
+    }
     // SAFETY: reading the function pointers RedisModule_Init filled in; no
     // other thread runs module code during OnLoad.
     unsafe {
         [
-            RedisModule_OpenKey.is_some(),
-            RedisModule_CloseKey.is_some(),
-            RedisModule_KeyType.is_some(),
-            RedisModule_ModuleTypeGetType.is_some(),
-            RedisModule_ModuleTypeGetValue.is_some(),
-            RedisModule_ModuleTypeSetValue.is_some(),
-            RedisModule_ModuleTypeReplaceValue.is_some(),
-            RedisModule_SetExpire.is_some(),
-            RedisModule_GetExpire.is_some(),
-            RedisModule_LoadStringBuffer.is_some(),
-            RedisModule_Free.is_some(),
-            RedisModule_EmitAOF.is_some(),
-            RedisModule_DigestAddStringBuffer.is_some(),
-            RedisModule_DigestEndSequence.is_some(),
-            RedisModule_Milliseconds.is_some(),
-            RedisModule_BlockClient.is_some(),
-            RedisModule_UnblockClient.is_some(),
-            RedisModule_GetBlockedClientPrivateData.is_some(),
-            RedisModule_RetainString.is_some(),
-            RedisModule_FreeString.is_some(),
-            RedisModule_SetModuleOptions.is_some(),
+            present!(RedisModule_OpenKey),
+            present!(RedisModule_CloseKey),
+            present!(RedisModule_KeyType),
+            present!(RedisModule_ModuleTypeGetType),
+            present!(RedisModule_ModuleTypeGetValue),
+            present!(RedisModule_ModuleTypeSetValue),
+            present!(RedisModule_ModuleTypeReplaceValue),
+            present!(RedisModule_SetExpire),
+            present!(RedisModule_GetExpire),
+            present!(RedisModule_LoadStringBuffer),
+            present!(RedisModule_Free),
+            present!(RedisModule_EmitAOF),
+            present!(RedisModule_DigestAddStringBuffer),
+            present!(RedisModule_DigestEndSequence),
+            present!(RedisModule_Milliseconds),
+            present!(RedisModule_BlockClient),
+            present!(RedisModule_UnblockClient),
+            present!(RedisModule_GetBlockedClientPrivateData),
+            present!(RedisModule_RetainString),
+            present!(RedisModule_FreeString),
+            present!(RedisModule_SetModuleOptions),
         ]
         .into_iter()
         .all(|present| present)
