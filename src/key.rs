@@ -61,23 +61,46 @@ impl SessionKey {
         t == *SESSION_TYPE.raw_type.borrow()
     }
 
-    /// The session in the key, if any.
-    pub fn session(&self) -> Option<&mut Session> {
+    fn value(&self) -> Option<*mut Session> {
         if self.is_empty() {
             return None;
         }
         let k = self.raw()?;
         // SAFETY: the key holds our type (checked in open), whose values are
-        // always `Box<Session>` pointers; the key stays open while borrowed.
-        unsafe {
-            let v = raw::RedisModule_ModuleTypeGetValue.unwrap()(k);
-            v.cast::<Session>().as_mut()
+        // always `Box<Session>` pointers, valid while the key is open.
+        let v = unsafe { raw::RedisModule_ModuleTypeGetValue.unwrap()(k) };
+        (!v.is_null()).then_some(v.cast::<Session>())
+    }
+
+    /// The session in the key, if any.
+    pub fn session(&self) -> Option<&Session> {
+        // SAFETY: see value(); the shared borrow of the key keeps it open and
+        // excludes session_mut.
+        self.value().map(|v| unsafe { &*v })
+    }
+
+    /// The session in the key, to change in place.
+    pub fn session_mut(&mut self) -> Option<&mut Session> {
+        // SAFETY: see value(); the exclusive borrow of the key makes this the
+        // only reference to the session.
+        self.value().map(|v| unsafe { &mut *v })
+    }
+
+    /// The session in the key, stored first from `fresh` when the key is
+    /// empty (`fresh` gives None: the command needs an existing session).
+    pub fn session_or_create(
+        &mut self,
+        fresh: impl FnOnce() -> Option<Session>,
+    ) -> Result<&mut Session, RedisError> {
+        if self.is_empty() {
+            self.put(fresh().ok_or(RedisError::Str("ERR no such key"))?)?;
         }
+        self.session_mut().ok_or(RedisError::Str("ERR cannot create the session"))
     }
 
     /// Stores `session` in an empty key, or replaces the session in place
     /// (keeping the key's TTL).
-    pub fn put(&self, session: Session) -> Result<(), RedisError> {
+    pub fn put(&mut self, session: Session) -> Result<(), RedisError> {
         let Some(k) = self.raw() else {
             return Err(RedisError::Str("ERR key not opened for writing"));
         };

@@ -24,14 +24,12 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     args::check_size("conversation_id", id.len().max(system.len()), cfg.max_message_bytes)?;
     let ex = opts.u64("EX", 1)?.unwrap_or(cfg.ext_ttl).max(1);
 
-    let key = SessionKey::open(ctx, keyname, true)?;
+    let mut key = SessionKey::open(ctx, keyname, true)?;
     let now = now_ms();
     let remaining = key.ttl_ms();
-    let existing = key.session();
-    let created = existing.is_none();
-    let settings = match &existing {
-        Some(s) => s.settings.clone(),
-        None => default_settings(&cfg),
+    let (settings, created) = match key.session() {
+        Some(s) => (s.settings.clone(), false),
+        None => (default_settings(&cfg), true),
     };
     let ex_ms = i64::try_from(ex.saturating_mul(1000)).unwrap_or(i64::MAX);
     let external = ExternalId {
@@ -45,14 +43,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         system: system.to_owned(),
         external,
     };
-    if created {
-        if let Some(fresh) = op.new_session() {
-            key.put(fresh)?;
-        }
-    }
-    let Some(session) = key.session() else {
-        return Err(RedisError::Str("ERR cannot create the session"));
-    };
+    let session = key.session_or_create(|| op.new_session())?;
     let header = op.header();
     session.apply(op).map_err(super::write::session_error)?;
     // The key never expires before this id: a new session gets its TTL (or

@@ -24,7 +24,7 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let ttl = opts.u64("TTL", 0)?;
     let cfg = Config::current();
 
-    let key = SessionKey::open(ctx, keyname, true)?;
+    let mut key = SessionKey::open(ctx, keyname, true)?;
     if !key.is_empty() && !opts.has("REPLACE") {
         return Err(RedisError::Str("BUSYKEY Target key name already exists."));
     }

@@ -19,8 +19,8 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         op = op.with_content(super::args::utf8("content", content)?.to_owned());
     }
     op.validate().map_err(|e| err(format!("ERR invalid op: {e}")))?;
-    let key = SessionKey::open(ctx, &args[1], true)?;
-    match key.session() {
+    let mut key = SessionKey::open(ctx, &args[1], true)?;
+    match key.session_mut() {
         Some(session) => {
             // apply fails before changing anything.
             session.apply(op).map_err(super::write::session_error)?;
@@ -44,7 +44,7 @@ pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let session =
         persistence::decode_session(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
-    let key = SessionKey::open(ctx, &args[1], true)?;
+    let mut key = SessionKey::open(ctx, &args[1], true)?;
     key.put(session)?;
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))

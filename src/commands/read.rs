@@ -28,7 +28,7 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(_) => return Err(err("ERR FORMAT must be RESP or JSON".to_owned())),
     };
     let key = SessionKey::open(ctx, &args[1], false)?;
-    let session = key.session().map(|s| &*s);
+    let session = key.session();
     let (summary, a, b) = match session {
         Some(s) => s.select(sel),
         None => (None, &[][..], &[][..]),

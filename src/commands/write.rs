@@ -48,11 +48,10 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     let max_tokens = opts.u64("MAXTOKENS", 1)?;
     let max_msgs = opts.u64("MAXMSGS", 1)?;
 
-    let key = SessionKey::open(ctx, keyname, true)?;
-    let existing = key.session();
-    let mut settings = match &existing {
-        Some(s) => s.settings.clone(),
-        None => default_settings(&cfg),
+    let mut key = SessionKey::open(ctx, keyname, true)?;
+    let (mut settings, last_id) = match key.session() {
+        Some(s) => (s.settings.clone(), s.last_id),
+        None => (default_settings(&cfg), 0),
     };
     if let Some(model) = model {
         settings.model = model.to_owned();
@@ -87,7 +86,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
 
     let now = now_ms();
     let message = Message {
-        id: existing.as_ref().map_or(0, |s| s.last_id) + 1,
+        id: last_id + 1,
         role: role.into(),
         content: content.into(),
         ts: ts.map_or(now, |t| t as i64),
@@ -97,16 +96,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     let op = Op::Append { now, settings, message };
 
     // Everything is validated; from here on the write cannot fail.
-    let session = match existing {
-        Some(session) => session,
-        None => {
-            let Some(fresh) = op.new_session() else {
-                return Err(RedisError::Str("ERR cannot create the session"));
-            };
-            key.put(fresh)?;
-            key.session().ok_or(RedisError::Str("ERR cannot create the session"))?
-        }
-    };
+    let session = key.session_or_create(|| op.new_session())?;
     let how = if session.settings.encoding != encoding {
         session.recount(encoding, count_message);
         Propagate::Session
@@ -146,8 +136,8 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cfg = Config::current();
     args::check_size("summary", text.len(), cfg.max_message_bytes)?;
 
-    let key = SessionKey::open(ctx, keyname, true)?;
-    let Some(session) = key.session() else {
+    let mut key = SessionKey::open(ctx, keyname, true)?;
+    let Some(session) = key.session_mut() else {
         return Err(RedisError::Str("ERR no such key"));
     };
     if let Some(current) = &session.summary {
