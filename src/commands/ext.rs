@@ -21,7 +21,8 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let id = args::utf8("conversation_id", &args[3])?;
     let opts = Options::parse(&args[4..], &["EX"], &[])?;
     let cfg = Config::current();
-    args::check_size("conversation_id", id.len().max(system.len()), cfg.max_message_bytes)?;
+    args::check_size("system", system.len(), cfg.max_message_bytes)?;
+    args::check_size("conversation_id", id.len(), cfg.max_message_bytes)?;
     let ex = opts.u64("EX", 1)?.unwrap_or(cfg.ext_ttl).max(1);
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
