@@ -5,18 +5,11 @@
 mod cmdkit;
 mod common;
 
-#[allow(unused_imports)]
 use cmdkit::*;
-#[allow(unused_imports)]
 use common::*;
-#[allow(unused_imports)]
 use redis::Value;
-#[allow(unused_imports)]
-use serde_json::{json, Value as Json};
-#[allow(unused_imports)]
+use serde_json::Value as Json;
 use std::collections::VecDeque;
-#[allow(unused_imports)]
-use std::time::Duration;
 
 // ---------------------------------------------------------------- MEM.APPEND
 
