@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::session::{Message, Session, Summary, MAX_ROLE_BYTES, MAX_TS};
-use crate::tokenizer::Encoding;
+use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// ISO 8601 UTC with milliseconds, e.g. `2025-01-31T12:00:00.000Z`.
 pub fn iso8601(ts_ms: i64) -> String {
@@ -256,7 +256,7 @@ impl ImportedDoc {
         let mut session = Session::new(settings, now);
         let mut last = 0;
         if let Some(s) = self.summary {
-            let tokens = count(encoding, "system", &s.text);
+            let tokens = count(encoding, SUMMARY_COUNTED_AS, &s.text);
             last = s.upto;
             session.total_tokens += tokens;
             session.summary = Some(Summary {

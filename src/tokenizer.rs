@@ -141,10 +141,9 @@ pub fn message_tokens(encoding: Encoding, role: &str, content: &str) -> u64 {
     3 + encoding.count(role) + encoding.count(content)
 }
 
-/// Tokens of a summary, counted as a `system` message.
-pub fn summary_tokens(encoding: Encoding, text: &str) -> u64 {
-    message_tokens(encoding, "system", text)
-}
+/// A summary's tokens are counted as those of a message with this role
+/// (spec §2: `3 + count("system") + count(text)`).
+pub const SUMMARY_COUNTED_AS: &str = "system";
 
 /// The encoding for `model`, or `default` when the vendor publishes none.
 ///
@@ -254,7 +253,7 @@ mod tests {
     fn message_accounting_adds_framing_and_role() {
         let e = Encoding::O200kBase;
         assert_eq!(message_tokens(e, "user", ""), 3 + e.count("user"));
-        assert_eq!(summary_tokens(e, "abc"), 3 + e.count("system") + e.count("abc"));
+        assert_eq!(message_tokens(e, SUMMARY_COUNTED_AS, "abc"), 3 + e.count("system") + e.count("abc"));
     }
 
     #[test]

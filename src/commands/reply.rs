@@ -38,15 +38,7 @@ impl<'a> Reply<'a> {
         self
     }
 
-    pub fn null(&self) -> &Self {
-        raw::reply_with_null(self.ctx.ctx);
-        self
-    }
 
-    pub fn ok(&self) -> &Self {
-        raw::reply_with_simple_string(self.ctx.ctx, c"OK".as_ptr());
-        self
-    }
 
     /// A map field with an integer value.
     pub fn field_int(&self, name: &str, n: u64) -> &Self {

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
 use crate::stats::{self, count_message};
-use crate::tokenizer;
+use crate::tokenizer::{self, SUMMARY_COUNTED_AS};
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
 ///   [MAXTOKENS n] [MAXMSGS n]
@@ -156,7 +156,7 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = now_ms();
     let summary = Summary {
         text: text.to_owned(),
-        tokens: count_message(session.settings.encoding, "system", text),
+        tokens: count_message(session.settings.encoding, SUMMARY_COUNTED_AS, text),
         upto,
         ts: now,
     };

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tokenizer::Encoding;
+use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// The role whose messages must stay with the call that produced them.
 pub const TOOL_ROLE: &str = "tool";
@@ -376,7 +376,7 @@ impl Session {
     pub fn recount(&mut self, encoding: Encoding, count: impl Fn(Encoding, &str, &str) -> u64) {
         let mut total = 0;
         if let Some(s) = self.summary.as_mut() {
-            s.tokens = count(encoding, "system", &s.text);
+            s.tokens = count(encoding, SUMMARY_COUNTED_AS, &s.text);
             total += s.tokens;
         }
         for m in self.messages.iter_mut() {
@@ -458,7 +458,6 @@ impl Session {
         let (a, b) = self.messages.as_slices();
         let mut start = 0usize;
         let len = self.messages.len();
-        let at = |i: usize| if i < a.len() { &a[i] } else { &b[i - a.len()] };
         if let Some(after) = sel.after {
             start = self.messages.partition_point(|m| m.id <= after);
         }
@@ -479,22 +478,24 @@ impl Session {
                 start = len;
             } else {
                 let mut fit = len;
-                while fit > start && used + at(fit - 1).tokens <= budget {
-                    used += at(fit - 1).tokens;
+                while fit > start {
+                    match self.messages.get(fit - 1) {
+                        Some(m) if used + m.tokens <= budget => used += m.tokens,
+                        _ => break,
+                    }
                     fit -= 1;
                 }
                 // Sendable as is: a tool result never comes without its call.
-                while fit < len && &*at(fit).role == TOOL_ROLE {
+                while self.messages.get(fit).is_some_and(|m| &*m.role == TOOL_ROLE) {
                     fit += 1;
                 }
                 start = fit;
             }
         }
         // Split the chosen range [start, len) across the deque's two slices.
-        if start >= a.len() {
-            (summary, &[], &b[start - a.len()..])
-        } else {
-            (summary, &a[start..], b)
+        match a.get(start..) {
+            Some(first) => (summary, first, b),
+            None => (summary, &[], b.get(start - a.len()..).unwrap_or(&[])),
         }
     }
 

@@ -3,6 +3,7 @@
 //! `MEM._APPLY`. A corrupt payload is refused, never half-loaded.
 
 use super::{Message, Op, Session, Settings, Summary, MAX_ROLE_BYTES, MAX_TS};
+use crate::tokenizer::SUMMARY_COUNTED_AS;
 
 /// A JSON object, as META and imported members must be.
 pub fn check_json_object(what: &str, text: &str) -> Result<(), String> {
@@ -43,7 +44,7 @@ impl Summary {
         if self.upto == 0 || !(0..=MAX_TS).contains(&self.ts) {
             return Err("bad summary".to_owned());
         }
-        check_tokens(self.tokens, "system".len(), self.text.len())
+        check_tokens(self.tokens, SUMMARY_COUNTED_AS.len(), self.text.len())
     }
 }
 
