@@ -1,0 +1,283 @@
+//! Sessions persisted by earlier releases load unchanged (SPEC §5, v2).
+//!
+//! `tests/fixtures/v1/` was written by the 0.1 release (payload format 1,
+//! postcard of that release's structs) with `write_v1_fixtures` below, run
+//! against that release's module: an RDB file, DUMP payloads, two AOF
+//! directories (ops; rewritten without RDB preamble) and every read
+//! command's answers. The tests load each into today's module and require
+//! the same answers. Never regenerate v1: it is what that release wrote.
+//!
+//! To write fixtures of a new release (tests/fixtures/vN):
+//! `REDIS_MEM_MODULE=/path/to/that/release.so REDIS_MEM_FIXTURES=vN \
+//!   cargo test --release --test format_fixtures -- --ignored write_fixtures`
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use redis::Value;
+use serde_json::{json, Value as Json};
+
+const TEN_YEARS: &str = "315360000";
+
+fn fixtures(version: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(version)
+}
+
+/// A reply as JSON, so answers can be stored and compared as text.
+fn value_json(v: &Value) -> Json {
+    match v {
+        Value::Nil => Json::Null,
+        Value::Int(n) => json!(n),
+        Value::BulkString(b) => json!(String::from_utf8_lossy(b)),
+        Value::SimpleString(s) => json!(s),
+        Value::Okay => json!("OK"),
+        Value::Array(items) | Value::Set(items) => Json::Array(items.iter().map(value_json).collect()),
+        // RESP3 maps as flat arrays, as RESP2 gives them.
+        Value::Map(pairs) => Json::Array(pairs.iter().flat_map(|(k, v)| [value_json(k), value_json(v)]).collect()),
+        other => json!(format!("{other:?}")),
+    }
+}
+
+fn run(con: &mut redis::Connection, args: &[&str]) -> Value {
+    cmd(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Writes sessions that use every feature of the release under test.
+fn populate(con: &mut redis::Connection) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut add = |k: &str| keys.push(k.to_owned());
+    // Plain turns, no expiry.
+    for (i, (role, text)) in [("user", "What is the capital of France?"), ("assistant", "Paris."), ("user", "")]
+        .iter()
+        .enumerate()
+    {
+        let ts = (1_700_000_000_000i64 + i as i64 * 1000).to_string();
+        run(con, &["MEM.APPEND", "mem:{basic}", role, text, "TS", &ts, "TTL", "0"]);
+    }
+    add("mem:{basic}");
+    // META, tool calls and their results, a custom role, unicode.
+    let k = "mem:{tools}";
+    run(con, &["MEM.APPEND", k, "system", "You are terse.", "TTL", "0", "TS", "1700000000000"]);
+    run(con, &["MEM.APPEND", k, "user", "Weather in 東京? 🌧", "TS", "1700000001000"]);
+    run(con, &[
+        "MEM.APPEND", k, "assistant", "", "TS", "1700000002000",
+        "META", r#"{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Tokyo\"}"}}]}"#,
+    ]);
+    run(con, &["MEM.APPEND", k, "tool", "18C, rain", "TS", "1700000003000", "META", r#"{"tool_call_id":"call_1","n":1.5,"neg":-3,"t":true,"z":null}"#]);
+    run(con, &["MEM.APPEND", k, "critic", "fine", "TS", "1700000004000"]);
+    add(k);
+    // A summary, then newer messages.
+    let k = "mem:{summary}";
+    for i in 1..=8 {
+        let ts = (1_700_000_000_000i64 + i * 1000).to_string();
+        run(con, &["MEM.APPEND", k, if i % 2 == 1 { "user" } else { "assistant" }, &format!("turn {i}"), "TS", &ts, "TTL", "0"]);
+    }
+    run(con, &["MEM.SUMMARIZE", k, "5", "The user and the assistant exchanged five turns."]);
+    add(k);
+    // External ids (live for ten years), key with a ten-year TTL.
+    let k = "mem:{ext}";
+    run(con, &["MEM.APPEND", k, "user", "hi", "TS", "1700000000000", "TTL", TEN_YEARS]);
+    run(con, &["MEM.EXTSET", k, "dify", "5f1c-conv-1", "EX", TEN_YEARS]);
+    run(con, &["MEM.EXTSET", k, "n8n", "exec-42", "EX", TEN_YEARS]);
+    add(k);
+    // Imported document with its own ids, a summary and other members.
+    let k = "mem:{import}";
+    let doc = json!({
+        "conversation_history": [
+            {"id": 11, "role": "user", "content": "Remember my name: Ann", "timestamp": "2024-05-01T10:00:00Z"},
+            {"id": 12, "role": "assistant", "content": "Noted, Ann.", "ts": 1714557601000i64, "meta": {"model_used": "gpt-4o"}}
+        ],
+        "summary": {"content": "Earlier: greetings.", "upto": 10, "ts": 1714557500000i64},
+        "user_profile": {"name": "Ann", "prefs": ["short answers"]},
+        "context": {"topic": "names", "depth": {"a": [1, 2, {"b": null}]}}
+    });
+    run(con, &["MEM.IMPORT", k, &doc.to_string(), "TTL", "0"]);
+    run(con, &["MEM.APPEND", k, "user", "And my city is Lyon", "TS", "1714557700000"]);
+    add(k);
+    // Another tokenizer, chosen after messages existed (re-count).
+    let k = "mem:{cl100k}";
+    run(con, &["MEM.APPEND", k, "user", "tokens under o200k first", "TTL", "0", "TS", "1700000000000"]);
+    run(con, &["MEM.APPEND", k, "assistant", "then the model changes", "MODEL", "gpt-4", "TS", "1700000001000"]);
+    add(k);
+    // Custom caps that trimmed, a model whose window is unknown.
+    let k = "mem:{caps}";
+    for i in 1..=9 {
+        let ts = (1_700_000_000_000i64 + i * 1000).to_string();
+        run(con, &["MEM.APPEND", k, "user", &format!("message number {i} with a few words"), "TS", &ts,
+            "TTL", "0", "MAXMSGS", "4", "MAXTOKENS", "500", "MODEL", "some-local-model"]);
+    }
+    add(k);
+    // A large message (counted on the worker).
+    let k = "mem:{large}";
+    let big = "Large content for the worker path. ".repeat(2000);
+    run(con, &["MEM.APPEND", k, "user", &big, "TTL", "0", "TS", "1700000000000"]);
+    add(k);
+    keys
+}
+
+/// Every read command's answer for `key`.
+fn answers(con: &mut redis::Connection, key: &str) -> Json {
+    let mut out = serde_json::Map::new();
+    let mut ask = |name: &str, args: &[&str]| {
+        out.insert(name.to_owned(), value_json(&run(con, args)));
+    };
+    ask("type", &["TYPE", key]);
+    ask("get", &["MEM.GET", key]);
+    ask("get_json", &["MEM.GET", key, "FORMAT", "JSON"]);
+    ask("get_last2", &["MEM.GET", key, "LAST", "2"]);
+    ask("get_after1", &["MEM.GET", key, "AFTER", "1"]);
+    ask("get_budget", &["MEM.GET", key, "BUDGET", "60"]);
+    ask("info", &["MEM.INFO", key]);
+    ask("check", &["MEM.SUMMARIZE_CHECK", key, "KEEP", "2"]);
+    ask("check_context", &["MEM.SUMMARIZE_CHECK", key, "CONTEXT", "100", "KEEP", "1"]);
+    for system in ["dify", "n8n", "none"] {
+        ask(&format!("extget_{system}"), &["MEM.EXTGET", key, system]);
+    }
+    Json::Object(out)
+}
+
+fn all_answers(con: &mut redis::Connection, keys: &[String]) -> Json {
+    Json::Object(keys.iter().map(|k| (k.clone(), answers(con, k))).collect())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Writes the fixtures of the module in REDIS_MEM_MODULE (see the header).
+#[test]
+#[ignore]
+fn write_fixtures() {
+    let version = std::env::var("REDIS_MEM_FIXTURES").expect("REDIS_MEM_FIXTURES=vN");
+    let out = fixtures(&version);
+    assert!(!out.exists(), "{} exists: fixtures of a release are never rewritten", out.display());
+    std::fs::create_dir_all(&out).unwrap();
+    let server = Server::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut con = server.client();
+    let keys = populate(&mut con);
+    let answers = all_answers(&mut con, &keys);
+    std::fs::write(out.join("answers.json"), serde_json::to_string_pretty(&answers).unwrap()).unwrap();
+    let dumps: serde_json::Map<String, Json> = keys
+        .iter()
+        .map(|k| {
+            let v: Vec<u8> = redis::cmd("DUMP").arg(k).query(&mut con).unwrap();
+            (k.clone(), json!(hex(&v)))
+        })
+        .collect();
+    std::fs::write(out.join("dumps.json"), serde_json::to_string_pretty(&dumps).unwrap()).unwrap();
+    run(&mut con, &["SAVE"]);
+    std::fs::copy(server.dir.join("dump.rdb"), out.join("sessions.rdb")).unwrap();
+    // The AOF as the writes left it (MEM._APPLY ops, MEM._PUT re-counts).
+    copy_dir(&server.dir.join("appendonlydir"), &out.join("aof-ops"));
+    // Rewritten without an RDB preamble: one MEM._PUT per session.
+    run(&mut con, &["BGREWRITEAOF"]);
+    wait_rewrite(&mut con);
+    copy_dir(&server.dir.join("appendonlydir"), &out.join("aof-rewritten"));
+}
+
+fn wait_rewrite(con: &mut redis::Connection) {
+    for _ in 0..500 {
+        let info: String = redis::cmd("INFO").arg("persistence").query(con).unwrap();
+        if info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("AOF rewrite did not finish");
+}
+
+fn expected(version: &str) -> Json {
+    let text = std::fs::read_to_string(fixtures(version).join("answers.json")).expect("answers.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn keys_of(answers: &Json) -> Vec<String> {
+    answers.as_object().unwrap().keys().cloned().collect()
+}
+
+/// Today's answers for the fixture's keys equal the release's. SUMMARIZE_CHECK
+/// is compared under `mem.summarize-headroom 0` when the server has it (the
+/// rule of the releases before headroom existed).
+fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
+    let _ = cmd(con, &["CONFIG", "SET", "mem.summarize-headroom", "0"]);
+    let want = expected(version);
+    for key in keys_of(&want) {
+        let got = answers(con, &key);
+        for (name, w) in want[&key].as_object().unwrap() {
+            let g = &got[name];
+            if name == "info" {
+                // Later releases may add fields; every field of the release
+                // must be there with the same value.
+                assert_info_superset(w, g, &format!("{how} {key}"));
+            } else {
+                assert_eq!(g, w, "{how}: {name} of {key} differs from release {version}");
+            }
+        }
+    }
+}
+
+fn assert_info_superset(want: &Json, got: &Json, what: &str) {
+    let pairs = |v: &Json| -> Vec<(String, Json)> {
+        let a = v.as_array().unwrap_or_else(|| panic!("{what}: MEM.INFO not a map: {v}"));
+        a.chunks(2).map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].clone())).collect()
+    };
+    let got = pairs(got);
+    for (field, value) in pairs(want) {
+        let g = got.iter().find(|(f, _)| *f == field).map(|(_, v)| v);
+        assert_eq!(g, Some(&value), "{what}: MEM.INFO {field}");
+    }
+}
+
+#[test]
+fn v1_rdb_loads_with_the_same_answers() {
+    let server = Server::start();
+    let rdb = server.dir.join("v1.rdb");
+    std::fs::copy(fixtures("v1").join("sessions.rdb"), &rdb).unwrap();
+    let mut server = server;
+    server.restart_with(&["--dbfilename", "v1.rdb"]);
+    let mut con = server.client();
+    assert_same_answers(&mut con, "v1", "RDB of v1");
+    // And once more after today's module saved and reloaded them.
+    run(&mut con, &["DEBUG", "RELOAD"]);
+    assert_same_answers(&mut con, "v1", "RDB of v1 after DEBUG RELOAD");
+}
+
+#[test]
+fn v1_dumps_restore_with_the_same_answers() {
+    let server = Server::start();
+    let mut con = server.client();
+    let text = std::fs::read_to_string(fixtures("v1").join("dumps.json")).unwrap();
+    let dumps: Json = serde_json::from_str(&text).unwrap();
+    for (key, payload) in dumps.as_object().unwrap() {
+        let bytes = unhex(payload.as_str().unwrap());
+        let r: redis::RedisResult<Value> = redis::cmd("RESTORE").arg(key).arg(0).arg(bytes).query(&mut con);
+        r.unwrap_or_else(|e| panic!("RESTORE {key}: {e}"));
+    }
+    assert_same_answers(&mut con, "v1", "DUMP of v1");
+}
+
+#[test]
+fn v1_aofs_load_with_the_same_answers() {
+    for dir in ["aof-ops", "aof-rewritten"] {
+        let mut server = Server::start();
+        copy_dir(&fixtures("v1").join(dir), &server.dir.join("appendonlydir"));
+        server.restart_with(&["--appendonly", "yes"]);
+        let mut con = server.client();
+        assert_same_answers(&mut con, "v1", dir);
+        assert!(!server.log().contains("ASSERTION"), "{dir}: {}", server.log());
+    }
+}
