@@ -20,6 +20,9 @@ pub static SUMMARIZE_FALLBACK_TOKENS: AtomicI64 = AtomicI64::new(15_000);
 pub static SUMMARIZE_KEEP: AtomicI64 = AtomicI64::new(10);
 pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(4 * 1024 * 1024);
 pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
+/// Testing knob (as Redis's own `key-load-delay`): a worker waits this long
+/// before counting, so tests can inject faults while a count is in flight.
+pub static DEBUG_COUNT_DELAY_MS: AtomicI64 = AtomicI64::new(0);
 
 pub const DEFAULT_MODEL: &str = "gpt-4o";
 
@@ -99,5 +102,10 @@ impl Config {
             max_message_bytes: get(&MAX_MESSAGE_BYTES),
             async_threshold_bytes: get(&ASYNC_THRESHOLD_BYTES),
         }
+    }
+
+    /// `mem.debug-count-delay-ms`, read by the workers.
+    pub fn debug_count_delay() -> std::time::Duration {
+        std::time::Duration::from_millis(get(&DEBUG_COUNT_DELAY_MS))
     }
 }

@@ -166,6 +166,7 @@ redis_module! {
             ["summarize-keep", &config::SUMMARIZE_KEEP, 10, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["max-message-bytes", &config::MAX_MESSAGE_BYTES, 4_194_304, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
             ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, 65_536, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
+            ["debug-count-delay-ms", &config::DEBUG_COUNT_DELAY_MS, 0, 0, 60_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [
             ["default-model", &config::DEFAULT_MODEL_CONFIG, config::DEFAULT_MODEL, ConfigurationFlags::DEFAULT, None],

@@ -75,6 +75,7 @@ pub fn count_off_thread(
         .name("mem-count".into())
         .spawn(move || {
             lower_priority();
+            std::thread::sleep(crate::config::Config::debug_count_delay());
             // SAFETY: the held string keeps these bytes alive and unchanged
             // (Redis never mutates a shared argv string) until free_pending,
             // which runs only after the unblock below.
