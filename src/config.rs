@@ -22,6 +22,7 @@ pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(4 * 1024 * 1024);
 pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
 /// Testing knob (as Redis's own `key-load-delay`): a worker waits this long
 /// before counting, so tests can inject faults while a count is in flight.
+pub static COUNT_THREADS: AtomicI64 = AtomicI64::new(2);
 pub static DEBUG_COUNT_DELAY_MS: AtomicI64 = AtomicI64::new(0);
 
 pub const DEFAULT_MODEL: &str = "gpt-4o";
@@ -102,6 +103,11 @@ impl Config {
             max_message_bytes: get(&MAX_MESSAGE_BYTES),
             async_threshold_bytes: get(&ASYNC_THRESHOLD_BYTES),
         }
+    }
+
+    /// `mem.count-threads`, read by the worker pool.
+    pub fn count_threads() -> usize {
+        get(&COUNT_THREADS) as usize
     }
 
     /// `mem.debug-count-delay-ms`, read by the workers.

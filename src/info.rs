@@ -16,7 +16,9 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
     crate::guard::or((), || {
         raw::add_info_section(ctx, None);
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
-        let fields: [(&str, u64); 13] = [
+        let (threads, queued) = crate::pool::gauges();
+        let in_flight = crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
+        let fields: [(&str, u64); 18] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
             ("tokens_counted", read(&stats::TOKENS_COUNTED)),
@@ -28,6 +30,11 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("extsets", read(&stats::EXT_SETS)),
             ("tokenizer_calls", read(&stats::TOKENIZER_CALLS)),
             ("tokenizer_usec", read(&stats::TOKENIZER_MICROS)),
+            ("count_threads", threads),
+            ("count_queue", queued),
+            ("counts_off_thread", read(&crate::pool::JOBS_DONE)),
+            ("counts_in_flight", in_flight as u64),
+            ("resumed_refused", read(&stats::RESUMED_REFUSED)),
             ("encodings_load_usec", read(&stats::ENCODINGS_LOAD_MICROS)),
             ("encodings_memory_bytes", read(&stats::ENCODINGS_MEMORY_BYTES)),
         ];

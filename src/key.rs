@@ -43,6 +43,17 @@ impl SessionKey {
         Ok(key)
     }
 
+    /// Whether `name` holds a value of any type.
+    pub fn exists(ctx: &Context, name: &RedisString) -> bool {
+        // SAFETY: as in open(); the key is closed before returning.
+        let ptr = unsafe {
+            raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, raw::REDISMODULE_READ as i32)
+                .cast::<raw::RedisModuleKey>()
+        };
+        let key = SessionKey { inner: NonNull::new(ptr) };
+        !key.is_empty()
+    }
+
     fn raw(&self) -> Option<*mut raw::RedisModuleKey> {
         self.inner.map(NonNull::as_ptr)
     }

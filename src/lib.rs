@@ -6,6 +6,7 @@
 //! - `persistence` / `data_type`: the versioned payload and Redis callbacks
 //! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
 
+pub mod cluster_route;
 pub mod command_docs;
 pub mod commands;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod info;
 pub mod json_format;
 pub mod key;
 pub mod persistence;
+pub mod pool;
 pub mod session;
 pub mod stats;
 pub mod tokenizer;
@@ -61,6 +63,11 @@ fn required_api_present() -> bool {
             present!(RedisModule_RetainString),
             present!(RedisModule_FreeString),
             present!(RedisModule_SetModuleOptions),
+            present!(RedisModule_EventLoopAddOneShot),
+            present!(RedisModule_SubscribeToServerEvent),
+            present!(RedisModule_AvoidReplicaTraffic),
+            present!(RedisModule_Call),
+            present!(RedisModule_GetContextFlags),
         ]
         .into_iter()
         .all(|present| present)
@@ -103,6 +110,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         micros / 1000,
         bytes / (1024 * 1024)
     ));
+    if !commands::async_count::register(ctx) {
+        ctx.log_warning("redis-mem: cannot subscribe to the event loop");
+        return Status::Err;
+    }
     info::register(ctx);
     command_docs::register(ctx);
     Status::Ok
@@ -166,6 +177,7 @@ redis_module! {
             ["summarize-keep", &config::SUMMARIZE_KEEP, 10, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["max-message-bytes", &config::MAX_MESSAGE_BYTES, 4_194_304, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
             ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, 65_536, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
+            ["count-threads", &config::COUNT_THREADS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| pool::resize()))],
             ["debug-count-delay-ms", &config::DEBUG_COUNT_DELAY_MS, 0, 0, 60_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [

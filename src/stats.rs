@@ -16,6 +16,9 @@ pub static EXT_SETS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_MICROS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_CALLS: AtomicU64 = AtomicU64::new(0);
 pub static ENCODINGS_LOAD_MICROS: AtomicU64 = AtomicU64::new(0);
+/// Resumed writes refused by the checks of a fresh command (pause, redirect,
+/// replica, OOM).
+pub static RESUMED_REFUSED: AtomicU64 = AtomicU64::new(0);
 pub static ENCODINGS_MEMORY_BYTES: AtomicU64 = AtomicU64::new(0);
 
 pub fn add(counter: &AtomicU64, n: u64) {

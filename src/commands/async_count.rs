@@ -1,26 +1,34 @@
 //! Counting large contents off the main thread (`mem.async-threshold-bytes`).
 //!
-//! The client is blocked (its later commands wait, so its own order holds),
-//! a worker thread counts, and the command then runs again on the main thread
-//! with the count in hand: the write itself, its replication and its reply
-//! happen exactly as for a small message. Where a client cannot block (MULTI,
-//! Lua, replication stream, AOF loading) the caller counts inline instead.
+//! The client is blocked (its later commands wait, so its own order holds)
+//! and a job goes to the worker pool. A finished count is handed back to
+//! the main thread only while writes are not paused: the hand-back happens
+//! in the event loop's before-sleep hook, and during a pause (CLIENT PAUSE,
+//! FAILOVER, a SHUTDOWN waiting for replicas) it waits there, the client
+//! still blocked. The command then runs again on the main thread with the
+//! count in hand, after the checks a fresh command gets (admission.rs), and
+//! writes, replicates and replies exactly as for a small message. Where a
+//! client cannot block (MULTI, Lua, replication stream, AOF loading) the
+//! caller counts inline instead.
 
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
-use redis_module::{raw, Context, ContextFlags, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
+use super::admission::{self, Ticket};
+use crate::config::Config;
 use crate::stats;
 use crate::tokenizer::Encoding;
 
-/// What a worker thread made of the content, for the command being resumed.
+/// What a worker made of the content, for the command being resumed.
 #[derive(Debug)]
 pub struct Counted {
     pub encoding: Encoding,
     /// The content, checked as UTF-8 and copied on the worker (so the main
     /// thread neither scans nor copies it), with its message's tokens. None:
-    /// not counted (not UTF-8, or no worker); the command checks and counts
-    /// inline.
+    /// not counted (not UTF-8); the command checks and counts inline.
     pub content: Option<(String, u64)>,
 }
 
@@ -30,10 +38,24 @@ pub type Resume = fn(&Context, Vec<RedisString>, Option<Counted>) -> RedisResult
 struct Pending {
     counted: Option<Counted>,
     resume: Resume,
+    ticket: Ticket,
     /// The content string, held so its bytes outlive a client that
     /// disconnects while the worker reads them; released in `free_pending`.
     held: usize,
 }
+
+/// A finished count waiting to be handed back: the blocked client (as an
+/// address: raw pointers are not `Send`) and its Pending.
+struct Finished {
+    client: usize,
+    pending: Box<Pending>,
+}
+
+static FINISHED: Mutex<Vec<Finished>> = Mutex::new(Vec::new());
+/// FINISHED's length, read without the lock on every event-loop iteration.
+static FINISHED_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Appends blocked now (counting, queued, or held back by a pause).
+pub static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether this call may block its client.
 pub fn can_block(ctx: &Context) -> bool {
@@ -45,17 +67,18 @@ pub fn can_block(ctx: &Context) -> bool {
     !ctx.get_flags().intersects(no)
 }
 
-/// Blocks the client and counts `role` + `content` on a worker thread; the
-/// command is then resumed with the count (or without one when the content
-/// is not UTF-8: the resumed command reports that). Returns `None` when the
-/// client could not be blocked (the caller counts inline).
+/// Blocks the client and counts `role` + `content` on the pool; the command
+/// (whose key is `key`) is then resumed with the count. Returns `None` when
+/// the client could not be blocked (the caller counts inline).
 pub fn count_off_thread(
     ctx: &Context,
+    key: &RedisString,
     encoding: Encoding,
     role: String,
     content: &RedisString,
     resume: Resume,
 ) -> Option<RedisResult> {
+    let ticket = admission::ticket(ctx, key);
     // SAFETY: ctx is the context of the running command; the callbacks match
     // the signatures Redis expects; no timeout (0).
     let bc = unsafe {
@@ -70,53 +93,102 @@ pub fn count_off_thread(
     let held = content.inner as usize;
     let bytes = content.as_slice();
     let (bytes_addr, len) = (bytes.as_ptr() as usize, bytes.len());
-    let bc_addr = bc as usize;
-    let spawned = std::thread::Builder::new()
-        .name("mem-count".into())
-        .spawn(move || {
-            lower_priority();
-            std::thread::sleep(crate::config::Config::debug_count_delay());
-            // SAFETY: the held string keeps these bytes alive and unchanged
-            // (Redis never mutates a shared argv string) until free_pending,
-            // which runs only after the unblock below.
-            let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
-            let content = crate::guard::or(None, || {
-                let content = std::str::from_utf8(bytes).ok()?.to_owned();
-                let tokens = stats::count_message(encoding, &role, &content);
-                Some((content, tokens))
-            });
-            unblock(bc_addr, Counted { encoding, content }, resume, held);
+    let client = bc as usize;
+    IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
+    let job = move || {
+        std::thread::sleep(Config::debug_count_delay());
+        // SAFETY: the held string keeps these bytes alive and unchanged
+        // (Redis never mutates a shared argv string) until free_pending,
+        // which runs only after the hand-back below.
+        let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
+        let content = crate::guard::or(None, || {
+            let content = std::str::from_utf8(bytes).ok()?.to_owned();
+            let tokens = stats::count_message(encoding, &role, &content);
+            Some((content, tokens))
         });
-    if spawned.is_err() {
-        // No thread: resume at once; the command counts inline.
-        unblock(bc_addr, Counted { encoding, content: None }, resume, held);
+        let counted = Counted { encoding, content };
+        let pending = Box::new(Pending { counted: Some(counted), resume, ticket, held });
+        finished(Finished { client, pending });
+    };
+    if let Err(job) = crate::pool::submit(Box::new(job)) {
+        // No worker could be started: count here; the hand-back is the same.
+        job();
     }
     Some(Ok(RedisValue::NoReply))
 }
 
-/// Counting is background work: the worker yields the CPU to Redis's main
-/// thread (nice +10), so other clients' latency holds on a busy machine.
-fn lower_priority() {
-    // SAFETY: gettid has no preconditions; setpriority only changes the
-    // scheduling priority of this thread (a failure is harmless: ignored).
+/// Queues a finished count and wakes the event loop to hand it back.
+fn finished(f: Finished) {
+    let mut queue = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+    queue.push(f);
+    FINISHED_LEN.store(queue.len(), Ordering::Release);
+    drop(queue);
+    // SAFETY: thread-safe by the API's contract; the callback takes no data.
+    // If it fails, the next serverCron tick wakes the loop instead.
     unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+        if let Some(add) = raw::RedisModule_EventLoopAddOneShot {
+            add(Some(wake), std::ptr::null_mut());
+        }
     }
 }
 
-fn unblock(bc_addr: usize, counted: Counted, resume: Resume, held: usize) {
-    let pending = Pending { counted: Some(counted), resume, held };
-    let pending = Box::into_raw(Box::new(pending)).cast::<c_void>();
-    // SAFETY: bc_addr is the blocked client created above, unblocked exactly
-    // once; RedisModule_UnblockClient may be called from any thread, and
-    // ownership of `pending` passes to Redis (freed by free_pending).
-    unsafe {
-        raw::RedisModule_UnblockClient.unwrap()(bc_addr as *mut raw::RedisModuleBlockedClient, pending);
+/// Only there to wake the event loop; the work is in [`hand_back`].
+extern "C" fn wake(_: *mut c_void) {}
+
+/// Subscribes [`hand_back`] to the event loop's before-sleep event.
+pub fn register(ctx: &Context) -> bool {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_EVENTLOOP,
+        dataver: 1,
+    };
+    // SAFETY: called once from OnLoad with the module's context; the
+    // callback has the signature Redis expects.
+    let status = unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_event_loop)) };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn on_event_loop(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP && FINISHED_LEN.load(Ordering::Acquire) > 0 {
+        crate::guard::or((), hand_back);
     }
 }
 
-/// Runs on the main thread once the count is done.
+/// Unblocks the clients whose count finished, unless writes are paused (then
+/// they stay blocked until a later iteration finds writes allowed again; the
+/// event loop runs at least every serverCron tick). On Redis 7.0 the
+/// unblocked clients are served right after this hook, in the same
+/// before-sleep; on later servers one event-loop iteration later, which is
+/// why the resumed command checks for a pause again.
+fn hand_back() {
+    // SAFETY: main thread (event-loop hook); the call only reads pause state.
+    let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() } != 0;
+    if paused {
+        return;
+    }
+    let ready = {
+        let mut queue = FINISHED.lock().unwrap_or_else(|e| e.into_inner());
+        FINISHED_LEN.store(0, Ordering::Release);
+        std::mem::take(&mut *queue)
+    };
+    for f in ready {
+        let pending = Box::into_raw(f.pending).cast::<c_void>();
+        // SAFETY: f.client is a blocked client created in count_off_thread
+        // and unblocked exactly once, here; ownership of `pending` passes to
+        // Redis, which hands it to on_counted and then free_pending.
+        unsafe {
+            raw::RedisModule_UnblockClient.unwrap()(f.client as *mut raw::RedisModuleBlockedClient, pending);
+        }
+    }
+}
+
+/// Runs on the main thread once the count is handed back (not called when
+/// the client left or was unblocked by the server meanwhile: then nothing is
+/// written).
 extern "C" fn on_counted(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -131,20 +203,28 @@ extern "C" fn on_counted(
             .as_mut()
     };
     let Some(pending) = pending else {
-        return context.reply(Err(redis_module::RedisError::Str("ERR lost the token count"))) as c_int;
+        return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
     };
     let args = redis_module::decode_args(ctx, argv, argc);
-    let (counted, resume) = (pending.counted.take(), pending.resume);
-    let counted = counted.unwrap_or(Counted { encoding: Encoding::O200kBase, content: None });
+    let counted = pending.counted.take().unwrap_or(Counted { encoding: Encoding::O200kBase, content: None });
+    let (resume, ticket) = (pending.resume, pending.ticket);
     let result = crate::guard::or(
-        Err(redis_module::RedisError::Str("ERR redis-mem internal error (see the server log)")),
-        || resume(&context, args, Some(counted)),
+        Err(RedisError::Str("ERR redis-mem internal error (see the server log)")),
+        || {
+            let key = args.get(1).ok_or(RedisError::WrongArity)?;
+            if let Err(e) = admission::admit(&context, key, ticket) {
+                stats::add(&stats::RESUMED_REFUSED, 1);
+                return Err(e);
+            }
+            resume(&context, args, Some(counted))
+        },
     )
     .map_err(super::ascii_error);
     context.reply(result) as c_int
 }
 
 extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     if !privdata.is_null() {
         // SAFETY: privdata is the Box<Pending> handed to UnblockClient, and
         // `held` the string retained in count_off_thread, released once here.

@@ -2,8 +2,9 @@
 //! writes the reply. What every write shares (clock, settings of a new
 //! session, replication of the effect, key expiry, notifications) is here.
 
+mod admission;
 pub mod args;
-mod async_count;
+pub mod async_count;
 mod ext;
 mod import;
 mod internal;

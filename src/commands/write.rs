@@ -66,7 +66,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     // this command runs again with the count.
     let large = raw_content.len() as u64 >= cfg.async_threshold_bytes;
     if counted.is_none() && large && can_block(ctx) {
-        if let Some(reply) = count_off_thread(ctx, encoding, role.to_owned(), raw_content, append_counted) {
+        if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, append_counted) {
             return reply;
         }
     }

@@ -1,0 +1,76 @@
+//! The checks Redis makes before running a fresh write, made again for a
+//! write resumed after a worker: while the client waited, writes may have
+//! been paused, the node may have become a replica, the key's slot may have
+//! moved, memory may have run out. Without them a resumed write would
+//! propagate during a pause (an assertion kills the server) or land on a node
+//! that no longer serves the key (the write is lost).
+
+use redis_module::{Context, ContextFlags, RedisError, RedisString, RedisValue};
+
+use crate::cluster_route::{route, Route};
+use crate::key::SessionKey;
+
+/// What the fresh command saw, so the resumed one is judged the same way.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ticket {
+    /// The slot was another node's when the command arrived: Redis admitted
+    /// it through ASKING (the slot is being imported here).
+    asking: bool,
+}
+
+/// Records what the fresh command needs remembered (cluster mode only).
+pub fn ticket(ctx: &Context, key: &RedisString) -> Ticket {
+    if !ctx.get_flags().contains(ContextFlags::CLUSTER) {
+        return Ticket::default();
+    }
+    Ticket {
+        asking: matches!(cluster_route(ctx, key, false), Ok(Route::Moved(_))),
+    }
+}
+
+/// Admits a resumed write as Redis would admit it fresh, or gives the error
+/// (a redirect, TRYAGAIN, READONLY, OOM) a fresh command would get.
+pub fn admit(ctx: &Context, key: &RedisString, ticket: Ticket) -> Result<(), RedisError> {
+    // Writes are handed back only while not paused (see async_count); this
+    // catches a pause that began in between. Replicating now would abort.
+    if ctx.avoid_replication_traffic() {
+        return Err(RedisError::Str(
+            "TRYAGAIN writes are paused (CLIENT PAUSE, FAILOVER or SHUTDOWN); the append was not applied",
+        ));
+    }
+    let flags = ctx.get_flags();
+    if flags.contains(ContextFlags::CLUSTER) {
+        let slot = keyslot(ctx, key)?;
+        match cluster_route(ctx, key, ticket.asking)? {
+            Route::Local => {}
+            Route::Moved(addr) => return Err(RedisError::String(format!("MOVED {slot} {addr}"))),
+            Route::Ask(addr) => return Err(RedisError::String(format!("ASK {slot} {addr}"))),
+            Route::Down => return Err(RedisError::Str("CLUSTERDOWN Hash slot not served")),
+        }
+    }
+    if flags.contains(ContextFlags::READONLY) {
+        return Err(RedisError::Str("READONLY You can't write against a read only replica."));
+    }
+    if flags.contains(ContextFlags::OOM) {
+        return Err(RedisError::Str("OOM command not allowed when used memory > 'maxmemory'."));
+    }
+    Ok(())
+}
+
+fn keyslot(ctx: &Context, key: &RedisString) -> Result<u16, RedisError> {
+    match ctx.call("CLUSTER", &[b"KEYSLOT".as_slice(), key.as_slice()])? {
+        RedisValue::Integer(n) => u16::try_from(n).map_err(|_| RedisError::Str("ERR bad key slot")),
+        _ => Err(RedisError::Str("ERR bad key slot")),
+    }
+}
+
+fn cluster_route(ctx: &Context, key: &RedisString, asking: bool) -> Result<Route, RedisError> {
+    let slot = keyslot(ctx, key)?;
+    let nodes = match ctx.call("CLUSTER", &["NODES"])? {
+        RedisValue::BulkString(s) | RedisValue::SimpleString(s) => s,
+        RedisValue::BulkRedisString(s) => s.to_string_lossy(),
+        RedisValue::StringBuffer(b) => String::from_utf8_lossy(&b).into_owned(),
+        _ => return Err(RedisError::Str("ERR cannot read CLUSTER NODES")),
+    };
+    Ok(route(&nodes, slot, SessionKey::exists(ctx, key), asking))
+}
