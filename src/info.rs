@@ -42,5 +42,7 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             raw::add_info_field_unsigned_long_long(ctx, name, value);
         }
         raw::add_info_field_str(ctx, "encodings", "o200k_base,cl100k_base");
+        // Hash of the sources this module was built from (build.rs).
+        raw::add_info_field_str(ctx, "build", env!("REDIS_MEM_SOURCE_HASH"));
     })
 }

@@ -54,6 +54,22 @@ fn fresh_dir(port: u16) -> PathBuf {
     dir
 }
 
+/// The tests are compiled from the same sources as the module they load:
+/// a module built from other sources (a stale target/release) must not pass
+/// them. Skipped when REDIS_MEM_MODULE names a module on purpose.
+pub fn check_module_is_current(con: &mut redis::Connection) {
+    if std::env::var_os("REDIS_MEM_MODULE").is_some() {
+        return;
+    }
+    let info: String = redis::cmd("INFO").arg("mem").query(con).unwrap_or_default();
+    let want = format!("mem_build:{}", env!("REDIS_MEM_SOURCE_HASH"));
+    assert!(
+        info.lines().any(|l| l.trim() == want),
+        "{} was not built from these sources (INFO mem has no {want}): run `cargo build --release` (make test does)",
+        module_path().display()
+    );
+}
+
 /// A running redis-server with the module loaded.
 pub struct Server {
     pub port: u16,
@@ -129,6 +145,7 @@ impl Server {
             if let Ok(mut c) = self.try_client() {
                 let loading: Result<String, _> = redis::cmd("PING").query(&mut c);
                 if loading.is_ok() {
+                    check_module_is_current(&mut c);
                     return;
                 }
             }
