@@ -146,8 +146,12 @@ fn a_client_that_leaves_while_counted_does_not_hurt_the_server() {
     let mut server = Server::start();
     let mut con = server.client();
     cmd(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
-    cmd(&mut con, &["CONFIG", "SET", "mem.max-message-bytes", "8mb"]).unwrap();
-    let big = "word ".repeat(800_000); // 4 MB: takes the worker a while
+    // Each count waits 1 s on the worker, so the clients surely leave while
+    // their append is in flight (seen blocked in CLIENT LIST first).
+    cmd(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"]).unwrap();
+    let big = "word ".repeat(20_000);
+    let before = info_mem(&mut con, "counts_off_thread");
+    let mut gone = Vec::new();
     for i in 0..5 {
         // Send the command and drop the connection without reading the reply.
         use std::io::Write;
@@ -160,19 +164,46 @@ fn a_client_that_leaves_while_counted_does_not_hurt_the_server() {
         frame.extend_from_slice(big.as_bytes());
         frame.extend_from_slice(b"\r\n");
         raw.write_all(&frame).unwrap();
-        drop(raw);
+        gone.push(raw);
     }
-    // The server stays up and consistent; appends of gone clients either
-    // landed whole or not at all.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    wait_until(&mut con, "5 appends blocked on the workers", |c| blocked_appends(c) == 5);
+    assert_eq!(info_mem(&mut con, "counts_in_flight"), 5);
+    drop(gone);
+    // The counts finish after the clients left: nothing is written for them
+    // (their reply callback never runs), the server stays up, and every
+    // pending count is released.
+    wait_until(&mut con, "the counts to be released", |c| info_mem(c, "counts_in_flight") == 0);
+    assert_eq!(info_mem(&mut con, "counts_off_thread"), before + 5, "the 5 counts ran on the pool");
     for i in 0..5 {
-        let key = format!("mem:{{gone{i}}}");
-        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut con).unwrap();
-        if exists == 1 {
-            assert_eq!(relkit::consistency_problem(&mut con, &key), None);
-        }
+        let exists: i64 = redis::cmd("EXISTS").arg(format!("mem:{{gone{i}}}")).query(&mut con).unwrap();
+        assert_eq!(exists, 0, "an append of a client that left was written");
     }
     assert!(server.is_alive(), "server died; log:\n{}", server.log());
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn a_large_count_runs_while_the_main_thread_serves_others() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "1500"]).unwrap();
+    let big = text(100_000, 1);
+    let url = server.url();
+    let appender = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        map_reply(&mut c, &["MEM.APPEND", "mem:{big}", "user", &big])
+    });
+    // While the append is blocked on a worker, this connection is served:
+    // replies to other commands, and INFO shows the count in flight.
+    wait_until(&mut con, "the append blocked on a worker", |c| blocked_appends(c) == 1);
+    assert_eq!(info_mem(&mut con, "counts_in_flight"), 1);
+    let r = map_reply(&mut con, &["MEM.APPEND", "mem:{small}", "user", "served meanwhile"]);
+    assert_eq!(int_field(&r, "id"), 1);
+    let exists: i64 = redis::cmd("EXISTS").arg("mem:{big}").query(&mut con).unwrap();
+    assert_eq!(exists, 0, "the large append is not written before its count is done");
+    let reply = appender.join().unwrap();
+    assert_eq!(int_field(&reply, "id"), 1);
+    assert_eq!(info_mem(&mut con, "counts_in_flight"), 0);
+    assert!(info_mem(&mut con, "counts_off_thread") >= 1);
 }

@@ -271,3 +271,33 @@ pub fn str_field(fields: &[(String, redis::Value)], name: &str) -> String {
         .unwrap_or_else(|| panic!("no field {name} in {fields:?}"));
     redis::from_redis_value(v).unwrap()
 }
+
+/// An integer field of `INFO mem` (without the `mem_` prefix).
+pub fn info_mem(con: &mut redis::Connection, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg("mem").query(con).expect("INFO mem");
+    let want = format!("mem_{field}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&want))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {want} in INFO mem:\n{info}"))
+}
+
+/// Clients blocked in MEM.APPEND now (flag `b` in CLIENT LIST).
+pub fn blocked_appends(con: &mut redis::Connection) -> usize {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).expect("CLIENT LIST");
+    list.lines()
+        .filter(|l| {
+            let field = |name: &str| l.split(' ').find_map(|f| f.strip_prefix(name)).unwrap_or("");
+            field("flags=").contains('b') && field("cmd=") == "mem.append"
+        })
+        .count()
+}
+
+/// Polls `cond` (every 10 ms, at most 20 s) until it holds.
+pub fn wait_until(con: &mut redis::Connection, what: &str, mut cond: impl FnMut(&mut redis::Connection) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond(con) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
