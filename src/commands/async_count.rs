@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::stats;
 use crate::tokenizer::Encoding;
 
-/// What a worker made of the content, for the command being resumed.
+/// What a worker made of a message's content, for MEM.APPEND resumed.
 #[derive(Debug)]
 pub struct Counted {
     pub encoding: Encoding,
@@ -32,11 +32,14 @@ pub struct Counted {
     pub content: Option<(String, u64)>,
 }
 
-/// A command that can be resumed with a count.
-pub type Resume = fn(&Context, Vec<RedisString>, Option<Counted>) -> RedisResult;
+/// What a worker produced; the resumed command downcasts it to its own type.
+pub type Output = Box<dyn std::any::Any + Send>;
+
+/// A command that can be resumed with a worker's output.
+pub type Resume = fn(&Context, Vec<RedisString>, Option<Output>) -> RedisResult;
 
 struct Pending {
-    counted: Option<Counted>,
+    output: Option<Output>,
     resume: Resume,
     ticket: Ticket,
     /// The content string, held so its bytes outlive a client that
@@ -67,9 +70,7 @@ pub fn can_block(ctx: &Context) -> bool {
     !ctx.get_flags().intersects(no)
 }
 
-/// Blocks the client and counts `role` + `content` on the pool; the command
-/// (whose key is `key`) is then resumed with the count. Returns `None` when
-/// the client could not be blocked (the caller counts inline).
+/// Counts one message's `role` + `content` on the pool (see [`off_thread`]).
 pub fn count_off_thread(
     ctx: &Context,
     key: &RedisString,
@@ -77,6 +78,26 @@ pub fn count_off_thread(
     role: String,
     content: &RedisString,
     resume: Resume,
+) -> Option<RedisResult> {
+    off_thread(ctx, key, content, resume, move |bytes| {
+        let content = std::str::from_utf8(bytes).ok().map(|text| {
+            let tokens = stats::count_message(encoding, &role, text);
+            (text.to_owned(), tokens)
+        });
+        Box::new(Counted { encoding, content })
+    })
+}
+
+/// Blocks the client and runs `work` on the pool over the bytes of `large`
+/// (a command argument, held until the command is done); the command (whose
+/// key is `key`) is then resumed with the output. Returns `None` when the
+/// client could not be blocked (the caller does the work inline).
+pub fn off_thread(
+    ctx: &Context,
+    key: &RedisString,
+    large: &RedisString,
+    resume: Resume,
+    work: impl FnOnce(&[u8]) -> Output + Send + 'static,
 ) -> Option<RedisResult> {
     let ticket = admission::ticket(ctx, key);
     // SAFETY: ctx is the context of the running command; the callbacks match
@@ -89,9 +110,9 @@ pub fn count_off_thread(
     }
     // SAFETY: retaining only bumps the string's refcount (no ctx: manual
     // memory); the matching free is in free_pending, on the main thread.
-    unsafe { raw::RedisModule_RetainString.unwrap()(std::ptr::null_mut(), content.inner) };
-    let held = content.inner as usize;
-    let bytes = content.as_slice();
+    unsafe { raw::RedisModule_RetainString.unwrap()(std::ptr::null_mut(), large.inner) };
+    let held = large.inner as usize;
+    let bytes = large.as_slice();
     let (bytes_addr, len) = (bytes.as_ptr() as usize, bytes.len());
     let client = bc as usize;
     IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
@@ -101,17 +122,13 @@ pub fn count_off_thread(
         // (Redis never mutates a shared argv string) until free_pending,
         // which runs only after the hand-back below.
         let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
-        let content = crate::guard::or(None, || {
-            let content = std::str::from_utf8(bytes).ok()?.to_owned();
-            let tokens = stats::count_message(encoding, &role, &content);
-            Some((content, tokens))
-        });
-        let counted = Counted { encoding, content };
-        let pending = Box::new(Pending { counted: Some(counted), resume, ticket, held });
+        // A panic leaves no output: the resumed command then works inline.
+        let output = crate::guard::or(None, || Some(work(bytes)));
+        let pending = Box::new(Pending { output, resume, ticket, held });
         finished(Finished { client, pending });
     };
     if let Err(job) = crate::pool::submit(Box::new(job)) {
-        // No worker could be started: count here; the hand-back is the same.
+        // No worker could be started: work here; the hand-back is the same.
         job();
     }
     Some(Ok(RedisValue::NoReply))
@@ -206,7 +223,7 @@ extern "C" fn on_counted(
         return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
     };
     let args = redis_module::decode_args(ctx, argv, argc);
-    let counted = pending.counted.take().unwrap_or(Counted { encoding: Encoding::O200kBase, content: None });
+    let output = pending.output.take();
     let (resume, ticket) = (pending.resume, pending.ticket);
     let result = crate::guard::or(
         Err(RedisError::Str("ERR redis-mem internal error (see the server log)")),
@@ -216,7 +233,7 @@ extern "C" fn on_counted(
                 stats::add(&stats::RESUMED_REFUSED, 1);
                 return Err(e);
             }
-            resume(&context, args, Some(counted))
+            resume(&context, args, Some(output.unwrap_or_else(|| Box::new(()))))
         },
     )
     .map_err(super::ascii_error);

@@ -4,7 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
 use super::{arity, default_settings, finish_write, now_ms, reply_outcome, session_thresholds, Propagate};
-use super::async_count::{can_block, count_off_thread, Counted};
+use super::async_count::{can_block, count_off_thread, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
@@ -18,7 +18,9 @@ pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// MEM.APPEND, resumed with a count made off the main thread (`counted`).
-fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted>) -> RedisResult {
+fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
+    let resumed = output.is_some();
+    let counted = output.and_then(|o| o.downcast::<Counted>().ok());
     arity(&args, 4)?;
     let keyname = &args[1];
     let role = args::utf8("role", &args[2])?;
@@ -65,7 +67,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     // Large content: checked and counted by a worker while the client waits;
     // this command runs again with the count.
     let large = raw_content.len() as u64 >= cfg.async_threshold_bytes;
-    if counted.is_none() && large && can_block(ctx) {
+    if !resumed && large && can_block(ctx) {
         if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, append_counted) {
             return reply;
         }
