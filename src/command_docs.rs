@@ -112,6 +112,21 @@ pub fn all() -> Vec<Doc> {
             ],
         },
         Doc {
+            name: "mem.appendbatch",
+            summary: "Appends several messages (a JSON array of {role, content, ts?, meta?}) in one atomic step, as consecutive MEM.APPENDs.",
+            complexity: "O(N) in the size of the contents (tokenizing), plus O(M) for M evicted messages.",
+            arity: -3,
+            access: Update,
+            args: vec![
+                key(),
+                string("messages"),
+                option("MODEL", string("name")),
+                option("TTL", integer("seconds")),
+                option("MAXTOKENS", integer("n")),
+                option("MAXMSGS", integer("n")),
+            ],
+        },
+        Doc {
             name: "mem.get",
             summary: "Returns the session's summary and messages, oldest first, optionally the newest, those after an id, or those fitting a token budget.",
             complexity: "O(N) for N messages returned.",

@@ -128,6 +128,7 @@ macro_rules! command {
 }
 
 command!(mem_append, commands::append);
+command!(mem_append_batch, commands::append_batch);
 command!(mem_get, commands::get);
 command!(mem_summarize_check, commands::summarize_check);
 command!(mem_summarize, commands::summarize);
@@ -156,6 +157,7 @@ redis_module! {
     init: init,
     commands: [
         ["mem.append", mem_append, "write deny-oom", 1, 1, 1, ""],
+        ["mem.appendbatch", mem_append_batch, "write deny-oom", 1, 1, 1, ""],
         ["mem.get", mem_get, "readonly", 1, 1, 1, ""],
         ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, ""],
         ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, ""],

@@ -5,6 +5,7 @@
 mod admission;
 pub mod args;
 pub mod async_count;
+mod batch;
 mod ext;
 mod import;
 mod internal;
@@ -18,8 +19,10 @@ use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
 use crate::session::{Op, Outcome, Session, Settings, Thresholds};
+use crate::stats;
 use crate::tokenizer;
 
+pub use batch::append_batch;
 pub use ext::{ext_get, ext_set};
 pub use import::import;
 pub use internal::{apply, put};
@@ -73,13 +76,75 @@ pub fn default_settings(cfg: &Config) -> Settings {
     }
 }
 
+/// The options that change a session's settings (MEM.APPEND, MEM.APPENDBATCH).
+pub struct SettingsOptions<'a> {
+    model: Option<&'a str>,
+    ttl: Option<u64>,
+    max_tokens: Option<u64>,
+    max_msgs: Option<u64>,
+}
+
+impl<'a> SettingsOptions<'a> {
+    pub const NAMES: [&'static str; 4] = ["MODEL", "TTL", "MAXTOKENS", "MAXMSGS"];
+
+    pub fn parse(opts: &args::Options<'a>) -> Result<SettingsOptions<'a>, RedisError> {
+        let model = opts.str("MODEL")?;
+        if let Some(model) = model {
+            args::check_model(model)?;
+        }
+        Ok(SettingsOptions {
+            model,
+            ttl: opts.u64("TTL", 0)?,
+            max_tokens: opts.u64("MAXTOKENS", 1)?,
+            max_msgs: opts.u64("MAXMSGS", 1)?,
+        })
+    }
+
+    /// The settings a write works with: the session's (a new session's when
+    /// there is none), changed by these options.
+    pub fn merge(&self, session: Option<&Session>, cfg: &Config) -> Settings {
+        let mut settings = session.map_or_else(|| default_settings(cfg), |s| s.settings.clone());
+        if let Some(model) = self.model {
+            settings.model = model.to_owned();
+            settings.encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
+        }
+        settings.ttl = self.ttl.unwrap_or(settings.ttl);
+        settings.max_tokens = self.max_tokens.unwrap_or(settings.max_tokens);
+        settings.max_msgs = self.max_msgs.unwrap_or(settings.max_msgs);
+        settings
+    }
+}
+
+/// Stats and keyspace events of appends; returns the events to publish.
+pub fn append_events(outcomes: &[(Outcome, bool)]) -> Vec<&'static str> {
+    let mut events = Vec::new();
+    for (outcome, summarize) in outcomes {
+        stats::add(&stats::APPENDS, 1);
+        stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
+        events.push("mem.append");
+        if outcome.trimmed > 0 {
+            events.push("mem.trim");
+        }
+        if *summarize {
+            stats::add(&stats::THRESHOLD_EVENTS, 1);
+            events.push("mem.threshold");
+        }
+    }
+    events
+}
+
 /// The summarization thresholds of `settings` under the current config.
 pub fn thresholds(settings: &Settings, cfg: &Config, window: Option<u64>) -> Thresholds {
     Thresholds::new(window, cfg.summarize_ratio, cfg.summarize_fallback_tokens, settings)
 }
 
 pub fn session_thresholds(session: &Session, cfg: &Config) -> Thresholds {
-    thresholds(&session.settings, cfg, tokenizer::context_window(&session.settings.model))
+    settings_thresholds(&session.settings, cfg)
+}
+
+/// The thresholds of `settings` with its model's own context window.
+pub fn settings_thresholds(settings: &Settings, cfg: &Config) -> Thresholds {
+    thresholds(settings, cfg, tokenizer::context_window(&settings.model))
 }
 
 /// How a write reaches replicas and the AOF.
@@ -87,6 +152,8 @@ pub enum Propagate<'a> {
     /// The op (its [`Op::header`]), applied identically downstream, and the
     /// appended content, if any, as the client's own argument (not copied).
     Op(Op, Option<&'a RedisString>),
+    /// Several whole ops' payloads, contents included (a batch append).
+    Ops(Vec<Vec<u8>>),
     /// The whole session (import, a re-count under a new tokenizer).
     Session,
 }
@@ -110,6 +177,12 @@ pub fn finish_write(
                 None => ctx.replicate("MEM._APPLY", &[keyname, &payload]),
             }
         }
+        Propagate::Ops(ops) => {
+            for op in &ops {
+                let payload = RedisString::create_from_slice(ctx.ctx, op);
+                ctx.replicate("MEM._APPLY", &[keyname, &payload]);
+            }
+        }
         Propagate::Session => {
             if let Some(s) = key.session() {
                 let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_session(s));
@@ -129,7 +202,13 @@ pub fn finish_write(
 
 /// The reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT.
 pub fn reply_outcome(ctx: &Context, outcome: &Outcome, summarize: bool) -> RedisResult {
-    reply::Reply::new(ctx)
+    write_outcome(&reply::Reply::new(ctx), outcome, summarize);
+    Ok(RedisValue::NoReply)
+}
+
+/// One outcome map (also each element of MEM.APPENDBATCH's reply).
+pub fn write_outcome(reply: &reply::Reply, outcome: &Outcome, summarize: bool) {
+    reply
         .map(6)
         .field_int("id", outcome.id)
         .field_int("tokens", outcome.tokens)
@@ -137,7 +216,6 @@ pub fn reply_outcome(ctx: &Context, outcome: &Outcome, summarize: bool) -> Redis
         .field_int("messages", outcome.messages)
         .field_int("trimmed", outcome.trimmed)
         .field_int("summarize", u64::from(summarize));
-    Ok(RedisValue::NoReply)
 }
 
 /// Positional arguments: exactly `min` or more (options follow).

@@ -3,13 +3,13 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
-use super::{arity, default_settings, finish_write, now_ms, reply_outcome, session_thresholds, Propagate};
+use super::{append_events, arity, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
 use super::async_count::{can_block, count_off_thread, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
 use crate::stats::{self, count_message};
-use crate::tokenizer::{self, SUMMARY_COUNTED_AS};
+use crate::tokenizer::SUMMARY_COUNTED_AS;
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
 ///   [MAXTOKENS n] [MAXMSGS n]
@@ -26,11 +26,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let role = args::utf8("role", &args[2])?;
     args::check_role(role)?;
     let raw_content = &args[3];
-    let opts = Options::parse(
-        &args[4..],
-        &["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS"],
-        &[],
-    )?;
+    let opts = Options::parse(&args[4..], &[&["TS", "META"][..], &SettingsOptions::NAMES].concat(), &[])?;
     let cfg = Config::current();
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
@@ -42,26 +38,11 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         args::check_size("META", meta.len(), cfg.max_message_bytes)?;
         args::check_meta(meta)?;
     }
-    let model = opts.str("MODEL")?;
-    if let Some(model) = model {
-        args::check_model(model)?;
-    }
-    let ttl = opts.u64("TTL", 0)?;
-    let max_tokens = opts.u64("MAXTOKENS", 1)?;
-    let max_msgs = opts.u64("MAXMSGS", 1)?;
+    let changes = SettingsOptions::parse(&opts)?;
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
-    let (mut settings, last_id) = match key.session() {
-        Some(s) => (s.settings.clone(), s.last_id),
-        None => (default_settings(&cfg), 0),
-    };
-    if let Some(model) = model {
-        settings.model = model.to_owned();
-        settings.encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
-    }
-    settings.ttl = ttl.unwrap_or(settings.ttl);
-    settings.max_tokens = max_tokens.unwrap_or(settings.max_tokens);
-    settings.max_msgs = max_msgs.unwrap_or(settings.max_msgs);
+    let settings = changes.merge(key.session(), &cfg);
+    let last_id = key.session().map_or(0, |s| s.last_id);
     let encoding = settings.encoding;
 
     // Large content: checked and counted by a worker while the client waits;
@@ -108,17 +89,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let outcome = session.apply(op).map_err(session_error)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
-
-    stats::add(&stats::APPENDS, 1);
-    stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
-    let mut events = vec!["mem.append"];
-    if outcome.trimmed > 0 {
-        events.push("mem.trim");
-    }
-    if summarize {
-        stats::add(&stats::THRESHOLD_EVENTS, 1);
-        events.push("mem.threshold");
-    }
+    let events = append_events(&[(outcome.clone(), summarize)]);
     finish_write(ctx, keyname, &key, how, expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }

@@ -1,0 +1,187 @@
+//! MEM.APPENDBATCH: several messages appended in one atomic command, so an
+//! agent step (an assistant tool call and its results) needs no MULTI/EXEC,
+//! which cannot wait for a worker: a large batch is parsed and counted on
+//! the pool like a large MEM.APPEND.
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::args::{err, Options};
+use super::async_count::{can_block, off_thread, Output};
+use super::reply::Reply;
+use super::write::session_error;
+use super::{append_events, finish_write, now_ms, settings_thresholds, write_outcome, Propagate, SettingsOptions};
+use crate::config::Config;
+use crate::key::SessionKey;
+use crate::persistence;
+use crate::session::{Message, Op, MAX_ROLE_BYTES, MAX_TS};
+use crate::stats::count_message;
+use crate::tokenizer::Encoding;
+
+/// Most messages one batch may carry.
+pub const MAX_BATCH: usize = 1000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Item<'a> {
+    role: String,
+    content: String,
+    #[serde(default)]
+    ts: Option<u64>,
+    #[serde(default, borrow)]
+    meta: Option<&'a RawValue>,
+}
+
+/// A batch message, checked, with its tokens.
+struct Counted {
+    role: String,
+    content: String,
+    ts: Option<i64>,
+    meta: Option<String>,
+    tokens: u64,
+}
+
+/// What a worker made of the batch: its messages counted under `encoding`,
+/// or the reason the batch is refused.
+struct Parsed {
+    encoding: Encoding,
+    messages: Result<Vec<Counted>, String>,
+}
+
+fn parse(bytes: &[u8], encoding: Encoding, max_message_bytes: u64) -> Parsed {
+    Parsed { encoding, messages: parse_items(bytes, max_message_bytes).map(|items| count(items, encoding)) }
+}
+
+fn parse_items(bytes: &[u8], max_message_bytes: u64) -> Result<Vec<Counted>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "messages is not valid UTF-8".to_owned())?;
+    let items: Vec<Item> = serde_json::from_str(text).map_err(|e| {
+        format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?}} objects: {e}")
+    })?;
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(format!("a batch holds 1 to {MAX_BATCH} messages"));
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| check(item, max_message_bytes).map_err(|e| format!("messages[{i}]: {e}")))
+        .collect()
+}
+
+fn check(item: Item, max_message_bytes: u64) -> Result<Counted, String> {
+    if item.role.is_empty() || item.role.len() > MAX_ROLE_BYTES {
+        return Err(format!("role must be 1 to {MAX_ROLE_BYTES} bytes"));
+    }
+    if item.content.len() as u64 > max_message_bytes {
+        return Err(format!("content is {} bytes, above mem.max-message-bytes ({max_message_bytes})", item.content.len()));
+    }
+    let ts = match item.ts {
+        Some(t) if t > MAX_TS as u64 => return Err(format!("ts must be at most {MAX_TS} (9999-12-31)")),
+        t => t.map(|t| t as i64),
+    };
+    let meta = match item.meta {
+        Some(raw) => {
+            let text = raw.get();
+            if text.len() as u64 > max_message_bytes {
+                return Err("meta is above mem.max-message-bytes".to_owned());
+            }
+            crate::session::check_json_object("meta", text)?;
+            Some(text.to_owned())
+        }
+        None => None,
+    };
+    Ok(Counted { role: item.role, content: item.content, ts, meta, tokens: 0 })
+}
+
+fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
+    for m in &mut messages {
+        m.tokens = count_message(encoding, &m.role, &m.content);
+    }
+    messages
+}
+
+/// MEM.APPENDBATCH key messages [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n]
+pub fn append_batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    batch_counted(ctx, args, None)
+}
+
+fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
+    super::arity(&args, 3)?;
+    let resumed = output.is_some();
+    let keyname = &args[1];
+    let raw = &args[2];
+    let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &[])?;
+    let changes = SettingsOptions::parse(&opts)?;
+    let cfg = Config::current();
+    let max_batch_bytes = cfg.max_message_bytes.saturating_mul(4);
+    if raw.len() as u64 > max_batch_bytes {
+        return Err(err(format!(
+            "ERR messages is {} bytes, above 4 x mem.max-message-bytes ({max_batch_bytes})",
+            raw.len()
+        )));
+    }
+    let mut key = SessionKey::open(ctx, keyname, true)?;
+    let settings = changes.merge(key.session(), &cfg);
+    let encoding = settings.encoding;
+
+    let large = raw.len() as u64 >= cfg.async_threshold_bytes;
+    if !resumed && large && can_block(ctx) {
+        let max = cfg.max_message_bytes;
+        if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
+            Box::new(parse(bytes, encoding, max))
+        }) {
+            return reply;
+        }
+    }
+    let parsed = match output.and_then(|o| o.downcast::<Parsed>().ok()) {
+        Some(p) => *p,
+        None => parse(raw.as_slice(), encoding, cfg.max_message_bytes),
+    };
+    let mut messages = parsed.messages.map_err(|e| err(format!("ERR {e}")))?;
+    if parsed.encoding != encoding {
+        // The session's model changed while the worker counted.
+        messages = count(messages, encoding);
+    }
+    let now = now_ms();
+    let mut next_id = key.session().map_or(0, |s| s.last_id) + 1;
+    let ops: Vec<Op> = messages
+        .into_iter()
+        .map(|m| {
+            let message = Message {
+                id: next_id,
+                role: m.role.into(),
+                content: m.content.into(),
+                ts: m.ts.unwrap_or(now),
+                tokens: m.tokens,
+                meta: m.meta.map(Box::from),
+            };
+            next_id += 1;
+            Op::Append { now, settings: settings.clone(), message }
+        })
+        .collect();
+
+    // Everything is validated; from here on the write cannot fail (an op is
+    // refused only for an id that is not increasing, checked above).
+    let session = key.session_or_create(|| ops.first().and_then(Op::new_session))?;
+    let how = if session.settings.encoding != encoding {
+        session.recount(encoding, count_message);
+        Propagate::Session
+    } else {
+        Propagate::Ops(ops.iter().map(persistence::encode_op).collect())
+    };
+    let thresholds = settings_thresholds(&settings, &cfg);
+    let mut outcomes = Vec::with_capacity(ops.len());
+    for op in ops {
+        let outcome = session.apply(op).map_err(session_error)?;
+        outcomes.push((outcome, session.meets(thresholds)));
+    }
+    let expiry = session.key_expiry(now);
+    let events = append_events(&outcomes);
+    finish_write(ctx, keyname, &key, how, expiry, now, &events);
+    let reply = Reply::new(ctx);
+    reply.array(outcomes.len());
+    for (outcome, summarize) in &outcomes {
+        write_outcome(&reply, outcome, *summarize);
+    }
+    Ok(RedisValue::NoReply)
+}
