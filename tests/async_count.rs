@@ -86,33 +86,45 @@ fn large_invalid_utf8_is_refused_after_the_worker_and_changes_nothing() {
 }
 
 #[test]
-fn multi_and_lua_count_inline_with_the_same_result() {
+fn large_contents_are_refused_in_multi_and_lua_naming_the_way_out() {
     let server = Server::start();
     let mut con = server.client();
     cmd(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000"]).unwrap();
     let big = text(30_000, 9);
-    let expected = 3 + o200("user") + o200(&big);
-    // MULTI: a client inside a transaction cannot block.
-    let replies: Vec<Value> = redis::pipe()
+    // MULTI: a client inside a transaction cannot block; counting inline
+    // would hold every other client, so the large append is refused (the
+    // other commands of the transaction run, as Redis does for any error
+    // inside EXEC).
+    let replies: redis::RedisResult<Vec<Value>> = redis::pipe()
         .atomic()
+        .cmd("MEM.APPEND").arg("mem:{m}").arg("user").arg("small")
         .cmd("MEM.APPEND").arg("mem:{m}").arg("user").arg(&big)
-        .cmd("MEM.APPEND").arg("mem:{m}").arg("user").arg("after")
-        .query(&mut con)
-        .expect("MULTI/EXEC");
-    assert_eq!(int_field(&as_fields(replies[0].clone()), "tokens"), expected);
-    assert_eq!(int_field(&as_fields(replies[1].clone()), "id"), 2);
+        .query(&mut con);
+    let e = replies.expect_err("the large append inside MULTI must be refused");
+    assert!(e.to_string().contains("cannot wait for") && e.to_string().contains("MEM.APPENDBATCH"), "{e}");
+    let info = map_reply(&mut con, &["MEM.INFO", "mem:{m}"]);
+    assert_eq!(int_field(&info, "messages"), 1, "only the small append landed");
     // Lua: neither can a script.
-    let v: Value = redis::cmd("EVAL")
+    let r: redis::RedisResult<Value> = redis::cmd("EVAL")
         .arg("return redis.call('MEM.APPEND', KEYS[1], 'user', ARGV[1])")
         .arg(1)
         .arg("mem:{l}")
         .arg(&big)
+        .query(&mut con);
+    assert!(r.expect_err("refused in a script").to_string().contains("cannot wait for"));
+    assert_eq!(redis::cmd("EXISTS").arg("mem:{l}").query::<i64>(&mut con).unwrap(), 0);
+    // Small contents still work in both.
+    let v: Value = redis::cmd("EVAL")
+        .arg("return redis.call('MEM.APPEND', KEYS[1], 'user', ARGV[1])")
+        .arg(1)
+        .arg("mem:{l}")
+        .arg("small")
         .query(&mut con)
         .expect("EVAL");
-    assert_eq!(int_field(&as_fields(v), "tokens"), expected);
-    // And the worker path gives the same count.
+    assert_eq!(int_field(&as_fields(v), "tokens"), 3 + o200("user") + o200("small"));
+    // And outside them the worker counts the large one.
     let r = map_reply(&mut con, &["MEM.APPEND", "mem:{w}", "user", &big]);
-    assert_eq!(int_field(&r, "tokens"), expected);
+    assert_eq!(int_field(&r, "tokens"), 3 + o200("user") + o200(&big));
 }
 
 #[test]

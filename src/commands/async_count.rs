@@ -70,6 +70,21 @@ pub fn can_block(ctx: &Context) -> bool {
     !ctx.get_flags().intersects(no)
 }
 
+/// Large texts are counted off the main thread; MULTI/EXEC, scripts and
+/// other callers that cannot block cannot wait for that, and counting inline
+/// would hold every other client: they are refused, naming the way out.
+pub fn refuse_where_blocking_is_impossible(ctx: &Context, what: &str, len: usize) -> Result<(), RedisError> {
+    let cannot = ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING;
+    if ctx.get_flags().intersects(cannot) {
+        return Err(RedisError::String(format!(
+            "ERR {what} of {len} bytes (mem.async-threshold-bytes or more) is counted off the main thread, \
+             which MULTI/EXEC and scripts cannot wait for: send it as a command of its own \
+             (MEM.APPENDBATCH appends several messages atomically)"
+        )));
+    }
+    Ok(())
+}
+
 /// Counts one message's `role` + `content` on the pool (see [`off_thread`]).
 pub fn count_off_thread(
     ctx: &Context,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::args::{err, Options};
-use super::async_count::{can_block, off_thread, Output};
+use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
 use super::reply::Reply;
 use super::write::session_error;
 use super::{append_events, finish_write, now_ms, settings_thresholds, write_outcome, Propagate, SettingsOptions};
@@ -125,6 +125,9 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let encoding = settings.encoding;
 
     let large = raw.len() as u64 >= cfg.async_threshold_bytes;
+    if !resumed && large {
+        refuse_where_blocking_is_impossible(ctx, "messages", raw.len())?;
+    }
     if !resumed && large && can_block(ctx) {
         let max = cfg.max_message_bytes;
         if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {

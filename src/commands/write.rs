@@ -4,7 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
 use super::{append_events, arity, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
-use super::async_count::{can_block, count_off_thread, Counted, Output};
+use super::async_count::{can_block, count_off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
@@ -48,6 +48,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     // Large content: checked and counted by a worker while the client waits;
     // this command runs again with the count.
     let large = raw_content.len() as u64 >= cfg.async_threshold_bytes;
+    if !resumed && large {
+        refuse_where_blocking_is_impossible(ctx, "content", raw_content.len())?;
+    }
     if !resumed && large && can_block(ctx) {
         if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, append_counted) {
             return reply;

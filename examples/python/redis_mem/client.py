@@ -237,6 +237,34 @@ class RedisMemClient:
         args += self._opt("MAXMSGS", maxmsgs)
         return AppendResult.from_reply(self._cmd(*args))
 
+    def append_batch(
+        self,
+        key: str,
+        messages: Iterable[Mapping[str, Any]],
+        model: Optional[str] = None,
+        ttl: Optional[int] = None,
+        maxtokens: Optional[int] = None,
+        maxmsgs: Optional[int] = None,
+    ) -> List[AppendResult]:
+        """MEM.APPENDBATCH: several messages (dicts with ``role``, ``content``
+        and optional ``ts``, ``meta``) appended in one atomic command, as
+        consecutive MEM.APPENDs; one result per message."""
+        items = []
+        for m in messages:
+            item = {"role": m["role"], "content": m["content"]}
+            if m.get("ts") is not None:
+                item["ts"] = m["ts"]
+            meta = m.get("meta")
+            if meta is not None:
+                item["meta"] = json.loads(meta) if isinstance(meta, (str, bytes)) else meta
+            items.append(item)
+        args = ["MEM.APPENDBATCH", key, json.dumps(items, ensure_ascii=False, separators=(",", ":"))]
+        args += self._opt("MODEL", model)
+        args += self._opt("TTL", ttl)
+        args += self._opt("MAXTOKENS", maxtokens)
+        args += self._opt("MAXMSGS", maxmsgs)
+        return [AppendResult.from_reply(r) for r in self._cmd(*args)]
+
     def summarize(self, key: str, upto: int, text: str) -> AppendResult:
         """MEM.SUMMARIZE: replace the summary and every message with
         ``id <= upto`` by ``text``."""

@@ -213,31 +213,21 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     # -- writing -----------------------------------------------------------
 
-    def _append_args(self, msg: BaseMessage) -> List[Any]:
-        role, content, meta = message_to_mem(msg)
-        args: List[Any] = ["MEM.APPEND", self.key, role, content, "META", _meta_arg(meta)]
-        for name, value in (
-            ("MODEL", self.model),
-            ("TTL", self.ttl),
-            ("MAXTOKENS", self.maxtokens),
-            ("MAXMSGS", self.maxmsgs),
-        ):
-            if value is not None:
-                args += [name, value]
-        return args
-
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Appends the messages in one MULTI/EXEC: they land contiguously, so
-        a tool call and its results are never interleaved with another
-        writer's messages."""
-        commands = [self._append_args(m) for m in messages]  # serialise first
-        if not commands:
+        """Appends the messages in one MEM.APPENDBATCH: atomic and contiguous,
+        so a tool call and its results are never interleaved with another
+        writer's messages (and, unlike MULTI/EXEC, large ones are counted off
+        the server's main thread)."""
+        items = []
+        for m in messages:
+            role, content, meta = message_to_mem(m)
+            items.append({"role": role, "content": content, "meta": meta})
+        if not items:
             self.last_results = []
             return
-        pipe = self.mem.redis.pipeline(transaction=True)
-        for args in commands:
-            pipe.execute_command(*args)
-        self.last_results = [AppendResult.from_reply(r) for r in pipe.execute()]
+        self.last_results = self.mem.append_batch(
+            self.key, items, model=self.model, ttl=self.ttl, maxtokens=self.maxtokens, maxmsgs=self.maxmsgs
+        )
 
     def clear(self) -> None:
         self.mem.redis.delete(self.key)
