@@ -73,7 +73,11 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
 pub fn encode_op(op: &Op) -> Vec<u8> {
     let mut w = Writer::new(FORMAT);
     match op {
-        Op::Append { now, settings, message } => {
+        Op::Append {
+            now,
+            settings,
+            message,
+        } => {
             w.u8(OP_APPEND);
             w.i64(*now);
             put_settings(&mut w, settings);
@@ -84,7 +88,12 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             w.i64(*now);
             put_summary(&mut w, summary);
         }
-        Op::ExtSet { now, settings, system, external } => {
+        Op::ExtSet {
+            now,
+            settings,
+            system,
+            external,
+        } => {
             w.u8(OP_EXTSET);
             w.i64(*now);
             put_settings(&mut w, settings);
@@ -146,7 +155,10 @@ pub fn session(r: &mut Reader) -> Result<Session> {
     for _ in 0..count {
         let system = r.string("external system")?;
         // Strictly increasing, as written: one encoding per session.
-        if external.last_key_value().is_some_and(|(last, _)| *last >= system) {
+        if external
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= system)
+        {
             return Err("corrupt payload: external systems out of order".to_owned());
         }
         external.insert(system, external_id(r)?);

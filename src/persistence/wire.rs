@@ -48,7 +48,10 @@ impl<'a> Reader<'a> {
     /// The next `len` bytes (`len` as read from the input: checked here).
     pub fn take(&mut self, len: u64, what: &str) -> Result<&'a [u8]> {
         let len = usize::try_from(len).map_err(|_| truncated(what))?;
-        let (head, rest) = self.rest.split_at_checked(len).ok_or_else(|| truncated(what))?;
+        let (head, rest) = self
+            .rest
+            .split_at_checked(len)
+            .ok_or_else(|| truncated(what))?;
         self.rest = rest;
         Ok(head)
     }
@@ -80,7 +83,9 @@ impl<'a> Reader<'a> {
         let n = self.u64(what)?;
         match usize::try_from(n) {
             Ok(n) if n <= self.rest.len() / min_bytes.max(1) => Ok(n),
-            _ => Err(format!("corrupt payload: {what} count {n} exceeds the payload")),
+            _ => Err(format!(
+                "corrupt payload: {what} count {n} exceeds the payload"
+            )),
         }
     }
 
@@ -222,7 +227,18 @@ mod tests {
 
     #[test]
     fn varints_round_trip_at_every_width() {
-        for v in [0, 1, 127, 128, 300, 16_383, 16_384, u32::MAX as u64, 1 << 63, u64::MAX] {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u32::MAX as u64,
+            1 << 63,
+            u64::MAX,
+        ] {
             let bytes = write_u64(v);
             for format in [1, 2] {
                 let mut r = Reader::new(&bytes, format);
@@ -260,8 +276,15 @@ mod tests {
         assert!(Reader::new(&long, 1).u64("v").is_err());
         assert!(Reader::new(&long, 2).u64("v").is_err());
         // A postcard variant index is a u32.
-        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0x10], 1).postcard_variant("v").is_err());
-        assert_eq!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0x0f], 1).postcard_variant("v").unwrap(), u32::MAX as u64);
+        assert!(Reader::new(&[0xff, 0xff, 0xff, 0xff, 0x10], 1)
+            .postcard_variant("v")
+            .is_err());
+        assert_eq!(
+            Reader::new(&[0xff, 0xff, 0xff, 0xff, 0x0f], 1)
+                .postcard_variant("v")
+                .unwrap(),
+            u32::MAX as u64
+        );
     }
 
     #[test]
@@ -272,7 +295,10 @@ mod tests {
         let mut w = Writer(Vec::new());
         w.u64(1 << 62);
         w.0.extend_from_slice(b"abc");
-        assert!(Reader::new(&w.0, 2).count(1, "messages").unwrap_err().contains("exceeds"));
+        assert!(Reader::new(&w.0, 2)
+            .count(1, "messages")
+            .unwrap_err()
+            .contains("exceeds"));
         assert_eq!(Reader::new(&[0x03, 1, 2, 3], 2).count(1, "x").unwrap(), 3);
         assert!(Reader::new(&[0x02, 1, 2, 3], 2).count(2, "x").is_err());
         assert!(Reader::new(&[0xc0, 0xff, 0xff], 2).u64("v").is_err());
@@ -280,9 +306,17 @@ mod tests {
 
     #[test]
     fn options_take_tags_0_and_1_only() {
-        assert_eq!(Reader::new(&[0], 2).option("o", |r| r.u8("x")).unwrap(), None);
-        assert_eq!(Reader::new(&[1, 7], 2).option("o", |r| r.u8("x")).unwrap(), Some(7));
+        assert_eq!(
+            Reader::new(&[0], 2).option("o", |r| r.u8("x")).unwrap(),
+            None
+        );
+        assert_eq!(
+            Reader::new(&[1, 7], 2).option("o", |r| r.u8("x")).unwrap(),
+            Some(7)
+        );
         assert!(Reader::new(&[2, 7], 2).option("o", |r| r.u8("x")).is_err());
-        assert!(Reader::new(&[1, 0xff], 2).option("o", |r| r.str("x")).is_err());
+        assert!(Reader::new(&[1, 0xff], 2)
+            .option("o", |r| r.str("x"))
+            .is_err());
     }
 }
