@@ -65,8 +65,12 @@ pub unsafe extern "C" fn free_session(value: *mut c_void) {
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     crate::guard::or(std::ptr::null_mut(), || {
+        // Every encoding version so far stores one string buffer; its
+        // payload's format must match the version (persistence).
         let result = match encver {
-            1 => load_payload(rdb).and_then(|bytes| persistence::decode_session(&bytes)),
+            1 | 2 => {
+                load_payload(rdb).and_then(|bytes| persistence::decode_rdb_session(encver, &bytes))
+            }
             v => Err(format!("unknown redis-mem encoding version {v}")),
         };
         match result {

@@ -5,10 +5,8 @@
 //! context window); its own BPE is never built here because it can panic or
 //! take seconds on pathological inputs, which would kill or freeze Redis.
 
-use serde::{Deserialize, Serialize};
-
 /// A tiktoken encoding the module can count with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
     O200kBase,
     Cl100kBase,

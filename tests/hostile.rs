@@ -407,7 +407,7 @@ fn digests(con: &mut redis::Connection) -> Vec<String> {
 }
 
 /// Reference payloads for the internal commands: sessions taken from DUMP
-/// (rdbcompression no) and ops built with the postcard encoder.
+/// (rdbcompression no) and ops of both formats built by relkit's encoder.
 fn reference_payloads(con: &mut redis::Connection) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     ok(con, &["CONFIG", "SET", "rdbcompression", "no"]);
     let keys = populate_variety(con, "mem:{ref}");
@@ -418,6 +418,10 @@ fn reference_payloads(con: &mut redis::Connection) -> (Vec<Vec<u8>>, Vec<Vec<u8>
         op_append(1_700_000_000_000, &s, &PMessage { id: 1001, role: b"tool", content: b"x", ts: 2, tokens: 5, meta: Some(b"{}") }),
         op_summarize(1_700_000_000_000, b"sum", 7, 3, 5),
         op_extset(1_700_000_000_000, &s, b"dify", b"c1", 1_900_000_000_000),
+        // Format 1, as the AOFs of release 0.1 carry them.
+        op_append_v1(1_700_000_000_000, &s, &PMessage { id: 1002, role: b"user", content: b"old", ts: 3, tokens: 5, meta: Some(b"{}") }),
+        op_summarize_v1(1_700_000_000_000, b"sum", 7, 3, 5),
+        op_extset_v1(1_700_000_000_000, &s, b"n8n", b"c2", 1_900_000_000_000),
     ];
     (sessions, ops)
 }
@@ -592,6 +596,10 @@ fn internal_commands_refuse_payloads_that_break_invariants() {
         ("append with META that is not JSON", op_append(now, &s, &PMessage { meta: Some(b"not json"), ..msg(15, b"user", 5) })),
         ("summarize with tokens u64::MAX", op_summarize(now, b"s", u64::MAX, 2, now)),
         ("extset with caps 0", op_extset(now, &zero_caps, b"dify", b"c", now + 1000)),
+        ("format-1 append with tokens u64::MAX", op_append_v1(now, &s, &msg(16, b"user", u64::MAX))),
+        ("format-1 append with an empty role", op_append_v1(now, &s, &msg(17, b"", 5))),
+        ("format-1 summarize with tokens u64::MAX", op_summarize_v1(now, b"s", u64::MAX, 2, now)),
+        ("format-1 extset with caps 0", op_extset_v1(now, &zero_caps, b"dify", b"c", now + 1000)),
     ];
     let mut problems = Vec::new();
     for (what, payload) in &cases {

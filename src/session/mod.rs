@@ -9,8 +9,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
-
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// The role whose messages must stay with the call that produced them.
@@ -21,7 +19,7 @@ pub const MAX_TS: i64 = 253_402_300_799_999;
 /// Longest accepted role, in bytes.
 pub const MAX_ROLE_BYTES: usize = 64;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     pub id: u64,
     /// Boxed strings, not `String`s: no spare capacity, 8 bytes less each.
@@ -34,7 +32,7 @@ pub struct Message {
     pub meta: Option<Box<str>>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
     pub text: String,
     pub tokens: u64,
@@ -43,7 +41,7 @@ pub struct Summary {
     pub ts: i64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     pub model: String,
     pub encoding: Encoding,
@@ -53,14 +51,14 @@ pub struct Settings {
     pub max_msgs: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExternalId {
     pub id: String,
     /// Unix time in milliseconds after which the id is gone.
     pub expires_at: i64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
     pub messages: VecDeque<Message>,
     pub summary: Option<Summary>,
@@ -79,7 +77,7 @@ pub struct Session {
 }
 
 /// A change to a session, with every value the master decided made explicit.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Append one message (creating the session when missing), after applying
     /// `settings`. The message's id is part of it so the replica agrees.

@@ -1,8 +1,13 @@
 //! Helpers shared by the reliability tests (durability, replication,
 //! hostile): snapshots of a session (digest, JSON, PTTL), consistency checks,
-//! a varied set of sessions, the DUMP footer, and a postcard encoder for the
-//! internal commands' payloads.
+//! a varied set of sessions, the DUMP footer, and (payload.rs) an encoder of
+//! the internal commands' payloads.
 #![allow(dead_code)]
+
+mod payload;
+// Not every test file crafts payloads.
+#[allow(unused_imports)]
+pub use payload::*;
 
 use std::time::{Duration, Instant};
 
@@ -321,7 +326,7 @@ fn rdb_len(b: &[u8]) -> (u64, usize, bool) {
     }
 }
 
-/// The module's own payload (format byte + postcard) inside a DUMP taken with
+/// The module's own payload (format byte + body) inside a DUMP taken with
 /// `rdbcompression no`: type 7, module id, opcode 5 (string), the string.
 pub fn module_payload(dump: &[u8]) -> Vec<u8> {
     let (payload, _) = split_dump(dump);
@@ -365,108 +370,6 @@ pub fn wait_persistence_idle(con: &mut redis::Connection) {
             && info_field(con, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
             && info_field(con, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
     });
-}
-
-// ---- postcard encoding of the internal payloads (format byte 1) ----------
-
-pub struct Pc(pub Vec<u8>);
-
-impl Pc {
-    pub fn new() -> Pc {
-        Pc(vec![1])
-    }
-    pub fn varint(&mut self, mut v: u64) -> &mut Self {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.0.push(b);
-                return self;
-            }
-            self.0.push(b | 0x80);
-        }
-    }
-    pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.varint(((v << 1) ^ (v >> 63)) as u64)
-    }
-    pub fn str(&mut self, s: &[u8]) -> &mut Self {
-        self.varint(s.len() as u64);
-        self.0.extend_from_slice(s);
-        self
-    }
-    pub fn opt_str(&mut self, s: Option<&[u8]>) -> &mut Self {
-        match s {
-            None => {
-                self.0.push(0);
-                self
-            }
-            Some(s) => {
-                self.0.push(1);
-                self.str(s)
-            }
-        }
-    }
-}
-
-/// Settings { model, encoding (0 o200k, 1 cl100k), ttl, max_tokens, max_msgs }.
-pub struct PSettings<'a> {
-    pub model: &'a [u8],
-    pub encoding: u64,
-    pub ttl: u64,
-    pub max_tokens: u64,
-    pub max_msgs: u64,
-}
-
-pub fn put_settings(pc: &mut Pc, s: &PSettings) {
-    pc.str(s.model).varint(s.encoding).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs);
-}
-
-pub struct PMessage<'a> {
-    pub id: u64,
-    pub role: &'a [u8],
-    pub content: &'a [u8],
-    pub ts: i64,
-    pub tokens: u64,
-    pub meta: Option<&'a [u8]>,
-}
-
-pub fn put_message(pc: &mut Pc, m: &PMessage) {
-    pc.varint(m.id).str(m.role).str(m.content).i64(m.ts).varint(m.tokens).opt_str(m.meta);
-}
-
-/// `Op::Append { now, settings, message }` (variant 0).
-pub fn op_append(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
-    let mut pc = Pc::new();
-    pc.varint(0).i64(now);
-    put_settings(&mut pc, s);
-    put_message(&mut pc, m);
-    pc.0
-}
-
-/// `Op::Summarize { now, summary: { text, tokens, upto, ts } }` (variant 1).
-pub fn op_summarize(now: i64, text: &[u8], tokens: u64, upto: u64, ts: i64) -> Vec<u8> {
-    let mut pc = Pc::new();
-    pc.varint(1).i64(now).str(text).varint(tokens).varint(upto).i64(ts);
-    pc.0
-}
-
-/// `Op::ExtSet { now, settings, system, external: { id, expires_at } }` (variant 2).
-pub fn op_extset(now: i64, s: &PSettings, system: &[u8], id: &[u8], expires_at: i64) -> Vec<u8> {
-    let mut pc = Pc::new();
-    pc.varint(2).i64(now);
-    put_settings(&mut pc, s);
-    pc.str(system).str(id).i64(expires_at);
-    pc.0
-}
-
-pub fn default_psettings() -> PSettings<'static> {
-    PSettings {
-        model: b"gpt-4o",
-        encoding: 0,
-        ttl: 0,
-        max_tokens: 80_000,
-        max_msgs: 30,
-    }
 }
 
 /// The first consistency problem of `key`, if any (panics inside count as

@@ -1,0 +1,90 @@
+//! The session's serialized form, shared by RDB, DUMP/RESTORE, AOF rewrite
+//! (`MEM._PUT`), replication (`MEM._PUT`, `MEM._APPLY`) and DEBUG
+//! DIGEST-VALUE.
+//!
+//! A payload is one format byte, then the value in that format's layout
+//! (docs/FORMAT.md). Encoding writes the newest format only; decoding reads
+//! every format a release ever wrote (1: postcard of 0.1's structs, 2: the
+//! hand-written layout of `v2`), so what an older release persisted loads
+//! in every later one. Decoding refuses unknown formats, truncation,
+//! impossible lengths and trailing bytes, and checks the session's
+//! invariants, so a corrupt payload is an error, never a half-loaded
+//! session or a panic.
+//!
+//! Adding a format: a new format byte N (and `RDB_ENCODING_VERSION` N with
+//! it), the encoder writes N, the decoder of the previous layout reads the
+//! new fields only `if r.format() >= N`; formats already published are never
+//! changed. See docs/FORMAT.md.
+
+mod v1;
+mod v2;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use crate::session::{Op, Session};
+use wire::Reader;
+
+/// The data type's RDB encoding version (what Redis stores with each value).
+/// A value saved under encoding version N holds one string buffer with a
+/// payload of format N; the two move together.
+pub const RDB_ENCODING_VERSION: i32 = FORMAT_LATEST as i32;
+
+/// Release 0.1's payloads: postcard of its structs.
+const FORMAT_V1: u8 = 1;
+/// The format encoders write.
+const FORMAT_LATEST: u8 = v2::FORMAT;
+
+pub fn encode_session(session: &Session) -> Vec<u8> {
+    v2::encode_session(session)
+}
+
+/// A session of any known format, its invariants checked.
+pub fn decode_session(bytes: &[u8]) -> Result<Session, String> {
+    let session = decode(bytes, v1::session, v2::session)?;
+    session.validate()?;
+    Ok(session)
+}
+
+/// A session saved in an RDB (or DUMP) value of encoding version `encver`:
+/// its payload must be of the matching format.
+pub fn decode_rdb_session(encver: i32, bytes: &[u8]) -> Result<Session, String> {
+    match bytes.first() {
+        Some(&format) if i32::from(format) == encver => decode_session(bytes),
+        Some(&format) => Err(format!(
+            "payload format {format} in a value of encoding version {encver}"
+        )),
+        None => Err("empty payload".to_owned()),
+    }
+}
+
+pub fn encode_op(op: &Op) -> Vec<u8> {
+    v2::encode_op(op)
+}
+
+/// An op of any known format. Not validated here: an append's content may
+/// travel as its own argument, so `MEM._APPLY` validates the op once the
+/// content is back in (`Op::with_content`, then `Op::validate`).
+pub fn decode_op(bytes: &[u8]) -> Result<Op, String> {
+    decode(bytes, v1::op, v2::op)
+}
+
+/// Dispatches on the format byte; the whole body must be consumed.
+fn decode<T>(
+    bytes: &[u8],
+    format_1: fn(&mut Reader) -> Result<T, String>,
+    format_2_on: fn(&mut Reader) -> Result<T, String>,
+) -> Result<T, String> {
+    let Some((&format, body)) = bytes.split_first() else {
+        return Err("empty payload".to_owned());
+    };
+    let mut r = Reader::new(body, format);
+    let value = match format {
+        FORMAT_V1 => format_1(&mut r)?,
+        2..=FORMAT_LATEST => format_2_on(&mut r)?,
+        _ => return Err(format!("unknown payload format {format}")),
+    };
+    r.finish()?;
+    Ok(value)
+}

@@ -1,0 +1,433 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::session::{ExternalId, Message, Settings, Summary};
+use crate::tokenizer::Encoding;
+
+fn settings(encoding: Encoding) -> Settings {
+    Settings {
+        model: "gpt-4o".into(),
+        encoding,
+        ttl: 3600,
+        max_tokens: 80_000,
+        max_msgs: 30,
+    }
+}
+
+fn message(id: u64, role: &str, content: &str, meta: Option<&str>) -> Message {
+    Message {
+        id,
+        role: role.into(),
+        content: content.into(),
+        ts: 1_700_000_000_000 + id as i64,
+        tokens: 3 + role.len() as u64,
+        meta: meta.map(Into::into),
+    }
+}
+
+/// A session that uses every field: summary, messages with and without
+/// META, external ids, imported members, the cl100k encoding.
+fn sample() -> Session {
+    let messages = vec![
+        message(4, "user", "Weather in 東京?", None),
+        message(5, "assistant", "", Some(r#"{"tool_calls":[{"id":"c1"}]}"#)),
+        message(7, "tool", "18C", Some(r#"{"tool_call_id":"c1"}"#)),
+    ];
+    let summary = Summary {
+        text: "Earlier: greetings.".into(),
+        tokens: 9,
+        upto: 3,
+        ts: 1_700_000_000_500,
+    };
+    let total_tokens = summary.tokens + messages.iter().map(|m| m.tokens).sum::<u64>();
+    let external = BTreeMap::from([
+        ("dify".to_owned(), ExternalId { id: "conv-1".into(), expires_at: 1_900_000_000_000 }),
+        ("n8n".to_owned(), ExternalId { id: "exec-9".into(), expires_at: -5 }),
+    ]);
+    Session {
+        messages: messages.into(),
+        summary: Some(summary),
+        settings: settings(Encoding::Cl100kBase),
+        external,
+        last_id: 8,
+        total_tokens,
+        created: 1_699_999_999_000,
+        updated: 1_700_000_000_007,
+        extra: Some(r#"{"user_profile":{"name":"Ann"}}"#.into()),
+    }
+}
+
+/// A session with nothing optional.
+fn bare() -> Session {
+    Session::new(settings(Encoding::O200kBase), 0)
+}
+
+fn sample_ops() -> Vec<Op> {
+    vec![
+        Op::Append {
+            now: 1_700_000_000_009,
+            settings: settings(Encoding::O200kBase),
+            message: message(9, "user", "hi", Some("{}")),
+        },
+        Op::Summarize {
+            now: 1_700_000_000_010,
+            summary: Summary { text: "sum".into(), tokens: 7, upto: 9, ts: 1_700_000_000_010 },
+        },
+        Op::ExtSet {
+            now: 1_700_000_000_011,
+            settings: settings(Encoding::Cl100kBase),
+            system: "dify".into(),
+            external: ExternalId { id: "c1".into(), expires_at: 1_700_000_600_011 },
+        },
+    ]
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+// ---- golden bytes: these fail whenever the format drifts ----------------
+
+/// `sample()` in format 2 (docs/FORMAT.md, section "Session, format 2").
+const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e  08 23 b090abfef962 8ea0abfef962
+    01 13 4561726c6965723a206772656574696e67732e 09 03 e8a7abfef962
+    03
+      04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00
+      05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d
+      07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d
+    02 04 64696679 06 636f6e762d31 80e0998dcc6e  03 6e386e 06 657865632d39 09
+    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d";
+const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00";
+/// `sample_ops()` in format 2, in order (kinds 1, 2, 3).
+const V2_OPS: [&str; 3] = [
+    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d",
+    "02 02 94a0abfef962 03 73756d 07 09 94a0abfef962",
+    "02 03 96a0abfef962 066770742d346f 02 901c 80f104 1e 04 64696679 02 6331 96bff4fef962",
+];
+
+/// The same values as release 0.1 wrote them: postcard 1.2's encoding of
+/// the 0.1 structs, taken from postcard itself before the dependency was
+/// removed (the decoder was also checked against postcard then, on 200
+/// sessions and 400 ops of extreme values).
+const V1_SAMPLE: &str = "01 03
+      04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00
+      05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d
+      07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d
+    01 13 4561726c6965723a206772656574696e67732e 09 03 e8a7abfef962
+    066770742d346f 01 901c 80f104 1e
+    02 04 64696679 06 636f6e762d31 80e0998dcc6e  03 6e386e 06 657865632d39 09
+    08 23 b090abfef962 8ea0abfef962
+    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d";
+const V1_BARE: &str = "01 00 00 066770742d346f 00 901c 80f104 1e 00 00 00 00 00 00";
+const V1_OPS: [&str; 3] = [
+    "01 00 92a0abfef962 066770742d346f 00 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d",
+    "01 01 94a0abfef962 03 73756d 07 09 94a0abfef962",
+    "01 02 96a0abfef962 066770742d346f 01 901c 80f104 1e 04 64696679 02 6331 96bff4fef962",
+];
+
+#[test]
+fn format_2_golden_bytes() {
+    assert_eq!(hex(&encode_session(&sample())), hex(&unhex(V2_SAMPLE)));
+    assert_eq!(hex(&encode_session(&bare())), hex(&unhex(V2_BARE)));
+    for (op, want) in sample_ops().iter().zip(V2_OPS) {
+        assert_eq!(hex(&encode_op(op)), hex(&unhex(want)), "{op:?}");
+    }
+}
+
+#[test]
+fn format_2_golden_bytes_decode() {
+    assert_eq!(decode_session(&unhex(V2_SAMPLE)).unwrap(), sample());
+    assert_eq!(decode_session(&unhex(V2_BARE)).unwrap(), bare());
+    for (op, bytes) in sample_ops().into_iter().zip(V2_OPS) {
+        assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
+    }
+}
+
+#[test]
+fn format_1_of_release_0_1_decodes() {
+    assert_eq!(decode_session(&unhex(V1_SAMPLE)).unwrap(), sample());
+    assert_eq!(decode_session(&unhex(V1_BARE)).unwrap(), bare());
+    for (op, bytes) in sample_ops().into_iter().zip(V1_OPS) {
+        assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
+    }
+}
+
+// ---- round trips ------------------------------------------------------
+
+/// The sample after more ops were applied (trimmed, summarized, ext ids).
+fn lived_in() -> Session {
+    let mut s = sample();
+    s.settings.max_msgs = 4;
+    for id in 9..20 {
+        let role = if id % 3 == 0 { "tool" } else { "user" };
+        let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None) };
+        s.apply(op).unwrap();
+    }
+    let upto = s.messages[1].id;
+    s.apply(Op::Summarize { now: 1_700_000_002_000, summary: Summary { text: "so far".into(), tokens: 5, upto, ts: 1_700_000_002_000 } }).unwrap();
+    s
+}
+
+#[test]
+fn sessions_round_trip() {
+    for s in [sample(), bare(), lived_in()] {
+        s.validate().unwrap();
+        assert_eq!(decode_session(&encode_session(&s)).unwrap(), s);
+    }
+}
+
+#[test]
+fn ops_round_trip_with_extreme_values() {
+    let mut ops = sample_ops();
+    ops.push(Op::Append {
+        now: i64::MIN,
+        settings: Settings { ttl: u64::MAX, max_tokens: u64::MAX, max_msgs: 1, ..settings(Encoding::Cl100kBase) },
+        message: Message { id: u64::MAX, ts: i64::MAX, tokens: u64::MAX, ..message(1, "r", "", None) },
+    });
+    ops.push(Op::ExtSet { now: i64::MAX, settings: settings(Encoding::O200kBase), system: "s".into(), external: ExternalId { id: String::new(), expires_at: i64::MIN } });
+    for op in ops {
+        assert_eq!(decode_op(&encode_op(&op)).unwrap(), op);
+        // What MEM._APPLY receives: the header, then the content put back.
+        let content = match &op { Op::Append { message, .. } => message.content.to_string(), _ => String::new() };
+        assert_eq!(decode_op(&encode_op(&op.header())).unwrap().with_content(content), op);
+    }
+}
+
+// ---- corrupt input ----------------------------------------------------------
+
+fn all_payloads() -> Vec<(String, Vec<u8>, bool)> {
+    let mut out = vec![
+        ("v2 session".into(), encode_session(&sample()), true),
+        ("v2 lived-in session".into(), encode_session(&lived_in()), true),
+        ("v1 session".into(), unhex(V1_SAMPLE), true),
+    ];
+    for (i, op) in sample_ops().iter().enumerate() {
+        out.push((format!("v2 op {i}"), encode_op(op), false));
+        out.push((format!("v1 op {i}"), unhex(V1_OPS[i]), false));
+    }
+    out
+}
+
+fn decodes(bytes: &[u8], is_session: bool) -> bool {
+    if is_session {
+        decode_session(bytes).is_ok()
+    } else {
+        decode_op(bytes).is_ok()
+    }
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    for (what, bytes, is_session) in all_payloads() {
+        assert!(decodes(&bytes, is_session), "{what}");
+        for len in 0..bytes.len() {
+            assert!(!decodes(&bytes[..len], is_session), "{what} truncated at {len}");
+        }
+    }
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    for (what, mut bytes, is_session) in all_payloads() {
+        bytes.push(0);
+        let e = if is_session { decode_session(&bytes).unwrap_err() } else { decode_op(&bytes).unwrap_err() };
+        assert!(e.contains("trailing"), "{what}: {e}");
+    }
+}
+
+/// Every single-bit flip: no panic; a session that still decodes holds its
+/// invariants, and in format 2 is exactly what the encoder writes for it
+/// (one encoding per value).
+#[test]
+fn flipped_bits_never_panic_and_never_break_invariants() {
+    for (what, bytes, is_session) in all_payloads() {
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                if is_session {
+                    if let Ok(s) = decode_session(&b) {
+                        assert!(s.validate().is_ok(), "{what}: byte {i} bit {bit}");
+                        if b[0] == 2 {
+                            assert_eq!(encode_session(&s), b, "{what}: byte {i} bit {bit}");
+                        }
+                    }
+                } else if let Ok(op) = decode_op(&b) {
+                    if b[0] == 2 {
+                        assert_eq!(encode_op(&op), b, "{what}: byte {i} bit {bit}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unknown_formats_are_refused() {
+    for (what, bytes, is_session) in all_payloads() {
+        for format in [0u8, 3, 9, 255] {
+            let mut b = bytes.clone();
+            b[0] = format;
+            let e = if is_session { decode_session(&b).unwrap_err() } else { decode_op(&b).unwrap_err() };
+            assert!(e.contains(&format!("unknown payload format {format}")), "{what}: {e}");
+        }
+    }
+    assert_eq!(decode_session(&[]).unwrap_err(), "empty payload");
+    assert_eq!(decode_op(&[]).unwrap_err(), "empty payload");
+}
+
+#[test]
+fn rdb_values_need_the_format_of_their_encoding_version() {
+    let v1 = unhex(V1_SAMPLE);
+    let v2 = encode_session(&sample());
+    assert_eq!(RDB_ENCODING_VERSION, 2);
+    assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample());
+    assert_eq!(decode_rdb_session(2, &v2).unwrap(), sample());
+    assert!(decode_rdb_session(1, &v2).unwrap_err().contains("format 2 in a value of encoding version 1"));
+    assert!(decode_rdb_session(2, &v1).is_err());
+    assert!(decode_rdb_session(3, &v2).is_err());
+    assert!(decode_rdb_session(2, &[]).is_err());
+}
+
+#[test]
+fn impossible_counts_are_refused_before_allocating() {
+    // A bare session whose message count is 2^62 (the rest: 3 bytes).
+    let mut b = unhex(V2_BARE);
+    let at = b.len() - 3;
+    b.splice(at..at + 1, [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+    assert!(decode_session(&b).unwrap_err().contains("messages count"));
+    // Format 1: the message count comes first.
+    let mut b = unhex(V1_BARE);
+    b.splice(1..2, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+    assert!(decode_session(&b).unwrap_err().contains("messages count"));
+    // A string length far beyond the payload.
+    let mut b = unhex(V2_OPS[1]);
+    b.splice(8..9, [0xff, 0xff, 0xff, 0xff, 0x0f]);
+    assert!(decode_op(&b).unwrap_err().contains("truncated"));
+}
+
+#[test]
+fn format_2_refuses_what_its_encoder_never_writes() {
+    let good = unhex(V2_BARE);
+    // An overlong varint (ttl 3600 as 90 9c 00).
+    let mut b = good.clone();
+    b.splice(9..11, [0x90, 0x9c, 0x00]);
+    assert!(decode_session(&b).unwrap_err().contains("varint"));
+    // Encoding code 0 and 3; option tag 2 (summary).
+    for (at, value) in [(8, 0u8), (8, 3), (19, 2)] {
+        let mut b = good.clone();
+        b[at] = value;
+        assert!(decode_session(&b).is_err(), "byte {at} = {value}");
+    }
+    // External systems out of order or repeated.
+    for systems in [["n8n", "dify"], ["dify", "dify"]] {
+        let mut w = wire::Writer::new(2);
+        let s = bare();
+        w.str(&s.settings.model);
+        w.u8(1); // o200k_base
+        for v in [3600u64, 80_000, 30, 0, 0, 0, 0] {
+            w.u64(v);
+        }
+        w.u8(0);
+        w.u64(0);
+        w.u64(2);
+        for system in systems {
+            w.str(system);
+            w.str("id");
+            w.i64(1);
+        }
+        w.u8(0);
+        assert!(decode_session(&w.into_bytes()).unwrap_err().contains("out of order"), "{systems:?}");
+    }
+    // Op kind 0 and 4.
+    for kind in [0u8, 4] {
+        let mut b = unhex(V2_OPS[0]);
+        b[1] = kind;
+        assert!(decode_op(&b).unwrap_err().contains("unknown op kind"));
+    }
+}
+
+#[test]
+fn decoded_sessions_are_validated() {
+    let mut s = sample();
+    s.total_tokens += 1;
+    assert!(decode_session(&encode_session(&s)).unwrap_err().contains("total_tokens"));
+    let mut s = sample();
+    s.settings.max_msgs = 0;
+    assert!(decode_session(&encode_session(&s)).is_err());
+}
+
+// ---- format 1 built by hand (postcard's rules, docs/FORMAT.md) ------------
+
+/// Writes format 1 as postcard did, independently of the decoder.
+struct V1(Vec<u8>);
+
+impl V1 {
+    fn varint(&mut self, mut v: u64) -> &mut Self {
+        while v >= 0x80 {
+            self.0.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+        self
+    }
+    fn zigzag(&mut self, v: i64) -> &mut Self {
+        self.varint(((v << 1) ^ (v >> 63)) as u64)
+    }
+    fn str(&mut self, s: &str) -> &mut Self {
+        self.varint(s.len() as u64);
+        self.0.extend_from_slice(s.as_bytes());
+        self
+    }
+    fn raw(&mut self, b: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+    fn settings(&mut self, model: &str, encoding_variant: u64) -> &mut Self {
+        self.str(model).varint(encoding_variant).varint(60).varint(1000).varint(10)
+    }
+}
+
+#[test]
+fn format_1_built_by_hand_decodes() {
+    let mut b = V1(vec![1]);
+    b.varint(2) // two messages
+        .varint(6).str("user").str("hello").zigzag(1_000).varint(4).raw(&[0])
+        .varint(7).str("assistant").str("hi!").zigzag(2_000).varint(5).raw(&[1]).str(r#"{"a":1}"#)
+        .raw(&[1]).str("before").varint(3).varint(5).zigzag(900) // summary
+        .settings("gpt-4", 1)
+        .varint(1).str("dify").str("conv").zigzag(-1) // external ids
+        .varint(9).varint(12).zigzag(-7).zigzag(3_000) // last_id, total, created, updated
+        .raw(&[0]); // extra
+    let s = decode_session(&b.0).unwrap();
+    assert_eq!(s.messages.len(), 2);
+    assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
+    assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
+    assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10 });
+    assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });
+    assert_eq!((s.last_id, s.total_tokens, s.created, s.updated, s.extra), (9, 12, -7, 3_000, None));
+
+    // Each op variant, with a needlessly long varint postcard accepted.
+    let mut b = V1(vec![1]);
+    b.varint(0).zigzag(5).settings("m", 0).raw(&[0x87, 0x00]).str("user").str("").zigzag(1).varint(3).raw(&[0]);
+    let Op::Append { now: 5, message, .. } = decode_op(&b.0).unwrap() else { panic!("not an append") };
+    assert_eq!((message.id, &*message.role), (7, "user"));
+    let mut b = V1(vec![1]);
+    b.varint(1).zigzag(5).str("sum").varint(2).varint(4).zigzag(6);
+    assert_eq!(decode_op(&b.0).unwrap(), Op::Summarize { now: 5, summary: Summary { text: "sum".into(), tokens: 2, upto: 4, ts: 6 } });
+    let mut b = V1(vec![1]);
+    b.varint(2).zigzag(5).settings("m", 1).str("n8n").str("x").zigzag(99);
+    assert!(matches!(decode_op(&b.0).unwrap(), Op::ExtSet { system, .. } if system == "n8n"));
+    // Variant indexes beyond the 0.1 enums are refused.
+    let mut b = V1(vec![1]);
+    b.varint(3).zigzag(5);
+    assert!(decode_op(&b.0).unwrap_err().contains("unknown op kind 3"));
+    let mut b = V1(vec![1]);
+    b.varint(0).zigzag(5).settings("m", 2);
+    assert!(decode_op(&b.0).unwrap_err().contains("unknown encoding 2"));
+}

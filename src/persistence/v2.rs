@@ -1,0 +1,238 @@
+//! Format 2: a layout written by hand, field by field, so that the bytes
+//! change only when this file does (docs/FORMAT.md has the table).
+//!
+//! Integers are LEB128 varints in their shortest form (signed ones zigzag
+//! first), strings a varint length and UTF-8 bytes, options a 0/1 tag then
+//! the value, enums an explicit stored code (never a Rust discriminant).
+//!
+//! Adding a field later: bump the format (3), make the encoder write it,
+//! and read it here only `if r.format() >= 3` (older payloads get a
+//! default), so every format stays readable. Never reorder, retype or drop a
+//! field of a published format.
+
+use std::collections::BTreeMap;
+
+use super::wire::{Reader, Result, Writer};
+use crate::session::{ExternalId, Message, Op, Session, Settings, Summary};
+use crate::tokenizer::Encoding;
+
+pub const FORMAT: u8 = 2;
+
+/// Fewest bytes a message takes (six fields of at least one byte), to bound
+/// a count by the input before allocating.
+const MIN_MESSAGE_BYTES: usize = 6;
+/// Fewest bytes of an external id entry (system, id, expires_at).
+const MIN_EXTERNAL_BYTES: usize = 3;
+
+/// Stored codes of the op kinds.
+const OP_APPEND: u8 = 1;
+const OP_SUMMARIZE: u8 = 2;
+const OP_EXTSET: u8 = 3;
+
+/// Stored code of an encoding; the match is exhaustive so a new encoding
+/// cannot be stored without being given a code.
+fn encoding_code(e: Encoding) -> u8 {
+    match e {
+        Encoding::O200kBase => 1,
+        Encoding::Cl100kBase => 2,
+    }
+}
+
+fn encoding_from_code(code: u8) -> Result<Encoding> {
+    match code {
+        1 => Ok(Encoding::O200kBase),
+        2 => Ok(Encoding::Cl100kBase),
+        c => Err(format!("corrupt payload: unknown encoding code {c}")),
+    }
+}
+
+// ---- encoding ----------------------------------------------------------
+
+pub fn encode_session(s: &Session) -> Vec<u8> {
+    let mut w = Writer::new(FORMAT);
+    put_settings(&mut w, &s.settings);
+    w.u64(s.last_id);
+    w.u64(s.total_tokens);
+    w.i64(s.created);
+    w.i64(s.updated);
+    w.option(s.summary.as_ref(), put_summary);
+    w.length(s.messages.len());
+    for m in &s.messages {
+        put_message(&mut w, m);
+    }
+    // BTreeMap order: systems strictly increasing, as the decoder requires.
+    w.length(s.external.len());
+    for (system, e) in &s.external {
+        w.str(system);
+        put_external(&mut w, e);
+    }
+    w.option(s.extra.as_deref(), Writer::str);
+    w.into_bytes()
+}
+
+pub fn encode_op(op: &Op) -> Vec<u8> {
+    let mut w = Writer::new(FORMAT);
+    match op {
+        Op::Append {
+            now,
+            settings,
+            message,
+        } => {
+            w.u8(OP_APPEND);
+            w.i64(*now);
+            put_settings(&mut w, settings);
+            put_message(&mut w, message);
+        }
+        Op::Summarize { now, summary } => {
+            w.u8(OP_SUMMARIZE);
+            w.i64(*now);
+            put_summary(&mut w, summary);
+        }
+        Op::ExtSet {
+            now,
+            settings,
+            system,
+            external,
+        } => {
+            w.u8(OP_EXTSET);
+            w.i64(*now);
+            put_settings(&mut w, settings);
+            w.str(system);
+            put_external(&mut w, external);
+        }
+    }
+    w.into_bytes()
+}
+
+fn put_settings(w: &mut Writer, s: &Settings) {
+    w.str(&s.model);
+    w.u8(encoding_code(s.encoding));
+    w.u64(s.ttl);
+    w.u64(s.max_tokens);
+    w.u64(s.max_msgs);
+}
+
+fn put_summary(w: &mut Writer, s: &Summary) {
+    w.str(&s.text);
+    w.u64(s.tokens);
+    w.u64(s.upto);
+    w.i64(s.ts);
+}
+
+fn put_message(w: &mut Writer, m: &Message) {
+    w.u64(m.id);
+    w.str(&m.role);
+    w.str(&m.content);
+    w.i64(m.ts);
+    w.u64(m.tokens);
+    w.option(m.meta.as_deref(), Writer::str);
+}
+
+fn put_external(w: &mut Writer, e: &ExternalId) {
+    w.str(&e.id);
+    w.i64(e.expires_at);
+}
+
+// ---- decoding (formats 2 and later) -------------------------------------
+// Struct fields are read in the order they are written in each literal
+// below (Rust evaluates a struct expression's fields in source order); the
+// order is the format's.
+
+pub fn session(r: &mut Reader) -> Result<Session> {
+    let settings = settings(r)?;
+    let last_id = r.u64("last_id")?;
+    let total_tokens = r.u64("total_tokens")?;
+    let created = r.i64("created")?;
+    let updated = r.i64("updated")?;
+    let summary = r.option("summary", summary)?;
+    let count = r.count(MIN_MESSAGE_BYTES, "messages")?;
+    let mut messages = Vec::with_capacity(count);
+    for _ in 0..count {
+        messages.push(message(r)?);
+    }
+    let count = r.count(MIN_EXTERNAL_BYTES, "external ids")?;
+    let mut external = BTreeMap::new();
+    for _ in 0..count {
+        let system = r.string("external system")?;
+        // Strictly increasing, as written: one encoding per session.
+        if external
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= system)
+        {
+            return Err("corrupt payload: external systems out of order".to_owned());
+        }
+        external.insert(system, external_id(r)?);
+    }
+    let extra = r.option("extra", |r| r.string("extra"))?;
+    Ok(Session {
+        messages: messages.into(),
+        summary,
+        settings,
+        external,
+        last_id,
+        total_tokens,
+        created,
+        updated,
+        extra,
+    })
+}
+
+pub fn op(r: &mut Reader) -> Result<Op> {
+    let kind = r.u8("op kind")?;
+    let now = r.i64("now")?;
+    match kind {
+        OP_APPEND => Ok(Op::Append {
+            now,
+            settings: settings(r)?,
+            message: message(r)?,
+        }),
+        OP_SUMMARIZE => Ok(Op::Summarize {
+            now,
+            summary: summary(r)?,
+        }),
+        OP_EXTSET => Ok(Op::ExtSet {
+            now,
+            settings: settings(r)?,
+            system: r.string("external system")?,
+            external: external_id(r)?,
+        }),
+        k => Err(format!("corrupt payload: unknown op kind {k}")),
+    }
+}
+
+fn settings(r: &mut Reader) -> Result<Settings> {
+    Ok(Settings {
+        model: r.string("model")?,
+        encoding: encoding_from_code(r.u8("encoding")?)?,
+        ttl: r.u64("ttl")?,
+        max_tokens: r.u64("max_tokens")?,
+        max_msgs: r.u64("max_msgs")?,
+    })
+}
+
+fn summary(r: &mut Reader) -> Result<Summary> {
+    Ok(Summary {
+        text: r.string("summary text")?,
+        tokens: r.u64("summary tokens")?,
+        upto: r.u64("summary upto")?,
+        ts: r.i64("summary ts")?,
+    })
+}
+
+fn message(r: &mut Reader) -> Result<Message> {
+    Ok(Message {
+        id: r.u64("message id")?,
+        role: r.boxed_str("role")?,
+        content: r.boxed_str("content")?,
+        ts: r.i64("message ts")?,
+        tokens: r.u64("message tokens")?,
+        meta: r.option("meta", |r| r.boxed_str("meta"))?,
+    })
+}
+
+fn external_id(r: &mut Reader) -> Result<ExternalId> {
+    Ok(ExternalId {
+        id: r.string("external id")?,
+        expires_at: r.i64("external expiry")?,
+    })
+}
