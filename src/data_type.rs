@@ -29,7 +29,7 @@ pub static SESSION_TYPE: RedisType = RedisType::new(
         aux_save: None,
         aux_save2: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(free_effort),
         unlink: None,
         copy: Some(copy),
         defrag: None,
@@ -61,6 +61,15 @@ pub unsafe extern "C" fn free_session(value: *mut c_void) {
         // SAFETY: value is a Box<Session> that Redis hands back exactly once.
         drop(unsafe { Box::from_raw(value.cast::<Session>()) });
     }
+}
+
+/// The work of freeing a session (one allocation per message): above
+/// Redis's lazyfree threshold (64), UNLINK, FLUSHALL ASYNC and (with
+/// `lazyfree-lazy-expire yes`) expiry free it on a background thread, not
+/// the main one. `free_session` is safe there: it only drops owned memory.
+unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of our type.
+    crate::guard::or(1, || unsafe { session_ref(value) }.map_or(1, |s| 1 + s.messages.len()))
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
