@@ -42,7 +42,8 @@ fn wanted() -> usize {
 /// none can be started (the caller then does the work itself).
 pub fn submit(job: Job) -> Result<(), Job> {
     let mut s = state();
-    if s.idle == 0 && s.threads < wanted() {
+    // More jobs waiting than idle workers to take them: start one more.
+    if s.queue.len() + 1 > s.idle && s.threads < wanted() {
         let started = std::thread::Builder::new()
             .name("mem-count".into())
             .spawn(worker);

@@ -186,6 +186,25 @@ impl Server {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Threads of the server process now (/proc/<pid>/task).
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid())).map_or(0, |d| d.count())
+    }
+
+    /// Threads of the server process named `name` (/proc/<pid>/task/*/comm).
+    pub fn threads_named(&self, name: &str) -> usize {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else { return 0 };
+        tasks
+            .flatten()
+            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+            .count()
+    }
+
     /// Whether the process is still running (a crash shows up here).
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
