@@ -169,53 +169,6 @@ impl std::fmt::Display for SessionError {
     }
 }
 
-/// The summarization thresholds of a session (spec §3, MEM.SUMMARIZE_CHECK).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Thresholds {
-    pub tokens: u64,
-    pub messages: u64,
-}
-
-impl Thresholds {
-    /// `ratio_percent` of the context window (or `fallback_tokens` when the
-    /// window is unknown), never above the session's token cap.
-    pub fn new(
-        context_window: Option<u64>,
-        ratio_percent: u64,
-        fallback_tokens: u64,
-        settings: &Settings,
-    ) -> Thresholds {
-        let by_window = match context_window {
-            Some(window) => window.saturating_mul(ratio_percent) / 100,
-            None => fallback_tokens,
-        };
-        Thresholds {
-            tokens: by_window.min(settings.max_tokens),
-            messages: settings.max_msgs,
-        }
-    }
-}
-
-/// The answer of MEM.SUMMARIZE_CHECK.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SummarizeCheck {
-    pub summarize: bool,
-    pub total_tokens: u64,
-    pub messages: u64,
-    pub thresholds: Thresholds,
-    pub keep: u64,
-    pub upto: u64,
-    pub upto_tokens: u64,
-}
-
-/// Which messages MEM.GET returns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Selection {
-    pub last: Option<u64>,
-    pub after: Option<u64>,
-    pub budget: Option<u64>,
-}
-
 impl Session {
     pub fn new(settings: Settings, now: i64) -> Session {
         Session {
@@ -419,86 +372,6 @@ impl Session {
         Some(latest_ext.map_or(sliding, |ext| ext.max(sliding)))
     }
 
-    /// Whether the session meets its summarization thresholds (O(1), for the
-    /// hot path; `summarize_check` also finds what to summarize).
-    pub fn meets(&self, thresholds: Thresholds) -> bool {
-        self.total_tokens >= thresholds.tokens || self.message_count() >= thresholds.messages
-    }
-
-    /// MEM.SUMMARIZE_CHECK for this session.
-    pub fn summarize_check(&self, thresholds: Thresholds, keep: u64) -> SummarizeCheck {
-        let messages = self.message_count();
-        // Index of the first kept message; a kept part never starts with a
-        // tool result, so the boundary moves back past tool messages.
-        let mut first_kept = messages.saturating_sub(keep) as usize;
-        while first_kept > 0
-            && self.messages.get(first_kept).is_some_and(|m| &*m.role == TOOL_ROLE)
-        {
-            first_kept -= 1;
-        }
-        let (upto, covered_tokens) = if first_kept == 0 {
-            (0, 0)
-        } else {
-            let covered = self.messages.range(..first_kept);
-            (self.messages[first_kept - 1].id, covered.map(|m| m.tokens).sum())
-        };
-        SummarizeCheck {
-            summarize: self.meets(thresholds),
-            total_tokens: self.total_tokens,
-            messages,
-            thresholds,
-            keep,
-            upto,
-            upto_tokens: self.summary_tokens() + covered_tokens,
-        }
-    }
-
-    /// The summary (unless `AFTER` was given) and the messages MEM.GET returns.
-    pub fn select(&self, sel: Selection) -> (Option<&Summary>, &[Message], &[Message]) {
-        let (a, b) = self.messages.as_slices();
-        let mut start = 0usize;
-        let len = self.messages.len();
-        if let Some(after) = sel.after {
-            start = self.messages.partition_point(|m| m.id <= after);
-        }
-        if let Some(last) = sel.last {
-            let last = usize::try_from(last).unwrap_or(usize::MAX);
-            start = start.max(len.saturating_sub(last));
-        }
-        let mut summary = if sel.after.is_some() {
-            None
-        } else {
-            self.summary.as_ref()
-        };
-        if let Some(budget) = sel.budget {
-            let mut used = summary.map_or(0, |s| s.tokens);
-            if used > budget {
-                // Nothing fits: the summary alone is over the budget.
-                summary = None;
-                start = len;
-            } else {
-                let mut fit = len;
-                while fit > start {
-                    match self.messages.get(fit - 1) {
-                        Some(m) if used + m.tokens <= budget => used += m.tokens,
-                        _ => break,
-                    }
-                    fit -= 1;
-                }
-                // Sendable as is: a tool result never comes without its call.
-                while self.messages.get(fit).is_some_and(|m| &*m.role == TOOL_ROLE) {
-                    fit += 1;
-                }
-                start = fit;
-            }
-        }
-        // Split the chosen range [start, len) across the deque's two slices.
-        match a.get(start..) {
-            Some(first) => (summary, first, b),
-            None => (summary, &[], b.get(start - a.len()..).unwrap_or(&[])),
-        }
-    }
-
     /// Bytes held by the session, for MEMORY USAGE.
     pub fn mem_usage(&self) -> usize {
         let strings = |s: &String| s.capacity();
@@ -519,7 +392,9 @@ impl Session {
     }
 }
 
+mod read;
 mod validate;
+pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use validate::check_json_object;
 
 #[cfg(test)]
