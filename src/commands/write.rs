@@ -7,7 +7,7 @@ use super::{arity, default_settings, finish_write, now_ms, reply_outcome, sessio
 use super::async_count::{can_block, count_off_thread, Counted};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
+use crate::session::{next_id, Message, Op, SessionError, Summary, MAX_TS};
 use crate::stats::{self, count_message};
 use crate::tokenizer::{self, SUMMARY_COUNTED_AS};
 
@@ -44,7 +44,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
     if let Some(model) = model {
         args::check_model(model)?;
     }
-    let ttl = opts.u64("TTL", 0)?;
+    let ttl = opts.seconds("TTL", 0)?;
     let max_tokens = opts.u64("MAXTOKENS", 1)?;
     let max_msgs = opts.u64("MAXMSGS", 1)?;
 
@@ -53,6 +53,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
         Some(s) => (s.settings.clone(), s.last_id),
         None => (default_settings(&cfg), 0),
     };
+    let id = next_id(last_id).map_err(session_error)?;
     if let Some(model) = model {
         settings.model = model.to_owned();
         settings.encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
@@ -86,7 +87,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, counted: Option<Counted
 
     let now = now_ms();
     let message = Message {
-        id: last_id + 1,
+        id,
         role: role.into(),
         content: content.into(),
         ts: ts.map_or(now, |t| t as i64),
@@ -140,19 +141,6 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(session) = key.session_mut() else {
         return Err(RedisError::Str("ERR no such key"));
     };
-    if let Some(current) = &session.summary {
-        if upto < current.upto {
-            stats::add(&stats::SUMMARIES_REJECTED, 1);
-            return Err(err(format!(
-                "ERR upto {upto} is below the current summary's ({})",
-                current.upto
-            )));
-        }
-    }
-    if !session.messages.iter().any(|m| m.id == upto) {
-        stats::add(&stats::SUMMARIES_REJECTED, 1);
-        return Err(session_error(SessionError::UnknownUpto(upto)));
-    }
     let now = now_ms();
     let summary = Summary {
         text: text.to_owned(),
@@ -162,16 +150,16 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let op = Op::Summarize { now, summary };
     let header = op.header();
-    let outcome = session.apply(op).map_err(session_error)?;
+    // The core refuses (changing nothing) a stale or unknown upto, a kept
+    // part starting with a tool result, and a summary over maxtokens.
+    let outcome = session.apply(op).map_err(|e| {
+        stats::add(&stats::SUMMARIES_REJECTED, 1);
+        session_error(e)
+    })?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     stats::add(&stats::SUMMARIES_APPLIED, 1);
-    stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
-    let mut events = vec!["mem.summarize"];
-    if outcome.trimmed > 0 {
-        events.push("mem.trim");
-    }
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &["mem.summarize"]);
     reply_outcome(ctx, &outcome, summarize)
 }
 

@@ -112,16 +112,20 @@ impl Session {
                 let mut fit = len;
                 while fit > start {
                     match self.messages.get(fit - 1) {
-                        Some(m) if used + m.tokens <= budget => used += m.tokens,
+                        Some(m) if used.saturating_add(m.tokens) <= budget => used += m.tokens,
                         _ => break,
                     }
                     fit -= 1;
                 }
-                // Sendable as is: a tool result never comes without its call.
-                while self.messages.get(fit).is_some_and(|m| &*m.role == TOOL_ROLE) {
-                    fit += 1;
-                }
                 start = fit;
+            }
+        }
+        // LAST and BUDGET give context to send as is: it never starts with a
+        // tool result, whose call is not in it. AFTER alone is a sync cursor:
+        // exactly the messages after the id.
+        if sel.last.is_some() || sel.budget.is_some() {
+            while self.messages.get(start).is_some_and(|m| &*m.role == TOOL_ROLE) {
+                start += 1;
             }
         }
         // Split the chosen range [start, len) across the deque's two slices.
