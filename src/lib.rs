@@ -61,6 +61,7 @@ fn required_api_present() -> bool {
             present!(RedisModule_RetainString),
             present!(RedisModule_FreeString),
             present!(RedisModule_SetModuleOptions),
+            present!(RedisModule_GetContextFlags),
         ]
         .into_iter()
         .all(|present| present)

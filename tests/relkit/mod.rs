@@ -481,3 +481,42 @@ pub fn consistency_problem(con: &mut redis::Connection, key: &str) -> Option<Str
         )),
     }
 }
+
+// ---- AOF files written by hand -------------------------------------------
+
+/// One command in the RESP form an AOF holds.
+pub fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A server that loads `commands` from an AOF at start: the path (with the
+/// master link) on which the internal commands run, so crafted payloads can
+/// reach them. An old-style `appendonly.aof`, which Redis 7 adopts as the
+/// base of its AOF directory.
+pub fn server_loading_aof(commands: &[Vec<Vec<u8>>]) -> Server {
+    let mut server = Server::start();
+    let mut aof = Vec::new();
+    for c in commands {
+        let refs: Vec<&[u8]> = c.iter().map(Vec::as_slice).collect();
+        aof.extend(resp_command(&refs));
+    }
+    std::fs::write(server.dir.join("appendonly.aof"), aof).unwrap();
+    server.restart_with(&["--appendonly", "yes"]);
+    server
+}
+
+/// The errors commands replied while the AOF loaded: Redis 7.0 logs each
+/// (`== CRITICAL == ... sending an error to its AOF-loading-client`), skips
+/// the command and loads on (`propagation-error-behavior ignore`).
+pub fn aof_load_errors(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("AOF-loading-client"))
+        .map(str::to_owned)
+        .collect()
+}
