@@ -440,18 +440,19 @@ fn validate_bounds_ttl_caps_ids_expiries_and_meta() {
     s.external.insert("dify".into(), ExternalId { id: "c".into(), expires_at: MAX_EXPIRY_MS });
     s.settings.ttl = MAX_TTL_SECS;
     assert!(s.validate().is_ok());
-    let broken: Vec<(&str, Box<dyn Fn(&mut Session)>)> = vec![
-        ("ttl above 100 years", Box::new(|s| s.settings.ttl = MAX_TTL_SECS + 1)),
-        ("cap above i64::MAX", Box::new(|s| s.settings.max_tokens = 1 << 63)),
-        ("model too long", Box::new(|s| s.settings.model = "m".repeat(MAX_MODEL_BYTES + 1))),
-        ("external expiry", Box::new(|s| s.external.get_mut("dify").unwrap().expires_at = i64::MAX)),
-        ("negative expiry", Box::new(|s| s.external.get_mut("dify").unwrap().expires_at = -1)),
-        ("lone surrogate in meta", Box::new(|s| s.messages[0].meta = Some(r#"{"a":"\ud800"}"#.into()))),
-        ("meta too deep", Box::new(|s| {
+    type Breaks = fn(&mut Session);
+    let broken: [(&str, Breaks); 8] = [
+        ("ttl above 100 years", |s| s.settings.ttl = MAX_TTL_SECS + 1),
+        ("cap above i64::MAX", |s| s.settings.max_tokens = 1 << 63),
+        ("model too long", |s| s.settings.model = "m".repeat(MAX_MODEL_BYTES + 1)),
+        ("external expiry", |s| s.external.get_mut("dify").unwrap().expires_at = i64::MAX),
+        ("negative expiry", |s| s.external.get_mut("dify").unwrap().expires_at = -1),
+        ("lone surrogate in meta", |s| s.messages[0].meta = Some(r#"{"a":"\ud800"}"#.into())),
+        ("meta too deep", |s| {
             let d = MAX_META_DEPTH + 1;
             s.messages[0].meta = Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into())
-        })),
-        ("members with 1e400", Box::new(|s| s.extra = Some(r#"{"n":1e400}"#.into()))),
+        }),
+        ("members with 1e400", |s| s.extra = Some(r#"{"n":1e400}"#.into())),
     ];
     for (what, breaks) in broken {
         let mut bad = s.clone();
@@ -479,8 +480,10 @@ fn key_expiry_at_the_largest_ttl_stays_far_from_overflow() {
     assert_eq!(s.key_expiry(now), Some(now + MAX_TTL_SECS as i64 * 1000));
     s.settings.ttl = u64::MAX; // not valid; still no overflow
     assert_eq!(s.key_expiry(now), Some(now + MAX_TTL_SECS as i64 * 1000));
-    assert!(MAX_EXPIRY_MS < i64::MAX / 1000);
 }
+
+// Far below i64::MAX, whatever clock Redis adds to a relative expiry.
+const _: () = assert!(MAX_EXPIRY_MS < i64::MAX / 1000);
 
 #[test]
 fn last_never_starts_with_a_tool_result_but_after_alone_is_exact() {
