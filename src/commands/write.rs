@@ -141,6 +141,12 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(session) = key.session_mut() else {
         return Err(RedisError::Str("ERR no such key"));
     };
+    // Refused before the text is counted when upto alone rules it out.
+    let refused = |e| {
+        stats::add(&stats::SUMMARIES_REJECTED, 1);
+        session_error(e)
+    };
+    session.check_summary_upto(upto).map_err(refused)?;
     let now = now_ms();
     let summary = Summary {
         text: text.to_owned(),
@@ -150,12 +156,9 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let op = Op::Summarize { now, summary };
     let header = op.header();
-    // The core refuses (changing nothing) a stale or unknown upto, a kept
-    // part starting with a tool result, and a summary over maxtokens.
-    let outcome = session.apply(op).map_err(|e| {
-        stats::add(&stats::SUMMARIES_REJECTED, 1);
-        session_error(e)
-    })?;
+    // The core refuses (changing nothing) a summary over maxtokens, and
+    // checks upto again.
+    let outcome = session.apply(op).map_err(refused)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     stats::add(&stats::SUMMARIES_APPLIED, 1);

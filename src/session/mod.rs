@@ -411,21 +411,27 @@ impl Session {
         }
     }
 
-    /// Why `summary` cannot replace what it covers, if it cannot (spec
-    /// MEM.SUMMARIZE); otherwise the index of its `upto` message.
-    pub fn check_summary(&self, summary: &Summary) -> Result<usize, SessionError> {
-        let upto = summary.upto;
+    /// Why a summary up to `upto` cannot replace what it covers, whatever
+    /// its text (so a command can refuse before counting the text); else
+    /// the index of the `upto` message.
+    pub fn check_summary_upto(&self, upto: u64) -> Result<usize, SessionError> {
         if let Some(current) = self.summary.as_ref().filter(|c| upto < c.upto) {
             return Err(SessionError::UptoBelowSummary { upto, current: current.upto });
         }
         let Some(pos) = self.messages.iter().position(|m| m.id == upto) else {
             return Err(SessionError::UnknownUpto(upto));
         };
-        let kept = self.messages.range(pos + 1..);
-        if let Some(first) = kept.clone().next().filter(|m| &*m.role == TOOL_ROLE) {
+        if let Some(first) = self.messages.get(pos + 1).filter(|m| &*m.role == TOOL_ROLE) {
             return Err(SessionError::KeepsToolResult { upto, id: first.id });
         }
-        let kept_tokens = kept.map(|m| m.tokens).sum::<u64>();
+        Ok(pos)
+    }
+
+    /// Why `summary` cannot replace what it covers, if it cannot (spec
+    /// MEM.SUMMARIZE); otherwise the index of its `upto` message.
+    pub fn check_summary(&self, summary: &Summary) -> Result<usize, SessionError> {
+        let pos = self.check_summary_upto(summary.upto)?;
+        let kept_tokens = self.messages.range(pos + 1..).map(|m| m.tokens).sum::<u64>();
         let max_tokens = self.settings.max_tokens;
         if summary.tokens.saturating_add(kept_tokens) > max_tokens {
             return Err(SessionError::SummaryOverCap {
