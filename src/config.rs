@@ -54,7 +54,7 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
         let model = val
             .try_as_str()
             .map_err(|_| redis_module::RedisError::Str("model name must be valid UTF-8"))?;
-        crate::commands::args::check_model(model)?;
+        crate::session::check_model(model).map_err(redis_module::RedisError::String)?;
         *lock(&self.0) = Cow::Owned(model.to_owned());
         Ok(())
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::session::{Message, Session, Summary, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// ISO 8601 UTC with milliseconds, e.g. `2025-01-31T12:00:00.000Z`.
@@ -164,8 +164,14 @@ pub fn parse_import(text: &str) -> Result<ImportedDoc, String> {
         Some(_) => return Err("model must be a non-empty string".to_owned()),
     };
     root.retain(|k, _| !KNOWN.contains(&k.as_str()));
-    let extra = (!root.is_empty())
-        .then(|| serde_json::to_string(&Value::Object(root)).unwrap_or_default());
+    let extra = match root.is_empty() {
+        true => None,
+        false => {
+            let members = Value::Object(root).to_string();
+            check_members(&members)?;
+            Some(members)
+        }
+    };
     Ok(ImportedDoc {
         messages,
         summary,
@@ -188,11 +194,15 @@ fn parse_message(item: Value) -> Result<ImportedMessage, String> {
     };
     let meta = match m.remove("meta") {
         None | Some(Value::Null) => None,
-        Some(v @ Value::Object(_)) => Some(v.to_string()),
+        Some(v @ Value::Object(_)) => {
+            let meta = v.to_string();
+            check_meta(&meta)?;
+            Some(meta)
+        }
         Some(_) => return Err("meta must be an object".to_owned()),
     };
     Ok(ImportedMessage {
-        id: optional_id(m.get("id"))?,
+        id: optional_id("id", m.get("id"))?,
         role,
         content,
         ts: time_of(&m)?,
@@ -205,7 +215,8 @@ fn parse_summary(s: Map<String, Value>) -> Result<ImportedSummary, String> {
         Some(Value::String(t)) => t.clone(),
         _ => return Err("summary.content must be a string".to_owned()),
     };
-    let upto = optional_id(s.get("upto"))?.ok_or("summary.upto must be a positive integer")?;
+    let upto = optional_id("summary.upto", s.get("upto"))?
+        .ok_or_else(|| format!("summary.upto must be an integer from 1 to {MAX_ID}"))?;
     Ok(ImportedSummary {
         text,
         upto,
@@ -213,12 +224,12 @@ fn parse_summary(s: Map<String, Value>) -> Result<ImportedSummary, String> {
     })
 }
 
-fn optional_id(v: Option<&Value>) -> Result<Option<u64>, String> {
+fn optional_id(what: &str, v: Option<&Value>) -> Result<Option<u64>, String> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64() {
-            Some(id) if id >= 1 && id <= i64::MAX as u64 => Ok(Some(id)),
-            _ => Err("id must be a positive integer".to_owned()),
+            Some(id) if (1..=MAX_ID).contains(&id) => Ok(Some(id)),
+            _ => Err(format!("{what} must be an integer from 1 to {MAX_ID}")),
         },
     }
 }
@@ -244,27 +255,26 @@ fn time_of(m: &Map<String, Value>) -> Result<Option<i64>, String> {
 }
 
 impl ImportedDoc {
-    /// Builds the session: ids from the document or from 1, tokens counted
-    /// with `encoding` (through `count`), times defaulting to `now`.
+    /// Builds the session through the same core operations as writes
+    /// (summary first, then each message as the newest): ids from the
+    /// document or from 1, tokens counted with `encoding` (through `count`),
+    /// times defaulting to `now`.
     pub fn into_session(
         self,
-        settings: crate::session::Settings,
+        settings: Settings,
         now: i64,
         count: impl Fn(Encoding, &str, &str) -> u64,
     ) -> Result<Session, String> {
         let encoding = settings.encoding;
         let mut session = Session::new(settings, now);
-        let mut last = 0;
         if let Some(s) = self.summary {
-            let tokens = count(encoding, SUMMARY_COUNTED_AS, &s.text);
-            last = s.upto;
-            session.total_tokens += tokens;
-            session.summary = Some(Summary {
+            let summary = Summary {
+                tokens: count(encoding, SUMMARY_COUNTED_AS, &s.text),
                 text: s.text,
-                tokens,
                 upto: s.upto,
                 ts: s.ts.unwrap_or(now),
-            });
+            };
+            session.set_summary(summary).map_err(|e| e.to_string())?;
         }
         let with_ids = self.messages.iter().filter(|m| m.id.is_some()).count();
         if with_ids != 0 && with_ids != self.messages.len() {
@@ -272,23 +282,19 @@ impl ImportedDoc {
         }
         for m in self.messages {
             let id = match m.id {
-                Some(id) if id > last => id,
-                Some(id) => return Err(format!("message id {id} is not above {last}")),
-                None => last + 1,
+                Some(id) => id,
+                None => next_id(session.last_id).map_err(|e| e.to_string())?,
             };
-            last = id;
-            let tokens = count(encoding, &m.role, &m.content);
-            session.total_tokens += tokens;
-            session.messages.push_back(Message {
+            let message = Message {
                 id,
+                tokens: count(encoding, &m.role, &m.content),
                 role: m.role.into(),
                 content: m.content.into(),
                 ts: m.ts.unwrap_or(now),
-                tokens,
                 meta: m.meta.map(Box::from),
-            });
+            };
+            session.push_message(message).map_err(|e| e.to_string())?;
         }
-        session.last_id = last;
         session.extra = self.extra;
         Ok(session)
     }
@@ -372,5 +378,103 @@ mod tests {
         assert_eq!(out["user_profile"]["a"], 1);
         assert_eq!(out["summary"], Value::Null);
         assert_eq!(out["conversation_history"], Value::Array(vec![]));
+    }
+
+    /// An object nested `depth` deep (`{}` is 1).
+    fn nested(depth: usize) -> String {
+        format!("{}{{}}{}", r#"{"a":"#.repeat(depth - 1), "}".repeat(depth - 1))
+    }
+
+    fn session_with_meta(meta: &str) -> Session {
+        let mut s = Session::new(crate::session::tests::settings(), 0);
+        let message = Message {
+            id: 1,
+            role: "user".into(),
+            content: "x".into(),
+            ts: 0,
+            tokens: 5,
+            meta: Some(meta.into()),
+        };
+        s.push_message(message).unwrap();
+        s
+    }
+
+    fn rendered(s: &Session) -> String {
+        render(Some(s), None, s.messages.iter(), "m")
+    }
+
+    #[test]
+    fn meta_at_the_deepest_allowed_level_comes_back_through_import() {
+        let deepest = nested(crate::session::MAX_META_DEPTH);
+        assert!(crate::session::check_meta(&deepest).is_ok());
+        let doc = rendered(&session_with_meta(&deepest));
+        let back = parse_import(&doc).expect("FORMAT JSON with META at the deepest level imports");
+        assert_eq!(back.messages[0].meta.as_deref(), Some(deepest.as_str()));
+        // One level more is refused at append time, and rightly: the
+        // document it would render is beyond serde_json's limit.
+        let deeper = nested(crate::session::MAX_META_DEPTH + 1);
+        let e = crate::session::check_meta(&deeper).unwrap_err();
+        assert!(e.contains("nested deeper"), "{e}");
+        let e = parse_import(&rendered(&session_with_meta(&deeper))).unwrap_err();
+        assert!(e.contains("recursion limit"), "{e}");
+        // Far deeper: refused without recursing (serde_json's own limit).
+        assert!(crate::session::check_meta(&nested(100_000)).unwrap_err().contains("nested deeper"));
+    }
+
+    #[test]
+    fn imported_members_at_the_deepest_allowed_level_come_back() {
+        let depth = crate::session::MAX_MEMBERS_DEPTH;
+        // The members' object is the document's top level: a member value
+        // one level below it.
+        let members = format!(r#"{{"ctx":{}}}"#, nested(depth - 1));
+        assert!(crate::session::check_members(&members).is_ok());
+        let mut s = Session::new(crate::session::tests::settings(), 0);
+        s.extra = Some(members.clone());
+        let back = parse_import(&rendered(&s)).expect("members at the deepest level import");
+        assert_eq!(back.extra.as_deref(), Some(members.as_str()));
+        let deeper = format!(r#"{{"ctx":{}}}"#, nested(depth));
+        assert!(crate::session::check_members(&deeper).is_err());
+    }
+
+    #[test]
+    fn meta_that_would_not_round_trip_is_refused() {
+        for bad in [
+            r#"{"a":"\ud800"}"#,
+            r#"{"\udfff":1}"#,
+            r#"{"n":1e400}"#,
+            r#"{"n":-1e400}"#,
+            r#"{"a":1} x"#,
+            "[]",
+            "1",
+        ] {
+            assert!(crate::session::check_meta(bad).is_err(), "{bad}");
+            let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x","meta":{bad}}}]}}"#);
+            assert!(parse_import(&doc).is_err(), "{doc}");
+        }
+        for good in [r#"{"a":"\ud83d\ude80","n":1e308,"m":-0,"big":123456789012345678901234567890}"#, "{}"] {
+            assert!(crate::session::check_meta(good).is_ok(), "{good}");
+            let doc = rendered(&session_with_meta(good));
+            assert!(parse_import(&doc).is_ok(), "{doc}");
+        }
+        let doc = r#"{"conversation_history":[],"profile":{"n":1e400}}"#;
+        assert!(parse_import(doc).is_err());
+    }
+
+    #[test]
+    fn ids_and_upto_are_bounded_by_max_id() {
+        let doc = |id: u64| format!(r#"{{"conversation_history":[{{"id":{id},"role":"user","content":"x"}}]}}"#);
+        assert_eq!(parse_import(&doc(MAX_ID)).unwrap().messages[0].id, Some(MAX_ID));
+        for id in [MAX_ID + 1, i64::MAX as u64, u64::MAX] {
+            let e = parse_import(&doc(id)).unwrap_err();
+            assert!(e.contains("9007199254740991"), "{e}");
+        }
+        let upto = |u: u64| format!(r#"{{"conversation_history":[],"summary":{{"content":"s","upto":{u}}}}}"#);
+        assert!(parse_import(&upto(MAX_ID)).is_ok());
+        assert!(parse_import(&upto(MAX_ID + 1)).is_err());
+        // A summary up to MAX_ID leaves no id for a message without one.
+        let full = r#"{"conversation_history":[{"role":"user","content":"x"}],"summary":{"content":"s","upto":9007199254740991}}"#;
+        let count = |_: Encoding, _: &str, c: &str| c.len() as u64;
+        let e = parse_import(full).unwrap().into_session(crate::session::tests::settings(), 0, count);
+        assert!(e.unwrap_err().contains("every message id"));
     }
 }

@@ -170,8 +170,8 @@ redis_module! {
     ],
     configurations: [
         i64: [
-            ["ttl", &config::TTL, 86_400, 0, i64::MAX / 1000, ConfigurationFlags::DEFAULT, None],
-            ["ext-ttl", &config::EXT_TTL, 86_400, 1, i64::MAX / 1000, ConfigurationFlags::DEFAULT, None],
+            ["ttl", &config::TTL, 86_400, 0, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
+            ["ext-ttl", &config::EXT_TTL, 86_400, 1, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
             ["max-tokens", &config::MAX_TOKENS, 80_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["max-messages", &config::MAX_MESSAGES, 30, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["summarize-ratio", &config::SUMMARIZE_RATIO, 15, 1, 100, ConfigurationFlags::DEFAULT, None],

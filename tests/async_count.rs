@@ -178,13 +178,13 @@ fn a_client_that_leaves_while_counted_does_not_hurt_the_server() {
         raw.write_all(&frame).unwrap();
         gone.push(raw);
     }
-    wait_until(&mut con, "5 appends blocked on the workers", |c| blocked_appends(c) == 5);
+    poll_until(&mut con, "5 appends blocked on the workers", |c| blocked_appends(c) == 5);
     assert_eq!(info_mem(&mut con, "counts_in_flight"), 5);
     drop(gone);
     // The counts finish after the clients left: nothing is written for them
     // (their reply callback never runs), the server stays up, and every
     // pending count is released.
-    wait_until(&mut con, "the counts to be released", |c| info_mem(c, "counts_in_flight") == 0);
+    poll_until(&mut con, "the counts to be released", |c| info_mem(c, "counts_in_flight") == 0);
     assert_eq!(info_mem(&mut con, "counts_off_thread"), before + 5, "the 5 counts ran on the pool");
     for i in 0..5 {
         let exists: i64 = redis::cmd("EXISTS").arg(format!("mem:{{gone{i}}}")).query(&mut con).unwrap();
@@ -208,7 +208,7 @@ fn a_large_count_runs_while_the_main_thread_serves_others() {
     });
     // While the append is blocked on a worker, this connection is served:
     // replies to other commands, and INFO shows the count in flight.
-    wait_until(&mut con, "the append blocked on a worker", |c| blocked_appends(c) == 1);
+    poll_until(&mut con, "the append blocked on a worker", |c| blocked_appends(c) == 1);
     assert_eq!(info_mem(&mut con, "counts_in_flight"), 1);
     let r = map_reply(&mut con, &["MEM.APPEND", "mem:{small}", "user", "served meanwhile"]);
     assert_eq!(int_field(&r, "id"), 1);

@@ -109,7 +109,7 @@ fn a_large_batch_is_counted_on_the_pool_and_replicates_identically() {
     let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
     let mut con = master.client();
     let mut rcon = replica.client();
-    wait_until(&mut rcon, "the replica to sync", |c| {
+    poll_until(&mut rcon, "the replica to sync", |c| {
         let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
         info.contains("master_link_status:up")
     });

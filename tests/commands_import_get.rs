@@ -351,6 +351,75 @@ fn get_last_after_budget_and_format() {
     }
 }
 
+/// SPEC MEM.GET: with LAST or BUDGET the messages never start with a tool
+/// result (the defect: LAST 2 returned [tool, assistant]); AFTER alone is
+/// a sync cursor and stays exact.
+#[test]
+fn get_last_and_budget_never_start_with_a_tool_result() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{t}";
+    // ids: 1 user, 2 assistant (call), 3 tool, 4 tool, 5 assistant
+    for (role, content) in [("user", "Weather?"), ("assistant", "calling"), ("tool", "21C"), ("tool", "rain"), ("assistant", "21C and rain.")] {
+        append(&mut con, k, role, content, &[]);
+    }
+    let all = get(&mut con, &["MEM.GET", k]);
+    let t = |id: i64| all[(id - 1) as usize].tokens;
+    for (args, want) in [
+        (vec!["LAST", "2"], vec![5]),
+        (vec!["LAST", "3"], vec![5]),
+        (vec!["LAST", "4"], vec![2, 3, 4, 5]),
+        (vec!["LAST", "1"], vec![5]),
+        (vec!["AFTER", "2"], vec![3, 4, 5]),
+        (vec!["AFTER", "3"], vec![4, 5]),
+        (vec!["AFTER", "2", "LAST", "10"], vec![5]),
+        (vec!["BUDGET", &(t(3) + t(4) + t(5)).to_string()], vec![5]),
+        (vec!["BUDGET", &(t(2) + t(3) + t(4) + t(5)).to_string()], vec![2, 3, 4, 5]),
+    ] {
+        let mut cmd = vec!["MEM.GET", k];
+        cmd.extend(&args);
+        assert_eq!(ids(&get(&mut con, &cmd)), want, "{args:?}");
+        cmd.extend(["FORMAT", "JSON"]);
+        let doc: Json = serde_json::from_str(&string(&mut con, &cmd)).unwrap();
+        let got: Vec<i64> = doc["conversation_history"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+        assert_eq!(got, want, "{args:?} FORMAT JSON");
+    }
+    // With a summary first: it stays first.
+    ok(&mut con, &["MEM.SUMMARIZE", k, "1", "The user asked about the weather."]);
+    assert_eq!(ids(&get(&mut con, &["MEM.GET", k, "LAST", "2"])), [1, 5]);
+}
+
+/// SPEC MEM.IMPORT: tool results left first (in the document, or after the
+/// caps) are dropped as trimming drops them.
+#[test]
+fn import_drops_tool_results_left_first() {
+    let server = Server::start();
+    let mut con = server.client();
+    let msg = |role: &str, content: &str| json!({"role": role, "content": content});
+    let doc = json!({"conversation_history": [
+        msg("tool", "orphan result"), msg("tool", "another"), msg("user", "hi"), msg("assistant", "hello"),
+    ]});
+    let r = map_reply(&mut con, &["MEM.IMPORT", "a", &doc.to_string()]);
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages"), int_field(&r, "id")), (2, 2, 4));
+    let e = get(&mut con, &["MEM.GET", "a"]);
+    assert_eq!(ids(&e), [3, 4]);
+    assert_eq!(int_field(&r, "total_tokens"), e.iter().map(|m| m.tokens).sum::<i64>());
+    // The caps evict the call: its results go with it, even the newest.
+    let doc = json!({"conversation_history": [
+        msg("user", "q"), msg("assistant", "call"), msg("tool", "r1"), msg("tool", "r2"),
+    ]});
+    ok(&mut con, &["CONFIG", "SET", "mem.max-messages", "2"]);
+    let r = map_reply(&mut con, &["MEM.IMPORT", "b", &doc.to_string()]);
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages"), int_field(&r, "total_tokens")), (4, 0, 0));
+    assert_eq!(int_field(&info(&mut con, "b"), "last_id"), 4, "ids are never reused");
+    let r = append(&mut con, "b", "user", "next", &[]);
+    assert_eq!(int_field(&r, "id"), 5);
+    // A call kept with its results: nothing dropped.
+    ok(&mut con, &["CONFIG", "SET", "mem.max-messages", "30"]);
+    let r = map_reply(&mut con, &["MEM.IMPORT", "c", &doc.to_string()]);
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (0, 4));
+}
+
 #[test]
 fn missing_key_replies() {
     let server = Server::start();

@@ -278,6 +278,84 @@ fn summarize_errors_change_nothing() {
     assert_eq!(int_field(&r, "messages"), 1);
 }
 
+/// SPEC MEM.SUMMARIZE: a summary never evicts a newer message. The defect:
+/// MAXTOKENS 5000, 20 messages, a 6,000-token summary of the first 5
+/// succeeded with `trimmed 15`.
+#[test]
+fn summarize_over_maxtokens_is_refused_and_evicts_nothing() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{cap}";
+    for i in 1..=20 {
+        append(&mut con, k, "user", &format!("Message {i}: a few words about the plan."), &["MAXTOKENS", "5000"]);
+    }
+    let e = get(&mut con, &["MEM.GET", k]);
+    assert_eq!(e.len(), 20);
+    let kept: i64 = e[5..].iter().map(|m| m.tokens).sum();
+    // " a" is one token each: the summary costs 3 + 1 ("system") + n.
+    let summary = |n: usize| " a".repeat(n);
+    let big = summary(6_000);
+    assert_eq!(mt_o("system", &big), 6_004);
+    let before = snap(&mut con, k);
+    for text in [big, summary((5_000 - kept - 4 + 1) as usize)] {
+        let e = err(&mut con, &["MEM.SUMMARIZE", k, "5", &text]);
+        assert!(e.starts_with("ERR") && e.contains("exceed maxtokens (5000)"), "{e}");
+        assert!(e.contains(&format!("({kept} tokens)")), "names the kept tokens: {e}");
+        assert_unchanged(&mut con, k, &before, "a summary over maxtokens");
+    }
+    // Exactly at the cap: accepted, nothing trimmed.
+    let text = summary((5_000 - kept - 4) as usize);
+    let r = map_reply(&mut con, &["MEM.SUMMARIZE", k, "5", &text]);
+    assert_eq!(int_field(&r, "trimmed"), 0);
+    assert_eq!(int_field(&r, "messages"), 15);
+    assert_eq!(int_field(&r, "total_tokens"), 5_000);
+    assert_eq!(ids(&get(&mut con, &["MEM.GET", k])), [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]);
+    let i = info(&mut con, k);
+    assert_eq!((int_field(&i, "summary_upto"), int_field(&i, "first_id")), (5, 6));
+}
+
+#[test]
+fn summarize_never_separates_a_tool_result_from_its_call() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{tool}";
+    // ids: 1 user, 2 assistant (the call), 3 tool, 4 tool, 5 assistant, 6 user
+    for (role, content, meta) in [
+        ("user", "Weather in Paris and Rome?", None),
+        ("assistant", "", Some(r#"{"tool_calls":[{"id":"c1"},{"id":"c2"}]}"#)),
+        ("tool", "21C", Some(r#"{"tool_call_id":"c1"}"#)),
+        ("tool", "25C", Some(r#"{"tool_call_id":"c2"}"#)),
+        ("assistant", "Paris 21C, Rome 25C.", None),
+        ("user", "thanks", None),
+    ] {
+        let mut opts = vec![];
+        if let Some(m) = meta {
+            opts = vec!["META", m];
+        }
+        append(&mut con, k, role, content, &opts);
+    }
+    let before = snap(&mut con, k);
+    for (upto, first_kept) in [(2, 3), (3, 4)] {
+        let e = err(&mut con, &["MEM.SUMMARIZE", k, &upto.to_string(), "summary"]);
+        assert!(e.starts_with("ERR") && e.contains(&format!("(id {first_kept}) is a tool result")), "{e}");
+        assert_unchanged(&mut con, k, &before, &format!("summary up to {upto}"));
+    }
+    // SUMMARIZE_CHECK's upto moves back so the kept part starts at the call:
+    // what it proposes is accepted.
+    let c = check(&mut con, k, &["KEEP", "4"]);
+    assert_eq!(int_field(&c, "upto"), 1);
+    let r = map_reply(&mut con, &["MEM.SUMMARIZE", k, "1", "The user asked about the weather."]);
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (0, 5));
+    // After the last result: fine too.
+    let r = map_reply(&mut con, &["MEM.SUMMARIZE", k, "4", "Weather: Paris 21C, Rome 25C."]);
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (0, 2));
+    // upto below the current summary's, or no longer in the session.
+    let before = snap(&mut con, k);
+    assert_err(&mut con, &["MEM.SUMMARIZE", k, "1", "stale"], "below the current summary's (4)");
+    assert_err(&mut con, &["MEM.SUMMARIZE", k, "4", "again"], "is not the id of a message");
+    assert_unchanged(&mut con, k, &before, "stale upto");
+}
+
 // ---------------------------------------------------------------- EXTSET / EXTGET
 
 #[test]

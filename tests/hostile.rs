@@ -1,7 +1,7 @@
 //! Hostile conditions: concurrent writers (with a summarizer racing them),
 //! a seeded fuzzer of MEM.* commands, corrupt and truncated DUMP payloads,
-//! crafted internal-command payloads, maxmemory, MEMORY USAGE and ACL key
-//! patterns. The server must never crash, every failure must be an error
+//! maxmemory, MEMORY USAGE and ACL key patterns (crafted internal-command
+//! payloads: tests/internal.rs). The server must never crash, every failure must be an error
 //! reply that changes nothing, and every session must stay consistent.
 
 mod common;
@@ -173,7 +173,8 @@ impl Gen {
         let choices = [
             "0", "1", "2", "5", "30", "-1", "-0", "+3", " 5", "5 ", "3.5", "1e3", "0x10", "nan", "",
             "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551615",
-            "18446744073709551616", "99999999999999999999999999", "4294967296", "100000",
+            "18446744073709551616", "99999999999999999999999999", "4294967296", "100000", "3153600000",
+            "3153600001", "9007199254740991", "9007199254740992",
         ];
         if self.rng.gen_bool(0.3) {
             self.rng.gen_range(0..200u64).to_string().into_bytes()
@@ -194,6 +195,11 @@ impl Gen {
             "{\"tool_calls\":[{\"id\":\"c1\"}]}".into(),
             deep_json(10_000),
             deep_json(100),
+            // META at the deepest level accepted (124) and one past it.
+            deep_json(123),
+            deep_json(124),
+            r#"{"a":"\ud800"}"#.into(),
+            r#"{"n":1e400}"#.into(),
             huge_json(20_000),
             r#"{"conversation_history":[{"role":"user","content":"hi","timestamp":"2024-01-01T00:00:00"}],"user_profile":{"n":1}}"#.into(),
             r#"{"conversation_history":[{"role":"user","content":"hi","timestamp":"not a time"}]}"#.into(),
@@ -201,6 +207,10 @@ impl Gen {
             r#"{"conversation_history":[{"id":5,"role":"user","content":"a"},{"id":3,"role":"user","content":"b"}]}"#.into(),
             r#"{"conversation_history":[{"id":-5,"role":"user","content":"a"}]}"#.into(),
             r#"{"conversation_history":[{"id":18446744073709551615,"role":"user","content":"a"}]}"#.into(),
+            r#"{"conversation_history":[{"id":9007199254740991,"role":"user","content":"a"}]}"#.into(),
+            r#"{"conversation_history":[{"id":9007199254740992,"role":"user","content":"a"}]}"#.into(),
+            r#"{"conversation_history":[{"role":"tool","content":"orphan"},{"role":"user","content":"a"}]}"#.into(),
+            r#"{"conversation_history":[],"user_profile":{"s":"\udfff"}}"#.into(),
             r#"{"conversation_history":{},"summary":[]}"#.into(),
             r#"{"conversation_history":[{"role":"user","content":"x","meta":[1]}]}"#.into(),
             r#"{"conversation_history":[{"role":"user","content":"x","ts":-99999999999999999}],"summary":{"content":"s","upto":0}}"#.into(),
@@ -488,6 +498,11 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
                 oks += 1;
                 let after = digests(&mut con);
                 for (i, k) in FUZZ_KEYS.iter().enumerate() {
+                    // No command deletes a session: one gone after OK had an
+                    // expiry that overflowed (a huge TTL on Redis 7.0).
+                    if after[i].starts_with("0000000000") && !before[i].starts_with("0000000000") {
+                        violations.add("session gone right after a successful command", printable(&args));
+                    }
                     if after[i] != before[i] {
                         if let Some(p) = consistency_problem(&mut con, k) {
                             let class = if p.contains("not valid JSON") {
@@ -571,67 +586,6 @@ impl Violations {
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// The internal commands are reachable by any client with write access: a
-/// payload that decodes but breaks the session's invariants must be refused,
-/// or the session becomes one that RDB/DUMP loading refuses.
-#[test]
-fn internal_commands_refuse_payloads_that_break_invariants() {
-    let mut server = Server::start();
-    let mut con = server.client();
-    let key = "mem:{int}";
-    ok(&mut con, &["MEM.APPEND", key, "user", "one"]);
-    ok(&mut con, &["MEM.APPEND", key, "user", "two"]);
-    let s = default_psettings();
-    let now = 1_700_000_000_000;
-    let msg = |id, role: &'static [u8], tokens| PMessage { id, role, content: b"x", ts: now, tokens, meta: None };
-    let zero_caps = PSettings { max_msgs: 0, max_tokens: 0, ..default_psettings() };
-    let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("append with tokens u64::MAX", op_append(now, &s, &msg(10, b"user", u64::MAX))),
-        ("append with tokens 2^63", op_append(now, &s, &msg(11, b"user", 1 << 63))),
-        ("append with an empty role", op_append(now, &s, &msg(12, b"", 5))),
-        ("append with a 100-byte role", op_append(now, &s, &msg(13, &[b'r'; 100], 5))),
-        ("append with caps 0", op_append(now, &zero_caps, &msg(14, b"user", 5))),
-        ("append with META that is not JSON", op_append(now, &s, &PMessage { meta: Some(b"not json"), ..msg(15, b"user", 5) })),
-        ("summarize with tokens u64::MAX", op_summarize(now, b"s", u64::MAX, 2, now)),
-        ("extset with caps 0", op_extset(now, &zero_caps, b"dify", b"c", now + 1000)),
-        ("format-1 append with tokens u64::MAX", op_append_v1(now, &s, &msg(16, b"user", u64::MAX))),
-        ("format-1 append with an empty role", op_append_v1(now, &s, &msg(17, b"", 5))),
-        ("format-1 summarize with tokens u64::MAX", op_summarize_v1(now, b"s", u64::MAX, 2, now)),
-        ("format-1 extset with caps 0", op_extset_v1(now, &zero_caps, b"dify", b"c", now + 1000)),
-    ];
-    let mut problems = Vec::new();
-    for (what, payload) in &cases {
-        ok(&mut con, &["DEL", key]);
-        ok(&mut con, &["MEM.APPEND", key, "user", "one"]);
-        ok(&mut con, &["MEM.APPEND", key, "user", "two"]);
-        let before = digest(&mut con, key);
-        let r = redis::cmd("MEM._APPLY").arg(key).arg(payload).query::<Value>(&mut con);
-        assert!(server.is_alive(), "{what}: crashed\n{}", tail(&server.log()));
-        match r {
-            Err(e) => {
-                assert!(e.code().is_some(), "{what}: not an error reply: {e}");
-                if digest(&mut con, key) != before {
-                    problems.push(format!("{what}: refused ({e}) but the session changed"));
-                }
-            }
-            Ok(_) => {
-                if let Some(p) = consistency_problem(&mut con, key) {
-                    problems.push(format!("{what}: accepted, and then {p}"));
-                }
-                let d = dump(&mut con, key);
-                if let Err(e) = redis::cmd("RESTORE").arg("mem:{int}:copy").arg(0).arg(&d).arg("REPLACE").query::<Value>(&mut con) {
-                    problems.push(format!("{what}: accepted, and then DUMP/RESTORE of the session fails: {e}"));
-                }
-            }
-        }
-    }
-    println!("hostile/internal payloads: {} crafted MEM._APPLY payloads, {} problems", cases.len(), problems.len());
-    for p in &problems {
-        println!("  PROBLEM: {p}");
-    }
-    assert!(problems.is_empty(), "{problems:#?}");
 }
 
 // ---- corrupt DUMP payloads ----------------------------------------------
@@ -869,7 +823,13 @@ fn acl_key_patterns_apply_to_every_command() {
         ];
         for step in &steps {
             let refs: Vec<&[u8]> = step.iter().map(Vec::as_slice).collect();
-            cmd_bin(&mut alice, &refs).unwrap_or_else(|e| panic!("alice: {}: {e}", printable(step)));
+            match cmd_bin(&mut alice, &refs) {
+                // Internal commands pass the ACL, then refuse any client.
+                Err(e) if step[0].starts_with(b"MEM._") => {
+                    assert!(e.to_string().contains("is internal"), "alice: {}: {e}", printable(step))
+                }
+                r => drop(r.unwrap_or_else(|e| panic!("alice: {}: {e}", printable(step)))),
+            }
             allowed += 1;
             // The same command on bob's session is refused.
             let mut on_bob = step.clone();

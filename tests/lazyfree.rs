@@ -34,11 +34,11 @@ fn large_sessions_are_freed_lazily_and_small_ones_at_once() {
     assert_eq!(stat(&mut con, "lazyfreed_objects"), lazy, "a 10-message session is freed at once");
     assert_eq!(info_mem(&mut con, "sessions"), 3);
     cmd(&mut con, &["UNLINK", "mem:{large}"]).unwrap();
-    wait_until(&mut con, "the large session freed in the background", |c| stat(c, "lazyfreed_objects") == lazy + 1);
+    poll_until(&mut con, "the large session freed in the background", |c| stat(c, "lazyfreed_objects") == lazy + 1);
     cmd(&mut con, &["PEXPIRE", "mem:{expire}", "1"]).unwrap();
-    wait_until(&mut con, "the expired session freed in the background", |c| stat(c, "lazyfreed_objects") == lazy + 2);
+    poll_until(&mut con, "the expired session freed in the background", |c| stat(c, "lazyfreed_objects") == lazy + 2);
     cmd(&mut con, &["FLUSHALL", "ASYNC"]).unwrap();
-    wait_until(&mut con, "every session freed", |c| info_mem(c, "sessions") == 0);
+    poll_until(&mut con, "every session freed", |c| info_mem(c, "sessions") == 0);
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
 }

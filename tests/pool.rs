@@ -14,7 +14,7 @@ fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
 
 /// used_memory once the burst's connections are gone.
 fn used_memory(con: &mut redis::Connection) -> i64 {
-    wait_until(con, "the burst's clients to disconnect", |c| info_int(c, "clients", "connected_clients") == 1);
+    poll_until(con, "the burst's clients to disconnect", |c| info_int(c, "clients", "connected_clients") == 1);
     info_int(con, "memory", "used_memory")
 }
 
@@ -61,7 +61,7 @@ fn a_burst_of_large_appends_queues_on_a_fixed_pool_and_gives_its_memory_back() {
         );
     }
     // (A worker counts a job done just after handing its result back.)
-    wait_until(&mut con, "every append counted on the pool", |c| info_mem(c, "counts_off_thread") == 7 * 60);
+    poll_until(&mut con, "every append counted on the pool", |c| info_mem(c, "counts_off_thread") == 7 * 60);
     assert_eq!(info_mem(&mut con, "count_queue"), 0);
     assert_eq!(info_mem(&mut con, "counts_in_flight"), 0);
     // Resized at run time: one more thread on demand, and back.
@@ -70,8 +70,8 @@ fn a_burst_of_large_appends_queues_on_a_fixed_pool_and_gives_its_memory_back() {
     assert_eq!(server.threads_named("mem-count"), 3);
     cmd(&mut con, &["CONFIG", "SET", "mem.count-threads", "1"]).unwrap();
     cmd(&mut con, &["FLUSHALL", "SYNC"]).unwrap();
-    wait_until(&mut con, "idle threads above the setting to leave", |c| info_mem(c, "count_threads") == 1);
-    wait_until(&mut con, "the OS threads to exit", |_| server.threads_named("mem-count") == 1);
+    poll_until(&mut con, "idle threads above the setting to leave", |c| info_mem(c, "count_threads") == 1);
+    poll_until(&mut con, "the OS threads to exit", |_| server.threads_named("mem-count") == 1);
     burst(&server, 5, 10);
     assert_eq!(server.threads_named("mem-count"), 1);
 }

@@ -2,10 +2,7 @@
 
 use redis_module::{RedisError, RedisString};
 
-use crate::session::MAX_ROLE_BYTES;
-
-/// Longest accepted model name, in bytes.
-pub const MAX_MODEL_BYTES: usize = 256;
+use crate::session::{MAX_ROLE_BYTES, MAX_TTL_SECS};
 
 /// Options after the positional arguments: `NAME value` pairs (or bare flags),
 /// case-insensitive, each at most once, in any order.
@@ -58,6 +55,17 @@ impl<'a> Options<'a> {
         self.get(name).map(|v| parse_u64(name, v, min)).transpose()
     }
 
+    /// A TTL-like option in seconds (TTL, EX), at least `min` and at most
+    /// [`MAX_TTL_SECS`], so no expiry computed from it can overflow.
+    pub fn seconds(&self, name: &str, min: u64) -> Result<Option<u64>, RedisError> {
+        match self.u64(name, min)? {
+            Some(s) if s > MAX_TTL_SECS => Err(err(format!(
+                "ERR {name} must be at most {MAX_TTL_SECS} (100 years)"
+            ))),
+            other => Ok(other),
+        }
+    }
+
     /// A UTF-8 string option.
     pub fn str(&self, name: &str) -> Result<Option<&'a str>, RedisError> {
         self.get(name).map(|v| utf8(name, v)).transpose()
@@ -103,10 +111,7 @@ pub fn check_role(role: &str) -> Result<(), RedisError> {
 }
 
 pub fn check_model(model: &str) -> Result<(), RedisError> {
-    if model.is_empty() || model.len() > MAX_MODEL_BYTES {
-        return Err(err(format!("ERR model name must be 1 to {MAX_MODEL_BYTES} bytes")));
-    }
-    Ok(())
+    crate::session::check_model(model).map_err(|e| err(format!("ERR {e}")))
 }
 
 /// Content (or summary text) must fit `mem.max-message-bytes`.
@@ -119,7 +124,8 @@ pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
     Ok(())
 }
 
-/// META must be a JSON object; it is kept as sent.
+/// META must be a JSON object that `FORMAT JSON` can give back to
+/// MEM.IMPORT; it is kept as sent.
 pub fn check_meta(meta: &str) -> Result<(), RedisError> {
-    crate::session::check_json_object("META", meta).map_err(|e| err(format!("ERR {e}")))
+    crate::session::check_meta(meta).map_err(|e| err(format!("ERR {e}")))
 }

@@ -3,7 +3,7 @@
 //! which cannot wait for a worker: a large batch is parsed and counted on
 //! the pool like a large MEM.APPEND.
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -15,7 +15,7 @@ use super::{append_events, finish_write, now_ms, settings_thresholds, write_outc
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
-use crate::session::{Message, Op, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{next_id, Message, Op, MAX_ROLE_BYTES, MAX_TS};
 use crate::stats::count_message;
 use crate::tokenizer::Encoding;
 
@@ -85,7 +85,7 @@ fn check(item: Item, max_message_bytes: u64) -> Result<Counted, String> {
             if text.len() as u64 > max_message_bytes {
                 return Err("meta is above mem.max-message-bytes".to_owned());
             }
-            crate::session::check_json_object("meta", text)?;
+            crate::session::check_meta(text)?;
             Some(text.to_owned())
         }
         None => None,
@@ -146,22 +146,22 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         messages = count(messages, encoding);
     }
     let now = now_ms();
-    let mut next_id = key.session().map_or(0, |s| s.last_id) + 1;
+    let mut last_id = key.session().map_or(0, |s| s.last_id);
     let ops: Vec<Op> = messages
         .into_iter()
         .map(|m| {
+            last_id = next_id(last_id).map_err(session_error)?;
             let message = Message {
-                id: next_id,
+                id: last_id,
                 role: m.role.into(),
                 content: m.content.into(),
                 ts: m.ts.unwrap_or(now),
                 tokens: m.tokens,
                 meta: m.meta.map(Box::from),
             };
-            next_id += 1;
-            Op::Append { now, settings: settings.clone(), message }
+            Ok(Op::Append { now, settings: settings.clone(), message })
         })
-        .collect();
+        .collect::<Result<_, RedisError>>()?;
 
     // Everything is validated; from here on the write cannot fail (an op is
     // refused only for an id that is not increasing, checked above).

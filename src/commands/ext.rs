@@ -7,7 +7,7 @@ use super::args::{self, Options};
 use super::{arity, default_settings, finish_write, now_ms, Propagate};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{ExternalId, Op};
+use crate::session::{ExternalId, Op, MAX_TTL_SECS};
 use crate::stats;
 
 /// MEM.EXTSET key system conversation_id [EX seconds]
@@ -23,7 +23,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cfg = Config::current();
     args::check_size("system", system.len(), cfg.max_message_bytes)?;
     args::check_size("conversation_id", id.len(), cfg.max_message_bytes)?;
-    let ex = opts.u64("EX", 1)?.unwrap_or(cfg.ext_ttl).max(1);
+    let ex = opts.seconds("EX", 1)?.unwrap_or(cfg.ext_ttl).clamp(1, MAX_TTL_SECS);
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let now = now_ms();
@@ -32,10 +32,9 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(s) => (s.settings.clone(), false),
         None => (default_settings(&cfg), true),
     };
-    let ex_ms = i64::try_from(ex.saturating_mul(1000)).unwrap_or(i64::MAX);
     let external = ExternalId {
         id: id.to_owned(),
-        expires_at: now.saturating_add(ex_ms),
+        expires_at: now.saturating_add(ex as i64 * 1000),
     };
     let expires_at = external.expires_at;
     let op = Op::ExtSet {
@@ -51,7 +50,10 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // the id's expiry if later); an existing expiry only moves later.
     let expiry = match remaining {
         _ if created => session.key_expiry(now),
-        Some(ms) => Some(now.saturating_add(ms).max(expires_at)),
+        // A key PEXPIREd further than the documented maximum comes back to
+        // it, so the expiry set here never nears what Redis can add its
+        // clock to.
+        Some(ms) => Some(now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000)).max(expires_at)),
         None => None,
     };
     stats::add(&stats::EXT_SETS, 1);

@@ -21,7 +21,7 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(m) = model {
         args::check_model(m)?;
     }
-    let ttl = opts.u64("TTL", 0)?;
+    let ttl = opts.seconds("TTL", 0)?;
     let cfg = Config::current();
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
@@ -43,7 +43,7 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut session = doc
         .into_session(settings, now, count_message)
         .map_err(|e| err(format!("ERR invalid document: {e}")))?;
-    let trimmed = session.trim(true);
+    let trimmed = session.trim_imported();
     let summarize = session.meets(session_thresholds(&session, &cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,

@@ -1,16 +1,30 @@
 //! Internal commands that carry a write's effect to replicas and the AOF:
 //! `MEM._APPLY key op` (one op, as decided by the master) and
 //! `MEM._PUT key session` (a whole session: AOF rewrite, import, re-count).
-//! Both refuse payloads that do not decode, changing nothing.
+//! Both run only from the master link or while the AOF loads, and refuse
+//! payloads that do not decode or break an invariant, changing nothing.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::err;
 use crate::key::SessionKey;
 use crate::persistence;
 
+/// A client could otherwise write any session it can encode, bypassing
+/// every rule the commands enforce (caps, id order, token counts).
+fn internal_only(ctx: &Context, name: &str) -> Result<(), RedisError> {
+    let flags = ctx.get_flags();
+    if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return Ok(());
+    }
+    Err(err(format!(
+        "ERR {name} is internal: it runs only from the master link or while loading the AOF"
+    )))
+}
+
 /// MEM._APPLY key payload [content]
 pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal_only(ctx, "MEM._APPLY")?;
     if args.len() != 3 && args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
@@ -39,6 +53,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// MEM._PUT key payload
 pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal_only(ctx, "MEM._PUT")?;
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }

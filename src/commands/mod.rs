@@ -94,7 +94,7 @@ impl<'a> SettingsOptions<'a> {
         }
         Ok(SettingsOptions {
             model,
-            ttl: opts.u64("TTL", 0)?,
+            ttl: opts.seconds("TTL", 0)?,
             max_tokens: opts.u64("MAXTOKENS", 1)?,
             max_msgs: opts.u64("MAXMSGS", 1)?,
         })

@@ -28,8 +28,11 @@ impl<'a> Reply<'a> {
         self
     }
 
+    /// Every u64 replied is bounded far below i64::MAX (ids by MAX_ID,
+    /// caps and TTLs by validation, token counts by the bytes counted), so
+    /// the conversion never saturates; it only keeps this panic-free.
     pub fn int(&self, n: u64) -> &Self {
-        raw::reply_with_long_long(self.ctx.ctx, n.min(i64::MAX as u64) as i64);
+        raw::reply_with_long_long(self.ctx.ctx, i64::try_from(n).unwrap_or(i64::MAX));
         self
     }
 

@@ -7,7 +7,7 @@ use super::{append_events, arity, finish_write, now_ms, reply_outcome, session_t
 use super::async_count::{can_block, count_off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{Message, Op, SessionError, Summary, MAX_TS};
+use crate::session::{next_id, Message, Op, SessionError, Summary, MAX_TS};
 use crate::stats::{self, count_message};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
@@ -43,6 +43,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
     let last_id = key.session().map_or(0, |s| s.last_id);
+    let id = next_id(last_id).map_err(session_error)?;
     let encoding = settings.encoding;
 
     // Large content: checked and counted by a worker while the client waits;
@@ -72,7 +73,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
 
     let now = now_ms();
     let message = Message {
-        id: last_id + 1,
+        id,
         role: role.into(),
         content: content.into(),
         ts: ts.map_or(now, |t| t as i64),
@@ -116,19 +117,12 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(session) = key.session_mut() else {
         return Err(RedisError::Str("ERR no such key"));
     };
-    if let Some(current) = &session.summary {
-        if upto < current.upto {
-            stats::add(&stats::SUMMARIES_REJECTED, 1);
-            return Err(err(format!(
-                "ERR upto {upto} is below the current summary's ({})",
-                current.upto
-            )));
-        }
-    }
-    if !session.messages.iter().any(|m| m.id == upto) {
+    // Refused before the text is counted when upto alone rules it out.
+    let refused = |e| {
         stats::add(&stats::SUMMARIES_REJECTED, 1);
-        return Err(session_error(SessionError::UnknownUpto(upto)));
-    }
+        session_error(e)
+    };
+    session.check_summary_upto(upto).map_err(refused)?;
     let now = now_ms();
     let summary = Summary {
         text: text.to_owned(),
@@ -138,16 +132,13 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let op = Op::Summarize { now, summary };
     let header = op.header();
-    let outcome = session.apply(op).map_err(session_error)?;
+    // The core refuses (changing nothing) a summary over maxtokens, and
+    // checks upto again.
+    let outcome = session.apply(op).map_err(refused)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     stats::add(&stats::SUMMARIES_APPLIED, 1);
-    stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
-    let mut events = vec!["mem.summarize"];
-    if outcome.trimmed > 0 {
-        events.push("mem.trim");
-    }
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &["mem.summarize"]);
     reply_outcome(ctx, &outcome, summarize)
 }
 

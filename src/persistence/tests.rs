@@ -168,7 +168,8 @@ fn lived_in() -> Session {
         let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None) };
         s.apply(op).unwrap();
     }
-    let upto = s.messages[1].id;
+    // Cover up to a message whose successor is not a tool result.
+    let upto = s.messages.iter().zip(s.messages.iter().skip(1)).find(|(_, next)| &*next.role != "tool").map(|(m, _)| m.id).unwrap();
     s.apply(Op::Summarize { now: 1_700_000_002_000, summary: Summary { text: "so far".into(), tokens: 5, upto, ts: 1_700_000_002_000 } }).unwrap();
     s
 }

@@ -18,6 +18,39 @@ pub const TOOL_ROLE: &str = "tool";
 pub const MAX_TS: i64 = 253_402_300_799_999;
 /// Longest accepted role, in bytes.
 pub const MAX_ROLE_BYTES: usize = 64;
+/// Longest accepted model name, in bytes.
+pub const MAX_MODEL_BYTES: usize = 256;
+/// Largest message id: 2^53 - 1, the largest integer every JSON parser
+/// (JavaScript's too) reads exactly, so ids in `FORMAT JSON` round-trip.
+pub const MAX_ID: u64 = (1 << 53) - 1;
+/// Largest id a stored or replicated session may carry: earlier releases
+/// imported ids up to 2^63-1 (they still fit a RESP integer); new ids stop
+/// at [`MAX_ID`] (`next_id`).
+pub const MAX_STORED_ID: u64 = i64::MAX as u64;
+/// Longest TTL (session TTL, EX of an external id, `mem.ttl`, `mem.ext-ttl`):
+/// 100 years. Redis 7.0 adds the clock to a relative expiry without an
+/// overflow check, so an unbounded TTL could wrap and delete the key.
+pub const MAX_TTL_SECS: u64 = 3_153_600_000;
+/// Latest absolute expiry (ms) an external id can carry: MAX_TTL after the
+/// latest clock a write can have. Far below i64::MAX, whatever Redis adds.
+pub const MAX_EXPIRY_MS: i64 = MAX_TS + MAX_TTL_SECS as i64 * 1000;
+
+/// The model-name rule shared by MODEL options, imports, `mem.default-model`
+/// and load-time validation.
+pub fn check_model(model: &str) -> Result<(), String> {
+    if model.is_empty() || model.len() > MAX_MODEL_BYTES {
+        return Err(format!("model name must be 1 to {MAX_MODEL_BYTES} bytes"));
+    }
+    Ok(())
+}
+
+/// The id after `last_id`, unless every id is used.
+pub fn next_id(last_id: u64) -> Result<u64, SessionError> {
+    match last_id.checked_add(1) {
+        Some(id) if id <= MAX_ID => Ok(id),
+        _ => Err(SessionError::IdsExhausted),
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
@@ -49,6 +82,22 @@ pub struct Settings {
     pub ttl: u64,
     pub max_tokens: u64,
     pub max_msgs: u64,
+}
+
+/// The caps a session is trimmed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    pub messages: u64,
+    pub tokens: u64,
+}
+
+impl Settings {
+    pub fn caps(&self) -> Caps {
+        Caps {
+            messages: self.max_msgs,
+            tokens: self.max_tokens,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,8 +198,20 @@ pub struct Outcome {
 pub enum SessionError {
     /// SUMMARIZE's `upto` is not a message of the session.
     UnknownUpto(u64),
+    /// SUMMARIZE's `upto` is below the current summary's.
+    UptoBelowSummary { upto: u64, current: u64 },
+    /// The first message a summary would keep is a tool result.
+    KeepsToolResult { upto: u64, id: u64 },
+    /// The summary plus the messages it keeps exceed `maxtokens`.
+    SummaryOverCap { tokens: u64, kept: u64, max_tokens: u64 },
+    /// A message id (or summary upto) above [`MAX_ID`].
+    IdAboveMax(u64),
+    /// The session's last id is [`MAX_ID`]: no id is left for a message.
+    IdsExhausted,
     /// An op whose message id is not above the session's last id.
     IdNotIncreasing { id: u64, last_id: u64 },
+    /// A summary installed over messages it covers.
+    SummaryOverMessages { upto: u64 },
 }
 
 impl std::fmt::Display for SessionError {
@@ -160,58 +221,30 @@ impl std::fmt::Display for SessionError {
                 f,
                 "upto {upto} is not the id of a message in the session (already summarized or evicted?)"
             ),
+            SessionError::UptoBelowSummary { upto, current } => {
+                write!(f, "upto {upto} is below the current summary's ({current})")
+            }
+            SessionError::KeepsToolResult { upto, id } => write!(
+                f,
+                "the first message after upto {upto} (id {id}) is a tool result: it would be separated from its call"
+            ),
+            SessionError::SummaryOverCap { tokens, kept, max_tokens } => write!(
+                f,
+                "the summary ({tokens} tokens) plus the messages it keeps ({kept} tokens) exceed maxtokens ({max_tokens}): a summary never evicts a newer message"
+            ),
+            SessionError::IdAboveMax(id) => write!(f, "id {id} is above the largest id {MAX_STORED_ID}"),
+            SessionError::IdsExhausted => write!(
+                f,
+                "the session has used every message id (up to {MAX_ID}): start a new session"
+            ),
             SessionError::IdNotIncreasing { id, last_id } => {
                 write!(f, "message id {id} is not above the session's last id {last_id}")
             }
+            SessionError::SummaryOverMessages { upto } => {
+                write!(f, "a summary up to {upto} cannot be installed over the messages it covers")
+            }
         }
     }
-}
-
-/// The summarization thresholds of a session (spec §3, MEM.SUMMARIZE_CHECK).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Thresholds {
-    pub tokens: u64,
-    pub messages: u64,
-}
-
-impl Thresholds {
-    /// `ratio_percent` of the context window (or `fallback_tokens` when the
-    /// window is unknown), never above the session's token cap.
-    pub fn new(
-        context_window: Option<u64>,
-        ratio_percent: u64,
-        fallback_tokens: u64,
-        settings: &Settings,
-    ) -> Thresholds {
-        let by_window = match context_window {
-            Some(window) => window.saturating_mul(ratio_percent) / 100,
-            None => fallback_tokens,
-        };
-        Thresholds {
-            tokens: by_window.min(settings.max_tokens),
-            messages: settings.max_msgs,
-        }
-    }
-}
-
-/// The answer of MEM.SUMMARIZE_CHECK.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SummarizeCheck {
-    pub summarize: bool,
-    pub total_tokens: u64,
-    pub messages: u64,
-    pub thresholds: Thresholds,
-    pub keep: u64,
-    pub upto: u64,
-    pub upto_tokens: u64,
-}
-
-/// Which messages MEM.GET returns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Selection {
-    pub last: Option<u64>,
-    pub after: Option<u64>,
-    pub budget: Option<u64>,
 }
 
 impl Session {
@@ -279,51 +312,97 @@ impl Session {
         settings: Settings,
         message: Message,
     ) -> Result<Outcome, SessionError> {
+        let (id, tokens) = (message.id, message.tokens);
+        self.push_message(message)?;
+        self.settings = settings;
+        self.updated = now;
+        self.purge_external(now);
+        let trimmed = self.trim(self.settings.caps(), true);
+        Ok(self.outcome(id, tokens, trimmed))
+    }
+
+    /// Adds `message` as the newest one, keeping `last_id` and the totals.
+    /// Its id must be above the last id and at most [`MAX_STORED_ID`]; on
+    /// error nothing changes.
+    pub fn push_message(&mut self, message: Message) -> Result<(), SessionError> {
         if message.id <= self.last_id {
             return Err(SessionError::IdNotIncreasing {
                 id: message.id,
                 last_id: self.last_id,
             });
         }
-        self.settings = settings;
+        if message.id > MAX_STORED_ID {
+            return Err(SessionError::IdAboveMax(message.id));
+        }
         self.last_id = message.id;
-        self.total_tokens += message.tokens;
-        let (id, tokens) = (message.id, message.tokens);
+        self.total_tokens = self.total_tokens.saturating_add(message.tokens);
         self.messages.push_back(message);
-        self.updated = now;
-        self.purge_external(now);
-        let trimmed = self.trim(true);
-        Ok(self.outcome(id, tokens, trimmed))
+        Ok(())
     }
 
-    /// Evicts the oldest messages until the session is within its caps.
+    /// Makes `summary` the session's summary (replacing any), keeping the
+    /// totals; `last_id` moves up to its `upto` (an import's summary may
+    /// cover messages the session never held). It must cover no message
+    /// still in the session; on error nothing changes.
+    pub fn set_summary(&mut self, summary: Summary) -> Result<(), SessionError> {
+        if summary.upto > MAX_STORED_ID {
+            return Err(SessionError::IdAboveMax(summary.upto));
+        }
+        if self.messages.front().is_some_and(|m| m.id <= summary.upto) {
+            return Err(SessionError::SummaryOverMessages { upto: summary.upto });
+        }
+        if let Some(old) = self.summary.take() {
+            self.total_tokens -= old.tokens;
+        }
+        self.total_tokens = self.total_tokens.saturating_add(summary.tokens);
+        self.last_id = self.last_id.max(summary.upto);
+        self.summary = Some(summary);
+        Ok(())
+    }
+
+    /// Evicts the oldest messages until the session is within `caps`.
     ///
     /// The newest message is spared when `protect_newest` (an append never
     /// evicts its own message). The summary goes only once no message can go
     /// instead. A `tool` message is never left as the oldest one: a tool
     /// result whose call was evicted goes with it. Returns the messages evicted.
-    pub fn trim(&mut self, protect_newest: bool) -> u64 {
+    pub fn trim(&mut self, caps: Caps, protect_newest: bool) -> u64 {
         let spared = usize::from(protect_newest);
-        let max_msgs = self.settings.max_msgs;
-        let max_tokens = self.settings.max_tokens;
         let mut evicted = 0u64;
-        let over = |s: &Session| s.message_count() > max_msgs || s.total_tokens > max_tokens;
+        let over = |s: &Session| s.message_count() > caps.messages || s.total_tokens > caps.tokens;
         while over(self) && self.messages.len() > spared {
             self.evict_oldest();
             evicted += 1;
         }
         if evicted > 0 {
-            while self.messages.len() > spared
-                && self.messages.front().is_some_and(|m| &*m.role == TOOL_ROLE)
-            {
-                self.evict_oldest();
-                evicted += 1;
-            }
+            evicted += self.drop_orphan_tool_results(spared);
         }
-        if self.total_tokens > max_tokens {
+        if self.total_tokens > caps.tokens {
             if let Some(summary) = self.summary.take() {
                 self.total_tokens -= summary.tokens;
             }
+        }
+        evicted
+    }
+
+    /// Trims an imported session: to its caps as an append does (the
+    /// document's newest message is spared), then drops the tool results
+    /// left first, whose call is not in the session (even the newest one:
+    /// no append of its own protects it). Returns the messages dropped.
+    pub fn trim_imported(&mut self) -> u64 {
+        let trimmed = self.trim(self.settings.caps(), true);
+        trimmed + self.drop_orphan_tool_results(0)
+    }
+
+    /// Evicts tool results at the front (their call is gone), sparing the
+    /// newest `spared` messages.
+    fn drop_orphan_tool_results(&mut self, spared: usize) -> u64 {
+        let mut evicted = 0;
+        while self.messages.len() > spared
+            && self.messages.front().is_some_and(|m| &*m.role == TOOL_ROLE)
+        {
+            self.evict_oldest();
+            evicted += 1;
         }
         evicted
     }
@@ -334,39 +413,50 @@ impl Session {
         }
     }
 
-    /// Replaces the summary and every message with `id <= summary.upto`.
-    fn summarize(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
-        let upto = summary.upto;
+    /// Why a summary up to `upto` cannot replace what it covers, whatever
+    /// its text (so a command can refuse before counting the text); else
+    /// the index of the `upto` message.
+    pub fn check_summary_upto(&self, upto: u64) -> Result<usize, SessionError> {
+        if let Some(current) = self.summary.as_ref().filter(|c| upto < c.upto) {
+            return Err(SessionError::UptoBelowSummary { upto, current: current.upto });
+        }
         let Some(pos) = self.messages.iter().position(|m| m.id == upto) else {
             return Err(SessionError::UnknownUpto(upto));
         };
+        if let Some(first) = self.messages.get(pos + 1).filter(|m| &*m.role == TOOL_ROLE) {
+            return Err(SessionError::KeepsToolResult { upto, id: first.id });
+        }
+        Ok(pos)
+    }
+
+    /// Why `summary` cannot replace what it covers, if it cannot (spec
+    /// MEM.SUMMARIZE); otherwise the index of its `upto` message.
+    pub fn check_summary(&self, summary: &Summary) -> Result<usize, SessionError> {
+        let pos = self.check_summary_upto(summary.upto)?;
+        let kept_tokens = self.messages.range(pos + 1..).map(|m| m.tokens).sum::<u64>();
+        let max_tokens = self.settings.max_tokens;
+        if summary.tokens.saturating_add(kept_tokens) > max_tokens {
+            return Err(SessionError::SummaryOverCap {
+                tokens: summary.tokens,
+                kept: kept_tokens,
+                max_tokens,
+            });
+        }
+        Ok(pos)
+    }
+
+    /// Replaces the summary and every message with `id <= summary.upto`.
+    /// Nothing else is evicted: a summary that does not fit is refused.
+    fn summarize(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
+        let pos = self.check_summary(&summary)?;
         for m in self.messages.drain(..=pos) {
             self.total_tokens -= m.tokens;
         }
-        if let Some(old) = self.summary.take() {
-            self.total_tokens -= old.tokens;
-        }
-        let tokens = summary.tokens;
-        self.total_tokens += tokens;
-        self.summary = Some(summary);
+        let (upto, tokens) = (summary.upto, summary.tokens);
+        self.set_summary(summary)?; // cannot fail: checked, covered messages gone
         self.updated = now;
         self.purge_external(now);
-        // The new summary stays; messages make room for it if a cap requires.
-        let trimmed = self.trim_keeping_summary();
-        Ok(self.outcome(upto, tokens, trimmed))
-    }
-
-    fn trim_keeping_summary(&mut self) -> u64 {
-        let summary = self.summary.take();
-        let summary_tokens = summary.as_ref().map_or(0, |s| s.tokens);
-        self.total_tokens -= summary_tokens;
-        let saved_cap = self.settings.max_tokens;
-        self.settings.max_tokens = saved_cap.saturating_sub(summary_tokens);
-        let trimmed = self.trim(false);
-        self.settings.max_tokens = saved_cap;
-        self.total_tokens += summary_tokens;
-        self.summary = summary;
-        trimmed
+        Ok(self.outcome(upto, tokens, 0))
     }
 
     /// Re-counts the summary and every message under `encoding` (the one case
@@ -411,90 +501,13 @@ impl Session {
         if self.settings.ttl == 0 {
             return None;
         }
-        let ttl_ms = i64::try_from(self.settings.ttl.saturating_mul(1000)).unwrap_or(i64::MAX);
+        // ttl <= MAX_TTL_SECS and external expiries <= MAX_EXPIRY_MS (both
+        // validated), so the expiry stays far below what Redis can add its
+        // clock to; min() only guards values that skipped validation.
+        let ttl_ms = self.settings.ttl.min(MAX_TTL_SECS) as i64 * 1000;
         let sliding = now.saturating_add(ttl_ms);
-        let latest_ext = self.external.values().map(|e| e.expires_at).max();
+        let latest_ext = self.external.values().map(|e| e.expires_at.min(MAX_EXPIRY_MS)).max();
         Some(latest_ext.map_or(sliding, |ext| ext.max(sliding)))
-    }
-
-    /// Whether the session meets its summarization thresholds (O(1), for the
-    /// hot path; `summarize_check` also finds what to summarize).
-    pub fn meets(&self, thresholds: Thresholds) -> bool {
-        self.total_tokens >= thresholds.tokens || self.message_count() >= thresholds.messages
-    }
-
-    /// MEM.SUMMARIZE_CHECK for this session.
-    pub fn summarize_check(&self, thresholds: Thresholds, keep: u64) -> SummarizeCheck {
-        let messages = self.message_count();
-        // Index of the first kept message; a kept part never starts with a
-        // tool result, so the boundary moves back past tool messages.
-        let mut first_kept = messages.saturating_sub(keep) as usize;
-        while first_kept > 0
-            && self.messages.get(first_kept).is_some_and(|m| &*m.role == TOOL_ROLE)
-        {
-            first_kept -= 1;
-        }
-        let (upto, covered_tokens) = if first_kept == 0 {
-            (0, 0)
-        } else {
-            let covered = self.messages.range(..first_kept);
-            (self.messages[first_kept - 1].id, covered.map(|m| m.tokens).sum())
-        };
-        SummarizeCheck {
-            summarize: self.meets(thresholds),
-            total_tokens: self.total_tokens,
-            messages,
-            thresholds,
-            keep,
-            upto,
-            upto_tokens: self.summary_tokens() + covered_tokens,
-        }
-    }
-
-    /// The summary (unless `AFTER` was given) and the messages MEM.GET returns.
-    pub fn select(&self, sel: Selection) -> (Option<&Summary>, &[Message], &[Message]) {
-        let (a, b) = self.messages.as_slices();
-        let mut start = 0usize;
-        let len = self.messages.len();
-        if let Some(after) = sel.after {
-            start = self.messages.partition_point(|m| m.id <= after);
-        }
-        if let Some(last) = sel.last {
-            let last = usize::try_from(last).unwrap_or(usize::MAX);
-            start = start.max(len.saturating_sub(last));
-        }
-        let mut summary = if sel.after.is_some() {
-            None
-        } else {
-            self.summary.as_ref()
-        };
-        if let Some(budget) = sel.budget {
-            let mut used = summary.map_or(0, |s| s.tokens);
-            if used > budget {
-                // Nothing fits: the summary alone is over the budget.
-                summary = None;
-                start = len;
-            } else {
-                let mut fit = len;
-                while fit > start {
-                    match self.messages.get(fit - 1) {
-                        Some(m) if used + m.tokens <= budget => used += m.tokens,
-                        _ => break,
-                    }
-                    fit -= 1;
-                }
-                // Sendable as is: a tool result never comes without its call.
-                while self.messages.get(fit).is_some_and(|m| &*m.role == TOOL_ROLE) {
-                    fit += 1;
-                }
-                start = fit;
-            }
-        }
-        // Split the chosen range [start, len) across the deque's two slices.
-        match a.get(start..) {
-            Some(first) => (summary, first, b),
-            None => (summary, &[], b.get(start - a.len()..).unwrap_or(&[])),
-        }
     }
 
     /// Bytes held by the session, for MEMORY USAGE.
@@ -517,8 +530,10 @@ impl Session {
     }
 }
 
+mod read;
 mod validate;
-pub use validate::check_json_object;
+pub use read::{Selection, SummarizeCheck, Thresholds};
+pub use validate::{check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -207,7 +207,8 @@ fn summarize_replaces_covered_messages_and_keeps_newer_ones() {
     assert_eq!(s.summary.as_ref().map(|x| x.upto), Some(3));
     // Stale or unknown upto: refused, nothing changed.
     let before = s.clone();
-    assert_eq!(summarize(&mut s, 2, 1), Err(SessionError::UnknownUpto(2)));
+    assert_eq!(summarize(&mut s, 2, 1), Err(SessionError::UptoBelowSummary { upto: 2, current: 3 }));
+    assert_eq!(summarize(&mut s, 3, 1), Err(SessionError::UnknownUpto(3)));
     assert_eq!(summarize(&mut s, 99, 1), Err(SessionError::UnknownUpto(99)));
     assert_eq!(s, before);
     assert!(s.validate().is_ok());
@@ -319,4 +320,201 @@ fn budget_never_starts_with_a_tool_result() {
     let (_, a, b) = s.select(Selection { budget: Some(20), ..Default::default() });
     let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
     assert_eq!(got, vec![2, 3, 4]);
+}
+
+#[test]
+fn a_summary_over_maxtokens_is_refused_and_evicts_nothing() {
+    // The defect: MAXTOKENS 5000, 20 messages, a 6000-token summary of the
+    // first 5 used to succeed and evict the 15 newer ones.
+    let cfg = Settings { max_tokens: 5_000, max_msgs: 100, ..settings() };
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..20 {
+        push(&mut s, &cfg, "user", 100);
+    }
+    let before = s.clone();
+    assert_eq!(
+        summarize(&mut s, 5, 6_000),
+        Err(SessionError::SummaryOverCap { tokens: 6_000, kept: 1_500, max_tokens: 5_000 })
+    );
+    assert_eq!(s, before);
+    // 3500 + the 1500 kept = 5000: fits exactly, and nothing is trimmed.
+    let o = summarize(&mut s, 5, 3_500).unwrap();
+    assert_eq!((o.trimmed, o.messages, o.total_tokens), (0, 15, 5_000));
+    assert_eq!(ids(&s), (6..=20).collect::<Vec<_>>());
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn a_summary_never_separates_a_tool_result_from_its_call() {
+    let cfg = Settings { max_msgs: 100, ..settings() };
+    let mut s = Session::new(cfg.clone(), 0);
+    for role in ["user", "assistant", "tool", "tool", "assistant"] {
+        push(&mut s, &cfg, role, 10);
+    }
+    let before = s.clone();
+    assert_eq!(summarize(&mut s, 2, 5), Err(SessionError::KeepsToolResult { upto: 2, id: 3 }));
+    assert_eq!(summarize(&mut s, 3, 5), Err(SessionError::KeepsToolResult { upto: 3, id: 4 }));
+    assert_eq!(s, before);
+    // Before the call, or after the last result: fine.
+    summarize(&mut s, 1, 5).unwrap();
+    summarize(&mut s, 4, 5).unwrap();
+    assert_eq!(ids(&s), vec![5]);
+}
+
+#[test]
+fn trim_takes_its_caps_as_arguments() {
+    let cfg = Settings { max_msgs: 100, ..settings() };
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..6 {
+        push(&mut s, &cfg, "user", 10);
+    }
+    let trimmed = s.trim(Caps { messages: 100, tokens: 35 }, false);
+    assert_eq!((trimmed, s.total_tokens), (3, 30));
+    assert_eq!(s.settings, cfg, "the session's own caps are untouched");
+    assert_eq!(s.trim(Caps { messages: 1, tokens: 1_000 }, true), 2);
+    assert_eq!(ids(&s), vec![6]);
+}
+
+#[test]
+fn ids_stop_at_max_id() {
+    assert_eq!(next_id(0), Ok(1));
+    assert_eq!(next_id(MAX_ID - 1), Ok(MAX_ID));
+    assert_eq!(next_id(MAX_ID), Err(SessionError::IdsExhausted));
+    assert_eq!(next_id(u64::MAX), Err(SessionError::IdsExhausted));
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    let before = s.clone();
+    let too_big = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1) };
+    assert_eq!(s.apply(too_big), Err(SessionError::IdAboveMax(MAX_STORED_ID + 1)));
+    assert_eq!(s, before);
+    let last = Message { ts: 1, ..msg(MAX_ID, "user", 1) };
+    s.apply(Op::Append { now: 1, settings: cfg.clone(), message: last }).unwrap();
+    assert_eq!(s.last_id, MAX_ID);
+    assert!(s.validate().is_ok());
+    // An earlier release imported ids up to 2^63-1: such a session loads and
+    // replicates, and it takes no new id.
+    let old = Message { ts: 1, ..msg(MAX_STORED_ID, "user", 1) };
+    s.apply(Op::Append { now: 1, settings: cfg, message: old }).unwrap();
+    assert!(s.validate().is_ok());
+    assert_eq!(next_id(s.last_id), Err(SessionError::IdsExhausted));
+}
+
+#[test]
+fn push_message_and_set_summary_keep_the_totals() {
+    let mut s = Session::new(settings(), 0);
+    let summary = Summary { text: "s".into(), tokens: 4, upto: 7, ts: 0 };
+    s.set_summary(summary.clone()).unwrap();
+    assert_eq!((s.last_id, s.total_tokens), (7, 4));
+    assert_eq!(s.push_message(msg(7, "user", 2)), Err(SessionError::IdNotIncreasing { id: 7, last_id: 7 }));
+    s.push_message(msg(8, "user", 2)).unwrap();
+    assert_eq!((s.last_id, s.total_tokens), (8, 6));
+    // A summary cannot be put over a message it covers.
+    let over = Summary { upto: 8, ..summary };
+    assert_eq!(s.set_summary(over), Err(SessionError::SummaryOverMessages { upto: 8 }));
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn an_import_drops_tool_results_left_first() {
+    let cfg = Settings { max_msgs: 3, ..settings() };
+    // The document starts with tool results: no call in the session.
+    let mut s = Session::new(cfg.clone(), 0);
+    for (id, role) in [(1, "tool"), (2, "tool"), (3, "user")] {
+        s.push_message(msg(id, role, 1)).unwrap();
+    }
+    assert_eq!(s.trim_imported(), 2);
+    assert_eq!(ids(&s), vec![3]);
+    // The caps evict the call: its results go too, even the newest.
+    let mut s = Session::new(Settings { max_msgs: 2, ..cfg }, 0);
+    for (id, role) in [(1, "user"), (2, "assistant"), (3, "tool"), (4, "tool")] {
+        s.push_message(msg(id, role, 1)).unwrap();
+    }
+    assert_eq!(s.trim_imported(), 4);
+    assert!(s.messages.is_empty());
+    assert_eq!((s.last_id, s.total_tokens), (4, 0));
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 3);
+    s.external.insert("dify".into(), ExternalId { id: "c".into(), expires_at: MAX_EXPIRY_MS });
+    s.settings.ttl = MAX_TTL_SECS;
+    assert!(s.validate().is_ok());
+    type Change = fn(&mut Session);
+    // Release 0.1 accepted these from clients; its sessions must still load
+    // (the commands now refuse them as input).
+    let stored_by_0_1: [(&str, Change); 6] = [
+        ("ttl above 100 years", |s| s.settings.ttl = i64::MAX as u64),
+        ("external expiry at i64::MAX", |s| s.external.get_mut("dify").unwrap().expires_at = i64::MAX),
+        ("lone surrogate in meta", |s| s.messages[0].meta = Some(r#"{"a":"\ud800"}"#.into())),
+        ("meta deeper than a document allows", |s| {
+            let d = MAX_META_DEPTH + 1;
+            s.messages[0].meta = Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into())
+        }),
+        ("members with 1e400", |s| s.extra = Some(r#"{"n":1e400}"#.into())),
+        ("last id above 2^53-1", |s| s.last_id = MAX_STORED_ID),
+    ];
+    for (what, change) in stored_by_0_1 {
+        let mut old = s.clone();
+        change(&mut old);
+        assert_eq!(old.validate(), Ok(()), "{what}");
+    }
+    let corrupt: [(&str, Change); 5] = [
+        ("cap above i64::MAX", |s| s.settings.max_tokens = 1 << 63),
+        ("ttl above i64::MAX", |s| s.settings.ttl = u64::MAX),
+        ("model too long", |s| s.settings.model = "m".repeat(MAX_MODEL_BYTES + 1)),
+        ("meta not JSON", |s| s.messages[0].meta = Some("{nope".into())),
+        ("last id above i64::MAX", |s| s.last_id = MAX_STORED_ID + 1),
+    ];
+    for (what, breaks) in corrupt {
+        let mut bad = s.clone();
+        breaks(&mut bad);
+        assert!(bad.validate().is_err(), "{what}");
+    }
+    // Ops (from an older master, or an old AOF) are held to the same rules.
+    let mut huge_ttl = cfg.clone();
+    huge_ttl.ttl = i64::MAX as u64;
+    assert!(Op::Append { now: 1, settings: huge_ttl, message: msg(9, "user", 1) }.validate().is_ok());
+    let op = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1) };
+    assert!(op.validate().is_err());
+    let summary = Summary { text: "s".into(), tokens: 1, upto: MAX_STORED_ID + 1, ts: 0 };
+    assert!(Op::Summarize { now: 1, summary }.validate().is_err());
+    let external = ExternalId { id: "c".into(), expires_at: i64::MAX };
+    assert!(Op::ExtSet { now: 1, settings: cfg, system: "dify".into(), external }.validate().is_ok());
+}
+
+#[test]
+fn key_expiry_at_the_largest_ttl_stays_far_from_overflow() {
+    let mut s = Session::new(Settings { ttl: MAX_TTL_SECS, ..settings() }, 0);
+    let now = MAX_TS;
+    assert_eq!(s.key_expiry(now), Some(now + MAX_TTL_SECS as i64 * 1000));
+    s.settings.ttl = u64::MAX; // not valid; still no overflow
+    assert_eq!(s.key_expiry(now), Some(now + MAX_TTL_SECS as i64 * 1000));
+}
+
+// Far below i64::MAX, whatever clock Redis adds to a relative expiry.
+const _: () = assert!(MAX_EXPIRY_MS < i64::MAX / 1000);
+
+#[test]
+fn last_never_starts_with_a_tool_result_but_after_alone_is_exact() {
+    let cfg = Settings { max_msgs: 100, ..settings() };
+    let mut s = Session::new(cfg.clone(), 0);
+    for role in ["user", "assistant", "tool", "tool", "assistant"] {
+        push(&mut s, &cfg, role, 10);
+    }
+    let pick = |sel| {
+        let (_, a, b) = s.select(sel);
+        a.iter().chain(b).map(|m| m.id).collect::<Vec<_>>()
+    };
+    let last = |n| Selection { last: Some(n), ..Default::default() };
+    assert_eq!(pick(last(2)), vec![5], "LAST 2 would start with the tool result 4");
+    assert_eq!(pick(last(3)), vec![5]);
+    assert_eq!(pick(last(4)), vec![2, 3, 4, 5]);
+    assert_eq!(pick(Selection { after: Some(2), ..Default::default() }), vec![3, 4, 5]);
+    assert_eq!(pick(Selection { after: Some(2), last: Some(10), ..Default::default() }), vec![5]);
+    assert_eq!(pick(Selection { after: Some(2), budget: Some(1_000), ..Default::default() }), vec![5]);
+    assert_eq!(pick(Selection { budget: Some(30), ..Default::default() }), vec![5]);
 }

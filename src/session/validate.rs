@@ -1,17 +1,96 @@
 //! Invariants of sessions and ops, checked on everything that comes from
 //! outside the commands' own parsing: RDB/DUMP payloads, `MEM._PUT` and
 //! `MEM._APPLY`. A corrupt payload is refused, never half-loaded.
+//!
+//! Two levels. What clients send is held to the policy limits (ids up to
+//! 2^53-1, TTLs up to 100 years, META that round-trips: `check_meta`).
+//! What is loaded or replicated is held only to the structure every release
+//! has written: an earlier release (or an older master during a rolling
+//! upgrade) accepted ids up to 2^63-1, any TTL and any JSON object as META,
+//! and its sessions must still load (refusing one aborts Redis's start).
+//! The code that uses these values bounds them (`key_expiry`, `next_id`).
 
-use super::{Message, Op, Session, Settings, Summary, MAX_ROLE_BYTES, MAX_TS};
+use serde_json::Value;
+
+use super::{check_model, ExternalId, Message, Op, Session, Settings, Summary, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
-/// A JSON object, as META and imported members must be.
-pub fn check_json_object(what: &str, text: &str) -> Result<(), String> {
+/// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
+/// one document: its recursion limit of 128 fails on the 128th.
+pub const JSON_MAX_NESTING: usize = 127;
+/// Deepest META (an object alone is depth 1): `FORMAT JSON` holds it inside
+/// three containers (the document, `conversation_history`, the message),
+/// and the whole document must stay within [`JSON_MAX_NESTING`].
+pub const MAX_META_DEPTH: usize = JSON_MAX_NESTING - 3;
+/// Deepest object of imported members: they are the document's top level.
+pub const MAX_MEMBERS_DEPTH: usize = JSON_MAX_NESTING;
+/// Largest stored cap, id or TTL: every integer a reply carries fits a RESP
+/// integer (earlier releases accepted up to this).
+const MAX_STORED: u64 = i64::MAX as u64;
+
+/// META: a JSON object that `FORMAT JSON` gives back to MEM.IMPORT intact.
+pub fn check_meta(text: &str) -> Result<(), String> {
+    check_json_object("META", text, MAX_META_DEPTH)
+}
+
+/// Imported top-level members, as one JSON object (see [`check_meta`]).
+pub fn check_members(text: &str) -> Result<(), String> {
+    check_json_object("imported members", text, MAX_MEMBERS_DEPTH)
+}
+
+/// A JSON object that parses fully (no lone surrogate, no number out of
+/// range: serde_json refuses both), nested at most `max_depth` deep. What
+/// passes here comes back through `FORMAT JSON` and MEM.IMPORT.
+fn check_json_object(what: &str, text: &str, max_depth: usize) -> Result<(), String> {
+    let too_deep = || format!("{what} is nested deeper than {max_depth} levels");
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        if e.to_string().contains("recursion limit") {
+            too_deep()
+        } else {
+            format!("{what} is not valid JSON: {e}")
+        }
+    })?;
+    if !value.is_object() {
+        return Err(format!("{what} must be a JSON object"));
+    }
+    if depth(&value) > max_depth {
+        return Err(too_deep());
+    }
+    Ok(())
+}
+
+/// Nesting depth of a parsed value (a scalar is 0). Recursion is bounded by
+/// serde_json's own limit on what it parsed.
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// A JSON object as stored: what every release accepted (new input is
+/// held to [`check_meta`] / [`check_members`] by the commands).
+fn check_stored_object(what: &str, text: &str) -> Result<(), String> {
     match serde_json::from_str::<&serde_json::value::RawValue>(text) {
         Ok(raw) if raw.get().trim_start().starts_with('{') => Ok(()),
         Ok(_) => Err(format!("{what} must be a JSON object")),
         Err(e) => Err(format!("{what} is not valid JSON: {e}")),
     }
+}
+
+fn check_id(what: &str, id: u64) -> Result<(), String> {
+    if !(1..=MAX_STORED).contains(&id) {
+        return Err(format!("{what} {id} is outside 1..={MAX_STORED}"));
+    }
+    Ok(())
+}
+
+fn check_clock(now: i64) -> Result<(), String> {
+    if !(0..=MAX_TS).contains(&now) {
+        return Err(format!("op time {now} out of range"));
+    }
+    Ok(())
 }
 
 /// A token count can never exceed the bytes counted (every token covers at
@@ -25,6 +104,7 @@ fn check_tokens(tokens: u64, role_bytes: usize, text_bytes: usize) -> Result<(),
 
 impl Message {
     pub fn validate(&self) -> Result<(), String> {
+        check_id("message id", self.id)?;
         if self.role.is_empty() || self.role.len() > MAX_ROLE_BYTES {
             return Err(format!("bad role at id {}", self.id));
         }
@@ -33,7 +113,7 @@ impl Message {
         }
         check_tokens(self.tokens, self.role.len(), self.content.len())?;
         match &self.meta {
-            Some(meta) => check_json_object("meta", meta),
+            Some(meta) => check_stored_object("meta", meta),
             None => Ok(()),
         }
     }
@@ -41,8 +121,9 @@ impl Message {
 
 impl Summary {
     pub fn validate(&self) -> Result<(), String> {
-        if self.upto == 0 || !(0..=MAX_TS).contains(&self.ts) {
-            return Err("bad summary".to_owned());
+        check_id("summary upto", self.upto)?;
+        if !(0..=MAX_TS).contains(&self.ts) {
+            return Err("bad summary ts".to_owned());
         }
         check_tokens(self.tokens, SUMMARY_COUNTED_AS.len(), self.text.len())
     }
@@ -50,13 +131,13 @@ impl Summary {
 
 impl Settings {
     pub fn validate(&self) -> Result<(), String> {
-        if self.max_msgs == 0 || self.max_tokens == 0 {
-            return Err("caps must be at least 1".to_owned());
+        if !(1..=MAX_STORED).contains(&self.max_msgs) || !(1..=MAX_STORED).contains(&self.max_tokens) {
+            return Err(format!("caps must be 1 to {MAX_STORED}"));
         }
-        if self.model.is_empty() {
-            return Err("empty model name".to_owned());
+        if self.ttl > MAX_STORED {
+            return Err(format!("ttl {} is above {MAX_STORED}", self.ttl));
         }
-        Ok(())
+        check_model(&self.model)
     }
 }
 
@@ -65,13 +146,20 @@ impl Op {
     /// the commands check what clients send.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Op::Append { settings, message, .. } => {
+            Op::Append { now, settings, message } => {
+                check_clock(*now)?;
                 settings.validate()?;
                 message.validate()
             }
-            Op::Summarize { summary, .. } => summary.validate(),
-            Op::ExtSet { settings, system, .. } if !system.is_empty() => settings.validate(),
-            Op::ExtSet { .. } => Err("empty external system name".to_owned()),
+            Op::Summarize { now, summary } => {
+                check_clock(*now)?;
+                summary.validate()
+            }
+            Op::ExtSet { now, settings, system, external } => {
+                check_clock(*now)?;
+                settings.validate()?;
+                check_external(system, external)
+            }
         }
     }
 }
@@ -99,6 +187,9 @@ impl Session {
         if prev > self.last_id {
             return Err("last id below a message id".to_owned());
         }
+        if self.last_id > MAX_STORED {
+            return Err(format!("last id {} is above {MAX_STORED}", self.last_id));
+        }
         if total != self.total_tokens {
             return Err(format!(
                 "total_tokens {} does not match the sum {total}",
@@ -106,11 +197,19 @@ impl Session {
             ));
         }
         if let Some(extra) = &self.extra {
-            check_json_object("imported members", extra)?;
+            check_stored_object("imported members", extra)?;
         }
-        if self.external.keys().any(String::is_empty) {
-            return Err("empty external system name".to_owned());
-        }
-        Ok(())
+        self.external
+            .iter()
+            .try_for_each(|(system, external)| check_external(system, external))
     }
+}
+
+/// Any expiry is structurally fine (earlier releases stored up to i64::MAX;
+/// `key_expiry` bounds what it uses).
+fn check_external(system: &str, _external: &ExternalId) -> Result<(), String> {
+    if system.is_empty() {
+        return Err("empty external system name".to_owned());
+    }
+    Ok(())
 }

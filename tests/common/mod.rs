@@ -313,7 +313,7 @@ pub fn blocked_appends(con: &mut redis::Connection) -> usize {
 }
 
 /// Polls `cond` (every 10 ms, at most 20 s) until it holds.
-pub fn wait_until(con: &mut redis::Connection, what: &str, mut cond: impl FnMut(&mut redis::Connection) -> bool) {
+pub fn poll_until(con: &mut redis::Connection, what: &str, mut cond: impl FnMut(&mut redis::Connection) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cond(con) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");

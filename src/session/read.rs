@@ -1,0 +1,137 @@
+//! The read side of a session: summarization thresholds, MEM.SUMMARIZE_CHECK
+//! and which messages MEM.GET returns.
+
+use super::{Message, Session, Settings, Summary, TOOL_ROLE};
+
+/// The summarization thresholds of a session (spec §3, MEM.SUMMARIZE_CHECK).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    pub tokens: u64,
+    pub messages: u64,
+}
+
+impl Thresholds {
+    /// `ratio_percent` of the context window (or `fallback_tokens` when the
+    /// window is unknown), never above the session's token cap.
+    pub fn new(
+        context_window: Option<u64>,
+        ratio_percent: u64,
+        fallback_tokens: u64,
+        settings: &Settings,
+    ) -> Thresholds {
+        let by_window = match context_window {
+            Some(window) => window.saturating_mul(ratio_percent) / 100,
+            None => fallback_tokens,
+        };
+        Thresholds {
+            tokens: by_window.min(settings.max_tokens),
+            messages: settings.max_msgs,
+        }
+    }
+}
+
+/// The answer of MEM.SUMMARIZE_CHECK.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SummarizeCheck {
+    pub summarize: bool,
+    pub total_tokens: u64,
+    pub messages: u64,
+    pub thresholds: Thresholds,
+    pub keep: u64,
+    pub upto: u64,
+    pub upto_tokens: u64,
+}
+
+/// Which messages MEM.GET returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub last: Option<u64>,
+    pub after: Option<u64>,
+    pub budget: Option<u64>,
+}
+
+impl Session {
+    /// Whether the session meets its summarization thresholds (O(1), for the
+    /// hot path; `summarize_check` also finds what to summarize).
+    pub fn meets(&self, thresholds: Thresholds) -> bool {
+        self.total_tokens >= thresholds.tokens || self.message_count() >= thresholds.messages
+    }
+
+    /// MEM.SUMMARIZE_CHECK for this session.
+    pub fn summarize_check(&self, thresholds: Thresholds, keep: u64) -> SummarizeCheck {
+        let messages = self.message_count();
+        // Index of the first kept message; a kept part never starts with a
+        // tool result, so the boundary moves back past tool messages.
+        let mut first_kept = messages.saturating_sub(keep) as usize;
+        while first_kept > 0
+            && self.messages.get(first_kept).is_some_and(|m| &*m.role == TOOL_ROLE)
+        {
+            first_kept -= 1;
+        }
+        let (upto, covered_tokens) = if first_kept == 0 {
+            (0, 0)
+        } else {
+            let covered = self.messages.range(..first_kept);
+            (self.messages[first_kept - 1].id, covered.map(|m| m.tokens).sum())
+        };
+        SummarizeCheck {
+            summarize: self.meets(thresholds),
+            total_tokens: self.total_tokens,
+            messages,
+            thresholds,
+            keep,
+            upto,
+            upto_tokens: self.summary_tokens() + covered_tokens,
+        }
+    }
+
+    /// The summary (unless `AFTER` was given) and the messages MEM.GET returns.
+    pub fn select(&self, sel: Selection) -> (Option<&Summary>, &[Message], &[Message]) {
+        let (a, b) = self.messages.as_slices();
+        let mut start = 0usize;
+        let len = self.messages.len();
+        if let Some(after) = sel.after {
+            start = self.messages.partition_point(|m| m.id <= after);
+        }
+        if let Some(last) = sel.last {
+            let last = usize::try_from(last).unwrap_or(usize::MAX);
+            start = start.max(len.saturating_sub(last));
+        }
+        let mut summary = if sel.after.is_some() {
+            None
+        } else {
+            self.summary.as_ref()
+        };
+        if let Some(budget) = sel.budget {
+            let mut used = summary.map_or(0, |s| s.tokens);
+            if used > budget {
+                // Nothing fits: the summary alone is over the budget.
+                summary = None;
+                start = len;
+            } else {
+                let mut fit = len;
+                while fit > start {
+                    match self.messages.get(fit - 1) {
+                        Some(m) if used.saturating_add(m.tokens) <= budget => used += m.tokens,
+                        _ => break,
+                    }
+                    fit -= 1;
+                }
+                start = fit;
+            }
+        }
+        // LAST and BUDGET give context to send as is: it never starts with a
+        // tool result, whose call is not in it. AFTER alone is a sync cursor:
+        // exactly the messages after the id.
+        if sel.last.is_some() || sel.budget.is_some() {
+            while self.messages.get(start).is_some_and(|m| &*m.role == TOOL_ROLE) {
+                start += 1;
+            }
+        }
+        // Split the chosen range [start, len) across the deque's two slices.
+        match a.get(start..) {
+            Some(first) => (summary, first, b),
+            None => (summary, &[], b.get(start - a.len()..).unwrap_or(&[])),
+        }
+    }
+}
