@@ -5,7 +5,9 @@
 //!
 //! Everything waits with a deadline; nothing asserts on timing.
 
+mod clusterkit;
 mod common;
+use clusterkit::*;
 use common::*;
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,76 +19,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConnection};
-use redis::{ConnectionLike, RedisResult, Value};
+use redis::Value;
 use serde_json::Value as Json;
 
 // ---------------------------------------------------------------- helpers
-
-/// Runs a command on any connection (plain or cluster).
-fn q<C: ConnectionLike>(con: &mut C, args: &[&str]) -> RedisResult<Value> {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c.query(con)
-}
-
-/// Runs a command that must succeed.
-fn qok<C: ConnectionLike>(con: &mut C, args: &[&str]) -> Value {
-    q(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn qstr<C: ConnectionLike>(con: &mut C, args: &[&str]) -> String {
-    let v = qok(con, args);
-    redis::from_redis_value(&v).unwrap_or_else(|e| panic!("{args:?}: not a string {v:?}: {e}"))
-}
-
-fn qint<C: ConnectionLike>(con: &mut C, args: &[&str]) -> i64 {
-    let v = qok(con, args);
-    redis::from_redis_value(&v).unwrap_or_else(|e| panic!("{args:?}: not an integer {v:?}: {e}"))
-}
-
-fn qmap<C: ConnectionLike>(con: &mut C, args: &[&str]) -> Vec<(String, Value)> {
-    as_fields(qok(con, args))
-}
-
-fn field<'a>(fields: &'a [(String, Value)], name: &str) -> &'a Value {
-    &fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("no field {name} in {fields:?}"))
-        .1
-}
-
-/// `MEM.GET key FORMAT JSON`, as text and parsed.
-fn get_json<C: ConnectionLike>(con: &mut C, key: &str) -> (String, Json) {
-    let text = qstr(con, &["MEM.GET", key, "FORMAT", "JSON"]);
-    let doc: Json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{key}: bad JSON {text}: {e}"));
-    (text, doc)
-}
-
-fn digest<C: ConnectionLike>(con: &mut C, key: &str) -> Value {
-    qok(con, &["DEBUG", "DIGEST-VALUE", key])
-}
-
-fn history(doc: &Json) -> &Vec<Json> {
-    doc["conversation_history"].as_array().expect("conversation_history array")
-}
-
-fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match ok() {
-            Ok(()) => return,
-            Err(why) => {
-                if Instant::now() >= deadline {
-                    panic!("timed out after {timeout:?} waiting for {what}: {why}");
-                }
-            }
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// `redis-cli -c -p port args...`, bounded in time; returns stdout lines
 /// (without redirect notices).
@@ -136,230 +72,6 @@ fn cli_field(lines: &[String], name: &str) -> String {
         .position(|l| l == name)
         .unwrap_or_else(|| panic!("no {name} in redis-cli output {lines:?}"));
     lines[i + 1].clone()
-}
-
-// ---------------------------------------------------------------- the cluster
-
-#[derive(Clone, Debug)]
-struct NodeLine {
-    id: String,
-    port: u16,
-    myself: bool,
-    master: bool,
-    master_id: String,
-    failing: bool,
-    /// Stable slot ranges (migration markers left out).
-    slots: Vec<(u16, u16)>,
-}
-
-fn parse_nodes(text: &str) -> Vec<NodeLine> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let addr = f[1].split('@').next().unwrap();
-            let port = addr.rsplit(':').next().unwrap().parse().unwrap();
-            let flags: Vec<&str> = f[2].split(',').collect();
-            let slots = f[8..]
-                .iter()
-                .filter(|s| !s.starts_with('['))
-                .map(|s| match s.split_once('-') {
-                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
-                    None => (s.parse().unwrap(), s.parse().unwrap()),
-                })
-                .collect();
-            NodeLine {
-                id: f[0].to_owned(),
-                port,
-                myself: flags.contains(&"myself"),
-                master: flags.contains(&"master"),
-                master_id: f[3].to_owned(),
-                failing: flags.iter().any(|x| *x == "fail" || *x == "fail?"),
-                slots,
-            }
-        })
-        .collect()
-}
-
-struct Cluster {
-    nodes: Vec<Server>,
-}
-
-impl Cluster {
-    fn start(n: usize) -> Cluster {
-        let nodes: Vec<Server> = (0..n)
-            .map(|_| {
-                Server::with_args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--appendonly",
-                    "no",
-                ])
-            })
-            .collect();
-        let cluster = Cluster { nodes };
-        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(cluster.nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
-        args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
-        let out = Command::new("redis-cli")
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        cluster.wait_stable("the new cluster", |_| Ok(()));
-        cluster
-    }
-
-    fn port(&self, i: usize) -> u16 {
-        self.nodes[i].port
-    }
-
-    fn index_of_port(&self, port: u16) -> usize {
-        self.nodes.iter().position(|s| s.port == port).expect("known port")
-    }
-
-    fn con(&self, i: usize) -> redis::Connection {
-        self.nodes[i].client()
-    }
-
-    fn view(&self, i: usize) -> RedisResult<Vec<NodeLine>> {
-        let mut c = self.nodes[i].try_client_pub()?;
-        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c)?;
-        Ok(parse_nodes(&text))
-    }
-
-    /// Node i's own line in its own view.
-    fn me(&self, i: usize) -> NodeLine {
-        self.view(i).unwrap().into_iter().find(|n| n.myself).unwrap()
-    }
-
-    fn id(&self, i: usize) -> String {
-        self.me(i).id
-    }
-
-    /// The slot map (start, end, owner port) as node i sees it.
-    fn slot_map(view: &[NodeLine]) -> Vec<(u16, u16, u16)> {
-        let mut m: Vec<(u16, u16, u16)> = view
-            .iter()
-            .filter(|n| n.master)
-            .flat_map(|n| n.slots.iter().map(move |&(a, b)| (a, b, n.port)))
-            .collect();
-        m.sort();
-        m
-    }
-
-    /// Waits until every node reports `cluster_state:ok`, knows every node,
-    /// sees no failing node, and all agree on the slot map covering 16384
-    /// slots; replicas have their link up. `extra` adds a condition.
-    fn wait_stable(&self, what: &str, mut extra: impl FnMut(&Cluster) -> Result<(), String>) {
-        wait_until(what, Duration::from_secs(40), || {
-            let mut first: Option<Vec<(u16, u16, u16)>> = None;
-            for i in 0..self.nodes.len() {
-                let mut c = self.nodes[i].try_client_pub().map_err(|e| e.to_string())?;
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).map_err(|e| e.to_string())?;
-                if !info.contains("cluster_state:ok") {
-                    return Err(format!("node {i}: not ok"));
-                }
-                if !info.contains(&format!("cluster_known_nodes:{}", self.nodes.len())) {
-                    return Err(format!("node {i}: does not know every node"));
-                }
-                let view = self.view(i).map_err(|e| e.to_string())?;
-                if let Some(n) = view.iter().find(|n| n.failing) {
-                    return Err(format!("node {i} sees {} failing", n.port));
-                }
-                let map = Self::slot_map(&view);
-                let covered: u32 = map.iter().map(|&(a, b, _)| (b - a) as u32 + 1).sum();
-                if covered != 16384 {
-                    return Err(format!("node {i}: {covered} slots covered"));
-                }
-                match &first {
-                    None => first = Some(map),
-                    Some(f) if *f != map => return Err(format!("node {i} disagrees on the slot map")),
-                    _ => {}
-                }
-                let me = view.iter().find(|n| n.myself).unwrap();
-                if !me.master {
-                    let repl: String = redis::cmd("INFO").arg("replication").query(&mut c).map_err(|e| e.to_string())?;
-                    if !repl.contains("master_link_status:up") {
-                        return Err(format!("replica {i}: link not up"));
-                    }
-                }
-            }
-            extra(self)
-        });
-    }
-
-    /// Index of the master owning `slot` (as node 0 sees it, after wait_stable).
-    fn owner(&self, slot: u16) -> usize {
-        let view = self.view(0).unwrap();
-        let port = Self::slot_map(&view)
-            .into_iter()
-            .find(|&(a, b, _)| a <= slot && slot <= b)
-            .map(|(_, _, p)| p)
-            .expect("slot covered");
-        self.index_of_port(port)
-    }
-
-    fn masters(&self) -> Vec<usize> {
-        (0..self.nodes.len()).filter(|&i| self.me(i).master).collect()
-    }
-
-    fn replica_of(&self, master: usize) -> usize {
-        let mid = self.id(master);
-        (0..self.nodes.len())
-            .find(|&i| {
-                let me = self.me(i);
-                !me.master && me.master_id == mid
-            })
-            .expect("master has a replica")
-    }
-
-    fn client(&self) -> ClusterClient {
-        ClusterClient::builder(self.nodes.iter().map(|s| s.url()).collect::<Vec<_>>())
-            .connection_timeout(Duration::from_secs(5))
-            .response_timeout(Duration::from_secs(10))
-            .retries(30)
-            .build()
-            .expect("cluster client")
-    }
-
-    fn dump_logs(&self) {
-        for (i, s) in self.nodes.iter().enumerate() {
-            let log = s.log();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("---- node {i} (port {}) log tail ----", s.port);
-            for l in tail.iter().rev() {
-                eprintln!("{l}");
-            }
-        }
-    }
-}
-
-/// `Server::client` panics; this retries-friendly variant returns the error.
-trait TryClient {
-    fn try_client_pub(&self) -> RedisResult<redis::Connection>;
-}
-impl TryClient for Server {
-    fn try_client_pub(&self) -> RedisResult<redis::Connection> {
-        let c = redis::Client::open(self.url())?;
-        let con = c.get_connection_with_timeout(Duration::from_secs(5))?;
-        con.set_read_timeout(Some(Duration::from_secs(10)))?;
-        Ok(con)
-    }
-}
-
-fn keyslot<C: ConnectionLike>(con: &mut C, key: &str) -> u16 {
-    qint(con, &["CLUSTER", "KEYSLOT", key]) as u16
 }
 
 // ---------------------------------------------------------------- the test
@@ -576,22 +288,6 @@ fn cli_checks(cluster: &Cluster, cc: &mut ClusterConnection, n0: &mut redis::Con
     }
     assert!(redirected >= 4, "redis-cli was redirected {redirected} times");
     println!("redis-cli -c: 8 sessions, {redirected} via a non-owner node");
-}
-
-/// Names `mem:{<prefix>-k}` whose slot is in [lo, hi], found with CLUSTER KEYSLOT.
-fn names_in_slots(con: &mut redis::Connection, prefix: &str, lo: u16, hi: u16, n: usize) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut k = 0;
-    while out.len() < n {
-        let key = format!("mem:{{{prefix}-{k}}}");
-        let s = keyslot(con, &key);
-        if lo <= s && s <= hi {
-            out.push(key);
-        }
-        k += 1;
-        assert!(k < 200_000, "no names found in slots {lo}..={hi}");
-    }
-    out
 }
 
 struct Ack {
