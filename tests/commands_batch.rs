@@ -88,7 +88,7 @@ fn a_bad_message_refuses_the_whole_batch() {
         ("not json".into(), "JSON array"),
         (json!([good, {"role": "", "content": "x"}]).to_string(), "messages[1]: role"),
         (json!([good, {"role": "user"}]).to_string(), "JSON array"),
-        (json!([good, {"role": "user", "content": "x", "meta": [1]}]).to_string(), "meta must be a JSON object"),
+        (json!([good, {"role": "user", "content": "x", "meta": [1]}]).to_string(), "META must be a JSON object"),
         (json!([good, {"role": "user", "content": "x", "extra": 1}]).to_string(), "unknown field"),
         (json!([good, {"role": "user", "content": "x", "ts": 253_402_300_800_000i64}]).to_string(), "ts must be at most"),
         (json!(vec![good.clone(); 1001]).to_string(), "1 to 1000 messages"),
