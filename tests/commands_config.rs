@@ -27,6 +27,8 @@ fn config_get_set_every_mem_config() {
         ("mem.default-encoding", "o200k_base", "cl100k_base"),
         ("mem.max-message-bytes", "4194304", "1048576"),
         ("mem.async-threshold-bytes", "65536", "1024"),
+        ("mem.count-threads", "2", "3"),
+        ("mem.debug-count-delay-ms", "0", "5"),
     ];
     for (name, default, new) in defaults {
         assert_eq!(config_get(&mut con, name), default, "default of {name}");
@@ -43,6 +45,9 @@ fn config_get_set_every_mem_config() {
         ("mem.summarize-ratio", "0"),
         ("mem.summarize-ratio", "101"),
         ("mem.summarize-ratio", "-5"),
+        ("mem.count-threads", "0"),
+        ("mem.count-threads", "65"),
+        ("mem.debug-count-delay-ms", "60001"),
         ("mem.max-messages", "0"),
         ("mem.max-tokens", "0"),
         ("mem.max-tokens", "abc"),
