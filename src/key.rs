@@ -104,7 +104,7 @@ impl SessionKey {
         fresh: impl FnOnce() -> Option<Session>,
     ) -> Result<&mut Session, RedisError> {
         if self.is_empty() {
-            self.put(fresh().ok_or(RedisError::Str("ERR no such key"))?)?;
+            self.put(fresh().ok_or_else(crate::commands::error::no_such_key)?)?;
         }
         self.session_mut().ok_or(RedisError::Str("ERR cannot create the session"))
     }

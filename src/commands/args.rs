@@ -72,9 +72,7 @@ impl<'a> Options<'a> {
     }
 }
 
-pub fn err(msg: String) -> RedisError {
-    RedisError::String(msg)
-}
+pub use super::error::err;
 
 /// Keeps error messages on one printable line.
 fn printable(s: &str) -> String {

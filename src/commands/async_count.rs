@@ -241,7 +241,7 @@ extern "C" fn on_counted(
     let output = pending.output.take();
     let (resume, ticket) = (pending.resume, pending.ticket);
     let result = crate::guard::or(
-        Err(RedisError::Str("ERR redis-mem internal error (see the server log)")),
+        Err(super::error::internal()),
         || {
             let key = args.get(1).ok_or(RedisError::WrongArity)?;
             if let Err(e) = admission::admit(&context, key, ticket) {
@@ -251,7 +251,7 @@ extern "C" fn on_counted(
             resume(&context, args, Some(output.unwrap_or_else(|| Box::new(()))))
         },
     )
-    .map_err(super::ascii_error);
+    .map_err(super::error::ascii);
     context.reply(result) as c_int
 }
 

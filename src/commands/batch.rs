@@ -10,8 +10,7 @@ use serde_json::value::RawValue;
 use super::args::{err, Options};
 use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
 use super::reply::Reply;
-use super::write::session_error;
-use super::{append_events, finish_write, now_ms, settings_thresholds, write_outcome, Propagate, SettingsOptions};
+use super::{finish_write, Events, now_ms, settings_thresholds, write_outcome, Propagate, SettingsOptions};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
@@ -150,7 +149,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let ops: Vec<Op> = messages
         .into_iter()
         .map(|m| {
-            last_id = next_id(last_id).map_err(session_error)?;
+            last_id = next_id(last_id).map_err(super::error::session)?;
             let message = Message {
                 id: last_id,
                 role: m.role.into(),
@@ -175,11 +174,11 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let thresholds = settings_thresholds(&settings, &cfg);
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {
-        let outcome = session.apply(op).map_err(session_error)?;
+        let outcome = session.apply(op).map_err(super::error::session)?;
         outcomes.push((outcome, session.meets(thresholds)));
     }
     let expiry = session.key_expiry(now);
-    let events = append_events(&outcomes);
+    let events = Events::appends(&outcomes);
     finish_write(ctx, keyname, &key, how, expiry, now, &events);
     let reply = Reply::new(ctx);
     reply.array(outcomes.len());

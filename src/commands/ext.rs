@@ -4,11 +4,10 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
-use super::{arity, default_settings, finish_write, now_ms, Propagate};
+use super::{arity, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{ExternalId, Op, MAX_TTL_SECS};
-use crate::stats;
 
 /// MEM.EXTSET key system conversation_id [EX seconds]
 pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -28,10 +27,8 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let now = now_ms();
     let remaining = key.ttl_ms();
-    let (settings, created) = match key.session() {
-        Some(s) => (s.settings.clone(), false),
-        None => (default_settings(&cfg), true),
-    };
+    let created = key.session().is_none();
+    let settings = SettingsOptions::none().merge(key.session(), &cfg);
     let external = ExternalId {
         id: id.to_owned(),
         expires_at: now.saturating_add(ex as i64 * 1000),
@@ -45,7 +42,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let session = key.session_or_create(|| op.new_session())?;
     let header = op.header();
-    session.apply(op).map_err(super::write::session_error)?;
+    session.apply(op).map_err(super::error::session)?;
     // The key never expires before this id: a new session gets its TTL (or
     // the id's expiry if later); an existing expiry only moves later.
     let expiry = match remaining {
@@ -56,8 +53,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(ms) => Some(now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000)).max(expires_at)),
         None => None,
     };
-    stats::add(&stats::EXT_SETS, 1);
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &["mem.extset"]);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, Events::default().add(Write::ExtSet, 0, false));
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

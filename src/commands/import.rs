@@ -4,12 +4,11 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
-use super::{default_settings, finish_write, now_ms, reply_outcome, session_thresholds, Propagate};
+use super::{finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
 use crate::json_format;
 use crate::key::SessionKey;
-use crate::stats::{self, count_message};
-use crate::tokenizer;
+use crate::stats::count_message;
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -17,11 +16,7 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let keyname = &args[1];
     let text = args::utf8("json", &args[2])?;
     let opts = Options::parse(&args[3..], &["MODEL", "TTL"], &["REPLACE"])?;
-    let model = opts.str("MODEL")?;
-    if let Some(m) = model {
-        args::check_model(m)?;
-    }
-    let ttl = opts.seconds("TTL", 0)?;
+    let mut changes = SettingsOptions::parse(&opts)?;
     let cfg = Config::current();
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
@@ -32,13 +27,12 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     for m in &doc.messages {
         args::check_size("content", m.content.len(), cfg.max_message_bytes)?;
     }
-    let mut settings = default_settings(&cfg);
-    if let Some(m) = model.map(str::to_owned).or_else(|| doc.model.clone()) {
-        args::check_model(&m)?;
-        settings.encoding = tokenizer::encoding_for_model(&m, cfg.default_encoding);
-        settings.model = m;
+    // The document's model unless MODEL names another; a new session's
+    // settings otherwise.
+    if let Some(m) = doc.model.as_deref() {
+        changes.default_model(m)?;
     }
-    settings.ttl = ttl.unwrap_or(settings.ttl);
+    let settings = changes.merge(None, &cfg);
     let now = now_ms();
     let mut session = doc
         .into_session(settings, now, count_message)
@@ -54,16 +48,8 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let expiry = session.key_expiry(now);
     key.put(session)?;
-    stats::add(&stats::IMPORTS, 1);
-    stats::add(&stats::MESSAGES_TRIMMED, trimmed);
-    let mut events = vec!["mem.import"];
-    if trimmed > 0 {
-        events.push("mem.trim");
-    }
-    if summarize {
-        stats::add(&stats::THRESHOLD_EVENTS, 1);
-        events.push("mem.threshold");
-    }
+    let mut events = Events::default();
+    events.add(Write::Import, trimmed, summarize);
     finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }

@@ -37,13 +37,13 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match key.session_mut() {
         Some(session) => {
             // apply fails before changing anything.
-            session.apply(op).map_err(super::write::session_error)?;
+            session.apply(op).map_err(super::error::session)?;
         }
         None => {
             let Some(mut fresh) = op.new_session() else {
-                return Err(RedisError::Str("ERR no such key"));
+                return Err(super::error::no_such_key());
             };
-            fresh.apply(op).map_err(super::write::session_error)?;
+            fresh.apply(op).map_err(super::error::session)?;
             key.put(fresh)?;
         }
     }

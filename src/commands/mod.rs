@@ -6,6 +6,7 @@ mod admission;
 pub mod args;
 pub mod async_count;
 mod batch;
+pub mod error;
 mod ext;
 mod import;
 mod internal;
@@ -37,26 +38,10 @@ pub fn run(
     body: fn(&Context, Vec<RedisString>) -> RedisResult,
 ) -> RedisResult {
     crate::guard::or(
-        Err(RedisError::Str("ERR redis-mem internal error (see the server log)")),
+        Err(error::internal()),
         || body(ctx, args),
     )
-    .map_err(ascii_error)
-}
-
-/// Error replies are one line of ASCII: an error that echoes client input
-/// (an unknown option, a bad timestamp) must not carry bytes a client's
-/// protocol parser refuses.
-pub fn ascii_error(e: RedisError) -> RedisError {
-    match e {
-        RedisError::String(s) if !s.bytes().all(|b| b.is_ascii() && !b.is_ascii_control()) => {
-            RedisError::String(
-                s.chars()
-                    .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { '?' })
-                    .collect(),
-            )
-        }
-        other => other,
-    }
+    .map_err(error::ascii)
 }
 
 /// The server's clock in Unix milliseconds.
@@ -87,6 +72,11 @@ pub struct SettingsOptions<'a> {
 impl<'a> SettingsOptions<'a> {
     pub const NAMES: [&'static str; 4] = ["MODEL", "TTL", "MAXTOKENS", "MAXMSGS"];
 
+    /// No change: the session's settings, or a new session's.
+    pub fn none() -> SettingsOptions<'a> {
+        SettingsOptions { model: None, ttl: None, max_tokens: None, max_msgs: None }
+    }
+
     pub fn parse(opts: &args::Options<'a>) -> Result<SettingsOptions<'a>, RedisError> {
         let model = opts.str("MODEL")?;
         if let Some(model) = model {
@@ -98,6 +88,15 @@ impl<'a> SettingsOptions<'a> {
             max_tokens: opts.u64("MAXTOKENS", 1)?,
             max_msgs: opts.u64("MAXMSGS", 1)?,
         })
+    }
+
+    /// `model` unless MODEL was given (an imported document's own model).
+    pub fn default_model(&mut self, model: &'a str) -> Result<(), RedisError> {
+        if self.model.is_none() {
+            args::check_model(model)?;
+            self.model = Some(model);
+        }
+        Ok(())
     }
 
     /// The settings a write works with: the session's (a new session's when
@@ -115,22 +114,51 @@ impl<'a> SettingsOptions<'a> {
     }
 }
 
-/// Stats and keyspace events of appends; returns the events to publish.
-pub fn append_events(outcomes: &[(Outcome, bool)]) -> Vec<&'static str> {
-    let mut events = Vec::new();
-    for (outcome, summarize) in outcomes {
-        stats::add(&stats::APPENDS, 1);
-        stats::add(&stats::MESSAGES_TRIMMED, outcome.trimmed);
-        events.push("mem.append");
-        if outcome.trimmed > 0 {
-            events.push("mem.trim");
+/// What kind of write a command made: its keyspace event and INFO counter.
+#[derive(Clone, Copy)]
+pub enum Write {
+    Append,
+    Import,
+    Summarize,
+    ExtSet,
+}
+
+/// The keyspace events of a write, counted in INFO mem as they are added;
+/// `finish_write` publishes them.
+#[derive(Default)]
+pub struct Events(Vec<&'static str>);
+
+impl Events {
+    /// One write that evicted `trimmed` messages and after which the session
+    /// meets its threshold (`threshold`).
+    pub fn add(&mut self, write: Write, trimmed: u64, threshold: bool) -> &mut Self {
+        let (event, counter) = match write {
+            Write::Append => ("mem.append", &stats::APPENDS),
+            Write::Import => ("mem.import", &stats::IMPORTS),
+            Write::Summarize => ("mem.summarize", &stats::SUMMARIES_APPLIED),
+            Write::ExtSet => ("mem.extset", &stats::EXT_SETS),
+        };
+        stats::add(counter, 1);
+        self.0.push(event);
+        if trimmed > 0 {
+            stats::add(&stats::MESSAGES_TRIMMED, trimmed);
+            self.0.push("mem.trim");
         }
-        if *summarize {
+        if threshold {
             stats::add(&stats::THRESHOLD_EVENTS, 1);
-            events.push("mem.threshold");
+            self.0.push("mem.threshold");
         }
+        self
     }
-    events
+
+    /// The events of appends (each with whether it met the threshold).
+    pub fn appends(outcomes: &[(Outcome, bool)]) -> Events {
+        let mut events = Events::default();
+        for (outcome, threshold) in outcomes {
+            events.add(Write::Append, outcome.trimmed, *threshold);
+        }
+        events
+    }
 }
 
 /// The summarization thresholds of `settings` under the current config.
@@ -167,7 +195,7 @@ pub fn finish_write(
     how: Propagate,
     expiry: Option<i64>,
     now: i64,
-    events: &[&str],
+    events: &Events,
 ) {
     match how {
         Propagate::Op(header, content) => {
@@ -195,7 +223,7 @@ pub fn finish_write(
         Some(at) => ctx.replicate("PEXPIREAT", &[keyname.as_slice(), at.to_string().as_bytes()]),
         None => ctx.replicate("PERSIST", &[keyname.as_slice()]),
     }
-    for event in events {
+    for event in &events.0 {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, event, keyname);
     }
 }

@@ -3,11 +3,12 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
-use super::{append_events, arity, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
+use super::error;
+use super::{arity, Events, Write, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
 use super::async_count::{can_block, count_off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{next_id, Message, Op, SessionError, Summary, MAX_TS};
+use crate::session::{next_id, Message, Op, Summary, MAX_TS};
 use crate::stats::{self, count_message};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
@@ -43,7 +44,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
     let last_id = key.session().map_or(0, |s| s.last_id);
-    let id = next_id(last_id).map_err(session_error)?;
+    let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;
 
     // Large content: checked and counted by a worker while the client waits;
@@ -90,16 +91,12 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     } else {
         Propagate::Op(op.header(), Some(raw_content))
     };
-    let outcome = session.apply(op).map_err(session_error)?;
+    let outcome = session.apply(op).map_err(error::session)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
-    let events = append_events(&[(outcome.clone(), summarize)]);
+    let events = Events::appends(&[(outcome.clone(), summarize)]);
     finish_write(ctx, keyname, &key, how, expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
-}
-
-pub fn session_error(e: SessionError) -> RedisError {
-    err(format!("ERR {e}"))
 }
 
 /// MEM.SUMMARIZE key upto summary
@@ -115,12 +112,12 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let Some(session) = key.session_mut() else {
-        return Err(RedisError::Str("ERR no such key"));
+        return Err(error::no_such_key());
     };
     // Refused before the text is counted when upto alone rules it out.
     let refused = |e| {
         stats::add(&stats::SUMMARIES_REJECTED, 1);
-        session_error(e)
+        error::session(e)
     };
     session.check_summary_upto(upto).map_err(refused)?;
     let now = now_ms();
@@ -137,8 +134,9 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let outcome = session.apply(op).map_err(refused)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
-    stats::add(&stats::SUMMARIES_APPLIED, 1);
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &["mem.summarize"]);
+    let mut events = Events::default();
+    events.add(Write::Summarize, outcome.trimmed, false);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
 

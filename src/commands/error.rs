@@ -1,0 +1,42 @@
+//! Every error reply of the MEM.* commands is made here: Redis style
+//! (`CODE message`), one printable ASCII line.
+
+use redis_module::RedisError;
+
+use crate::session::SessionError;
+
+/// An error reply from a message that starts with its code (`ERR ...`).
+pub fn err(msg: String) -> RedisError {
+    RedisError::String(msg)
+}
+
+/// A command that needs an existing session, on a missing key.
+pub fn no_such_key() -> RedisError {
+    RedisError::Str("ERR no such key")
+}
+
+/// What a panic caught at an entry point answers (the panic hook logged it).
+pub fn internal() -> RedisError {
+    RedisError::Str("ERR redis-mem internal error (see the server log)")
+}
+
+/// A rule of the session core refused the write.
+pub fn session(e: SessionError) -> RedisError {
+    err(format!("ERR {e}"))
+}
+
+/// Error replies are one line of ASCII: an error that echoes client input
+/// (an unknown option, a bad timestamp) must not carry bytes a client's
+/// protocol parser refuses.
+pub fn ascii(e: RedisError) -> RedisError {
+    match e {
+        RedisError::String(s) if !s.bytes().all(|b| b.is_ascii() && !b.is_ascii_control()) => {
+            RedisError::String(
+                s.chars()
+                    .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { '?' })
+                    .collect(),
+            )
+        }
+        other => other,
+    }
+}
