@@ -22,6 +22,8 @@ pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(4 * 1024 * 1024);
 pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
 /// Testing knob (as Redis's own `key-load-delay`): a worker waits this long
 /// before counting, so tests can inject faults while a count is in flight.
+pub static MAX_TOKENS_LIMIT: AtomicI64 = AtomicI64::new(10_000_000);
+pub static MAX_MESSAGES_LIMIT: AtomicI64 = AtomicI64::new(100_000);
 pub static COUNT_THREADS: AtomicI64 = AtomicI64::new(2);
 pub static DEBUG_COUNT_DELAY_MS: AtomicI64 = AtomicI64::new(0);
 
@@ -76,6 +78,8 @@ pub struct Config {
     pub ext_ttl: u64,
     pub max_tokens: u64,
     pub max_messages: u64,
+    pub max_tokens_limit: u64,
+    pub max_messages_limit: u64,
     pub summarize_ratio: u64,
     pub summarize_fallback_tokens: u64,
     pub summarize_keep: u64,
@@ -92,6 +96,8 @@ impl Config {
             ext_ttl: get(&EXT_TTL),
             max_tokens: get(&MAX_TOKENS),
             max_messages: get(&MAX_MESSAGES),
+            max_tokens_limit: get(&MAX_TOKENS_LIMIT),
+            max_messages_limit: get(&MAX_MESSAGES_LIMIT),
             summarize_ratio: get(&SUMMARIZE_RATIO),
             summarize_fallback_tokens: get(&SUMMARIZE_FALLBACK_TOKENS),
             summarize_keep: get(&SUMMARIZE_KEEP),

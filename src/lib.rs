@@ -174,6 +174,8 @@ redis_module! {
             ["ext-ttl", &config::EXT_TTL, 86_400, 1, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
             ["max-tokens", &config::MAX_TOKENS, 80_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["max-messages", &config::MAX_MESSAGES, 30, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-tokens-limit", &config::MAX_TOKENS_LIMIT, 10_000_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-messages-limit", &config::MAX_MESSAGES_LIMIT, 100_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["summarize-ratio", &config::SUMMARIZE_RATIO, 15, 1, 100, ConfigurationFlags::DEFAULT, None],
             ["summarize-fallback-tokens", &config::SUMMARIZE_FALLBACK_TOKENS, 15_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["summarize-keep", &config::SUMMARIZE_KEEP, 10, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],

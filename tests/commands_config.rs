@@ -28,6 +28,8 @@ fn config_get_set_every_mem_config() {
         ("mem.max-message-bytes", "4194304", "1048576"),
         ("mem.async-threshold-bytes", "65536", "1024"),
         ("mem.count-threads", "2", "3"),
+        ("mem.max-tokens-limit", "10000000", "500000"),
+        ("mem.max-messages-limit", "100000", "1000"),
         ("mem.debug-count-delay-ms", "0", "5"),
     ];
     for (name, default, new) in defaults {

@@ -191,3 +191,25 @@ fn meta_and_imported_members_that_would_not_round_trip_are_refused() {
         assert_eq!(int(&mut con, &["EXISTS", "mem:{meta}:bad"]), 0);
     }
 }
+
+#[test]
+fn per_session_caps_are_bounded_by_the_operator_limits() {
+    let server = Server::start();
+    let mut con = server.client();
+    assert_eq!(config_get(&mut con, "mem.max-tokens-limit"), "10000000");
+    assert_eq!(config_get(&mut con, "mem.max-messages-limit"), "100000");
+    append(&mut con, "mem:{cap}", "user", "hi", &["MAXTOKENS", "10000000", "MAXMSGS", "100000"]);
+    let before = snap(&mut con, "mem:{cap}");
+    for (opt, value, limit) in [("MAXTOKENS", "10000001", "mem.max-tokens-limit"), ("MAXMSGS", "100001", "mem.max-messages-limit")] {
+        let e = err(&mut con, &["MEM.APPEND", "mem:{cap}", "user", "x", opt, value]);
+        assert!(e.contains(limit) && e.starts_with("ERR"), "{e}");
+        assert_unchanged(&mut con, "mem:{cap}", &before, opt);
+        let batch = r#"[{"role":"user","content":"x"}]"#;
+        assert!(err(&mut con, &["MEM.APPENDBATCH", "mem:{cap}", batch, opt, value]).contains(limit));
+        assert_unchanged(&mut con, "mem:{cap}", &before, opt);
+    }
+    // The operator lowers a limit: larger caps are refused from then on.
+    ok(&mut con, &["CONFIG", "SET", "mem.max-messages-limit", "50"]);
+    assert!(err(&mut con, &["MEM.APPEND", "mem:{new}", "user", "x", "MAXMSGS", "51"]).contains("at most 50"));
+    assert_eq!(int_field(&append(&mut con, "mem:{new}", "user", "x", &["MAXMSGS", "50"]), "id"), 1);
+}

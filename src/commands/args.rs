@@ -66,6 +66,15 @@ impl<'a> Options<'a> {
         }
     }
 
+    /// A non-negative integer option in `min..=max`, `max` being the setting
+    /// `limit` (named in the error).
+    pub fn u64_at_most(&self, name: &str, min: u64, max: u64, limit: &str) -> Result<Option<u64>, RedisError> {
+        match self.u64(name, min)? {
+            Some(n) if n > max => Err(err(format!("ERR {name} must be at most {max} ({limit})"))),
+            n => Ok(n),
+        }
+    }
+
     /// A UTF-8 string option.
     pub fn str(&self, name: &str) -> Result<Option<&'a str>, RedisError> {
         self.get(name).map(|v| utf8(name, v)).transpose()

@@ -110,8 +110,8 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let keyname = &args[1];
     let raw = &args[2];
     let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &[])?;
-    let changes = SettingsOptions::parse(&opts)?;
     let cfg = Config::current();
+    let changes = SettingsOptions::parse(&opts, &cfg)?;
     let max_batch_bytes = cfg.max_message_bytes.saturating_mul(4);
     if raw.len() as u64 > max_batch_bytes {
         return Err(err(format!(

@@ -16,8 +16,8 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let keyname = &args[1];
     let text = args::utf8("json", &args[2])?;
     let opts = Options::parse(&args[3..], &["MODEL", "TTL"], &["REPLACE"])?;
-    let mut changes = SettingsOptions::parse(&opts)?;
     let cfg = Config::current();
+    let mut changes = SettingsOptions::parse(&opts, &cfg)?;
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     if !key.is_empty() && !opts.has("REPLACE") {

@@ -77,7 +77,10 @@ impl<'a> SettingsOptions<'a> {
         SettingsOptions { model: None, ttl: None, max_tokens: None, max_msgs: None }
     }
 
-    pub fn parse(opts: &args::Options<'a>) -> Result<SettingsOptions<'a>, RedisError> {
+    /// MAXTOKENS/MAXMSGS are bounded by `mem.max-tokens-limit` /
+    /// `mem.max-messages-limit`: an operator bounds what one client can make
+    /// a session hold.
+    pub fn parse(opts: &args::Options<'a>, cfg: &Config) -> Result<SettingsOptions<'a>, RedisError> {
         let model = opts.str("MODEL")?;
         if let Some(model) = model {
             args::check_model(model)?;
@@ -85,8 +88,8 @@ impl<'a> SettingsOptions<'a> {
         Ok(SettingsOptions {
             model,
             ttl: opts.seconds("TTL", 0)?,
-            max_tokens: opts.u64("MAXTOKENS", 1)?,
-            max_msgs: opts.u64("MAXMSGS", 1)?,
+            max_tokens: opts.u64_at_most("MAXTOKENS", 1, cfg.max_tokens_limit, "mem.max-tokens-limit")?,
+            max_msgs: opts.u64_at_most("MAXMSGS", 1, cfg.max_messages_limit, "mem.max-messages-limit")?,
         })
     }
 

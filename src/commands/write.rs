@@ -39,7 +39,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         args::check_size("META", meta.len(), cfg.max_message_bytes)?;
         args::check_meta(meta)?;
     }
-    let changes = SettingsOptions::parse(&opts)?;
+    let changes = SettingsOptions::parse(&opts, &cfg)?;
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
