@@ -219,3 +219,36 @@ fn a_large_count_runs_while_the_main_thread_serves_others() {
     assert_eq!(info_mem(&mut con, "counts_in_flight"), 0);
     assert!(info_mem(&mut con, "counts_off_thread") >= 1);
 }
+
+#[test]
+fn a_large_summary_is_counted_on_the_pool_and_refused_in_multi() {
+    let master = Server::start();
+    let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let mut con = master.client();
+    let mut rcon = replica.client();
+    poll_until(&mut rcon, "the replica to sync", |c| {
+        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
+        info.contains("master_link_status:up")
+    });
+    for i in 0..4 {
+        cmd(&mut con, &["MEM.APPEND", "mem:{s}", "user", &format!("turn {i}"), "MAXTOKENS", "1000000"]).unwrap();
+    }
+    let summary = text(200_000, 5);
+    // Inside MULTI it cannot wait for a worker: refused, nothing changed.
+    let before = relkit::snap(&mut con, "mem:{s}");
+    let r: redis::RedisResult<Vec<Value>> =
+        redis::pipe().atomic().cmd("MEM.SUMMARIZE").arg("mem:{s}").arg(2).arg(&summary).query(&mut con);
+    assert!(r.expect_err("refused in MULTI").to_string().contains("cannot wait for"));
+    relkit::assert_same(&before, &relkit::snap(&mut con, "mem:{s}"), "after the refused summary", 1000);
+    let done = info_mem(&mut con, "counts_off_thread");
+    let r = map_reply(&mut con, &["MEM.SUMMARIZE", "mem:{s}", "2", &summary]);
+    assert_eq!(int_field(&r, "tokens"), 3 + o200("system") + o200(&summary));
+    poll_until(&mut con, "the summary counted on the pool", |c| info_mem(c, "counts_off_thread") == done + 1);
+    let _: Value = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
+    assert_eq!(relkit::digest(&mut con, "mem:{s}"), relkit::digest(&mut rcon, "mem:{s}"));
+    // A stale upto is refused before anything is counted.
+    let done = info_mem(&mut con, "counts_off_thread");
+    let e = cmd(&mut con, &["MEM.SUMMARIZE", "mem:{s}", "1", &summary]).expect_err("upto below the summary's");
+    assert!(e.to_string().contains("below"), "{e}");
+    assert_eq!(info_mem(&mut con, "counts_off_thread"), done);
+}

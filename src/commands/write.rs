@@ -101,14 +101,21 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
 
 /// MEM.SUMMARIZE key upto summary
 pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    summarize_counted(ctx, args, None)
+}
+
+/// MEM.SUMMARIZE, resumed with the summary counted off the main thread.
+fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
+    let resumed = output.is_some();
+    let counted = output.and_then(|o| o.downcast::<Counted>().ok());
     let keyname = &args[1];
     let upto = args::parse_u64("upto", &args[2], 1)?;
-    let text = args::utf8("summary", &args[3])?;
+    let raw_text = &args[3];
     let cfg = Config::current();
-    args::check_size("summary", text.len(), cfg.max_message_bytes)?;
+    args::check_size("summary", raw_text.len(), cfg.max_message_bytes)?;
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let Some(session) = key.session_mut() else {
@@ -120,13 +127,38 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         error::session(e)
     };
     session.check_summary_upto(upto).map_err(refused)?;
-    let now = now_ms();
-    let summary = Summary {
-        text: text.to_owned(),
-        tokens: count_message(session.settings.encoding, SUMMARY_COUNTED_AS, text),
-        upto,
-        ts: now,
+    let encoding = session.settings.encoding;
+    // A large summary is checked and counted by a worker, as a large message.
+    let large = raw_text.len() as u64 >= cfg.async_threshold_bytes;
+    if !resumed && large {
+        refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
+        if can_block(ctx) {
+            drop(key);
+            let role = SUMMARY_COUNTED_AS.to_owned();
+            if let Some(reply) = count_off_thread(ctx, keyname, encoding, role, raw_text, summarize_counted) {
+                return reply;
+            }
+            return summarize_counted(ctx, args, Some(Box::new(())));
+        }
+    }
+    let (text, tokens) = match counted.and_then(|c| c.content.map(|ct| (c.encoding, ct))) {
+        Some((e, counted)) if e == encoding => counted,
+        // Counted under another encoding (the model changed meanwhile), or
+        // not counted yet (small, or not UTF-8): here, inline.
+        Some((_, (text, _))) => {
+            let tokens = count_message(encoding, SUMMARY_COUNTED_AS, &text);
+            (text, tokens)
+        }
+        None => {
+            let text = args::utf8("summary", raw_text)?;
+            (text.to_owned(), count_message(encoding, SUMMARY_COUNTED_AS, text))
+        }
     };
+    let Some(session) = key.session_mut() else {
+        return Err(error::no_such_key());
+    };
+    let now = now_ms();
+    let summary = Summary { text, tokens, upto, ts: now };
     let op = Op::Summarize { now, summary };
     let header = op.header();
     // The core refuses (changing nothing) a summary over maxtokens, and
@@ -139,4 +171,3 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
-
