@@ -333,7 +333,7 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
         }
     }
     for key in &hot {
-        let r = qmap(cc, &["MEM.APPEND", key, "system", "load test", "MAXMSGS", "1000000", "MAXTOKENS", "100000000", "TTL", "3600"]);
+        let r = qmap(cc, &["MEM.APPEND", key, "system", "load test", "MAXMSGS", "100000", "MAXTOKENS", "10000000", "TTL", "3600"]);
         assert_eq!(int_field(&r, "id"), 1);
     }
     let mut src_con = cluster.con(src);

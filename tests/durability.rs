@@ -32,7 +32,7 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
     {
         let mut con = server.client();
         for key in std::iter::once(shared.clone()).chain((0..THREADS).map(|t| format!("mem:{{dur}}:t{t}"))) {
-            ok(&mut con, &["MEM.APPEND", &key, "system", "start", "MAXMSGS", "100000", "MAXTOKENS", "100000000", "TTL", "0"]);
+            ok(&mut con, &["MEM.APPEND", &key, "system", "start", "MAXMSGS", "100000", "MAXTOKENS", "10000000", "TTL", "0"]);
             if key != shared {
                 keys.push(key);
             }

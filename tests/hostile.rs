@@ -18,7 +18,7 @@ use redis::Value;
 use common::*;
 use relkit::*;
 
-const BIG_CAPS: [&str; 4] = ["MAXMSGS", "100000", "MAXTOKENS", "100000000"];
+const BIG_CAPS: [&str; 4] = ["MAXMSGS", "100000", "MAXTOKENS", "10000000"];
 
 fn setup_big(con: &mut redis::Connection, key: &str) {
     let mut args = vec!["MEM.APPEND", key, "system", "setup", "TTL", "0"];

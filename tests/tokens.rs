@@ -268,7 +268,9 @@ struct Tally {
 /// Appends every corpus message under `model` and compares the reply's
 /// `tokens` with 3 + count(role) + count(content) from tiktoken-rs.
 fn compare_corpus(model: &str, bpe: &tiktoken_rs::CoreBPE) -> Tally {
-    let server = Server::start();
+    // The whole corpus stays in one session (no trimming): caps above the
+    // default limits.
+    let server = Server::with_module_args(&[], &["max-tokens-limit", "1000000000"]);
     let mut con = server.client();
     let count = |s: &str| bpe.encode_ordinary(s).len() as i64;
     let key = format!("corpus:{model}");
