@@ -55,3 +55,25 @@ fn attack_accepted_meta_round_trips_through_format_json_and_import() {
     }
     assert!(broken.is_empty(), "META accepted but not round-tripped:\n{}", broken.join("\n"));
 }
+
+/// SPEC 3 MEM.IMPORT: "Other top-level members (`user_profile`, `context`,
+/// ...) are kept verbatim and returned at the top level of FORMAT JSON, so
+/// nothing of the old document is lost." Today they go through
+/// serde_json::Value: a 23-digit integer comes back as a float, a duplicated
+/// member loses a value.
+#[test]
+fn attack_imported_members_are_kept_verbatim() {
+    let server = Server::start();
+    let mut con = conn(server.port, 0);
+    let profile = r#"{"n":12345678901234567890123,"a":1,"a":2}"#;
+    let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x"}}],"user_profile":{profile}}}"#);
+    match q(&mut con, &["MEM.IMPORT", "imp", &doc]) {
+        Err(_) => return, // refused: nothing lost
+        Ok(_) => {}
+    }
+    let json = relkit::json_text(&mut con, "imp");
+    assert!(
+        json.contains(&format!(r#""user_profile":{profile}"#)),
+        "user_profile was not kept verbatim: sent {profile}, FORMAT JSON gave {json}"
+    );
+}
