@@ -68,6 +68,12 @@ fn required_api_present() -> bool {
             present!(RedisModule_AvoidReplicaTraffic),
             present!(RedisModule_Call),
             present!(RedisModule_GetContextFlags),
+            present!(RedisModule_SignalModifiedKey),
+            present!(RedisModule_GetCurrentUserName),
+            present!(RedisModule_GetModuleUserFromUserName),
+            present!(RedisModule_ACLCheckCommandPermissions),
+            present!(RedisModule_ACLCheckKeyPermissions),
+            present!(RedisModule_FreeModuleUser),
         ]
         .into_iter()
         .all(|present| present)
@@ -82,10 +88,14 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     // SAFETY: HANDLE_IO_ERRORS makes failed RDB reads report an error to
     // rdb_load (which checks it) instead of aborting the server.
+    // NO_IMPLICIT_SIGNAL_MODIFIED: a key opened for writing is not marked
+    // modified when the command then refuses (WATCH and client-side caching
+    // stay valid); writes signal it themselves (commands::signal_modified).
     unsafe {
         redis_module::raw::RedisModule_SetModuleOptions.unwrap()(
             ctx.ctx,
-            redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
+            (redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                | redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
         );
     }
     // Build the encoders now, once, rather than in the first command; their

@@ -5,7 +5,7 @@
 //! propagate during a pause (an assertion kills the server) or land on a node
 //! that no longer serves the key (the write is lost).
 
-use redis_module::{Context, ContextFlags, RedisError, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisString, RedisValue};
 
 use crate::cluster_route::{route, Route};
 use crate::key::SessionKey;
@@ -28,9 +28,11 @@ pub fn ticket(ctx: &Context, key: &RedisString) -> Ticket {
     }
 }
 
-/// Admits a resumed write as Redis would admit it fresh, or gives the error
-/// (a redirect, TRYAGAIN, READONLY, OOM) a fresh command would get.
-pub fn admit(ctx: &Context, key: &RedisString, ticket: Ticket) -> Result<(), RedisError> {
+/// Admits a resumed write (`args`, its key at 1) as Redis would admit it
+/// fresh, or gives the error (a redirect, TRYAGAIN, NOPERM, READONLY, OOM) a
+/// fresh command would get.
+pub fn admit(ctx: &Context, args: &[RedisString], ticket: Ticket) -> Result<(), RedisError> {
+    let key = args.get(1).ok_or(RedisError::WrongArity)?;
     // Writes are handed back only while not paused (see async_count); this
     // catches a pause that began in between. Replicating now would abort.
     if ctx.avoid_replication_traffic() {
@@ -48,11 +50,43 @@ pub fn admit(ctx: &Context, key: &RedisString, ticket: Ticket) -> Result<(), Red
             Route::Down => return Err(RedisError::Str("CLUSTERDOWN Hash slot not served")),
         }
     }
+    acl_check(ctx, args, key)?;
     if flags.contains(ContextFlags::READONLY) {
         return Err(RedisError::Str("READONLY You can't write against a read only replica."));
     }
     if flags.contains(ContextFlags::OOM) {
         return Err(RedisError::Str("OOM command not allowed when used memory > 'maxmemory'."));
+    }
+    Ok(())
+}
+
+/// The client's user may have lost the command or the key (ACL SETUSER)
+/// while it waited: checked again, as for a fresh command.
+fn acl_check(ctx: &Context, args: &[RedisString], key: &RedisString) -> Result<(), RedisError> {
+    let name = ctx.get_current_user();
+    // SAFETY: name is a valid string; the user returned (or NULL when the
+    // user is gone) is freed below.
+    let user = unsafe { raw::RedisModule_GetModuleUserFromUserName.unwrap()(name.inner) };
+    if user.is_null() {
+        return Err(RedisError::Str("NOPERM the user of this connection no longer exists"));
+    }
+    let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
+    // Only the logical flags (ACCESS, INSERT, DELETE, UPDATE) are accepted here.
+    let flags = raw::REDISMODULE_CMD_KEY_UPDATE as i32;
+    // SAFETY: user is a live module user; argv holds the command's own
+    // strings, valid for this call; the user is freed exactly once.
+    let (command_ok, key_ok) = unsafe {
+        let command_ok = raw::RedisModule_ACLCheckCommandPermissions.unwrap()(user, argv.as_mut_ptr(), argv.len() as i32)
+            == raw::REDISMODULE_OK as i32;
+        let key_ok = raw::RedisModule_ACLCheckKeyPermissions.unwrap()(user, key.inner, flags) == raw::REDISMODULE_OK as i32;
+        raw::RedisModule_FreeModuleUser.unwrap()(user);
+        (command_ok, key_ok)
+    };
+    if !command_ok {
+        return Err(RedisError::Str("NOPERM this user has no permissions to run this command"));
+    }
+    if !key_ok {
+        return Err(RedisError::Str("NOPERM this user has no permissions to access one of the keys used as arguments"));
     }
     Ok(())
 }

@@ -243,8 +243,7 @@ extern "C" fn on_counted(
     let result = crate::guard::or(
         Err(super::error::internal()),
         || {
-            let key = args.get(1).ok_or(RedisError::WrongArity)?;
-            if let Err(e) = admission::admit(&context, key, ticket) {
+            if let Err(e) = admission::admit(&context, &args, ticket) {
                 stats::add(&stats::RESUMED_REFUSED, 1);
                 return Err(e);
             }

@@ -47,6 +47,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             key.put(fresh)?;
         }
     }
+    super::signal_modified(ctx, &args[1]);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
@@ -61,6 +62,7 @@ pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         persistence::decode_session(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     key.put(session)?;
+    super::signal_modified(ctx, &args[1]);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -189,6 +189,15 @@ pub enum Propagate<'a> {
     Session,
 }
 
+/// Marks `keyname` modified (WATCH, client-side caching): only writes that
+/// changed it call this (the module opts out of the implicit signal).
+pub fn signal_modified(ctx: &Context, keyname: &RedisString) {
+    // SAFETY: ctx and keyname are valid for the running command.
+    unsafe {
+        raw::RedisModule_SignalModifiedKey.unwrap()(ctx.ctx, keyname.inner);
+    }
+}
+
 /// Finishes a write on `key`: replicates its effect, sets the key's expiry
 /// (replicated as an absolute PEXPIREAT so replicas agree) and notifies.
 pub fn finish_write(
@@ -222,6 +231,7 @@ pub fn finish_write(
         }
     }
     key.set_expiry(expiry, now);
+    signal_modified(ctx, keyname);
     match expiry {
         Some(at) => ctx.replicate("PEXPIREAT", &[keyname.as_slice(), at.to_string().as_bytes()]),
         None => ctx.replicate("PERSIST", &[keyname.as_slice()]),
