@@ -13,13 +13,14 @@
 
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::admission::{self, Ticket};
 use crate::config::Config;
 use crate::stats;
+use crate::session::{Recounted, Snapshot};
 use crate::tokenizer::Encoding;
 
 /// What a worker made of a message's content, for MEM.APPEND resumed.
@@ -29,7 +30,10 @@ pub struct Counted {
     /// The content, checked as UTF-8 and copied on the worker (so the main
     /// thread neither scans nor copies it), with its message's tokens. None:
     /// not counted (not UTF-8); the command checks and counts inline.
-    pub content: Option<(String, u64)>,
+    pub content: Option<(Arc<str>, u64)>,
+    /// The session's counts under `encoding`, when the write switches the
+    /// session's tokenizer and the re-count was large enough for a worker.
+    pub recounted: Option<Recounted>,
 }
 
 /// What a worker produced; the resumed command downcasts it to its own type.
@@ -85,21 +89,25 @@ pub fn refuse_where_blocking_is_impossible(ctx: &Context, what: &str, len: usize
     Ok(())
 }
 
-/// Counts one message's `role` + `content` on the pool (see [`off_thread`]).
+/// Counts one message's `role` + `content` on the pool, and the session's
+/// re-count from `snapshot` when the write switches its tokenizer (see
+/// [`off_thread`]).
 pub fn count_off_thread(
     ctx: &Context,
     key: &RedisString,
     encoding: Encoding,
     role: String,
     content: &RedisString,
+    snapshot: Option<Snapshot>,
     resume: Resume,
 ) -> Option<RedisResult> {
     off_thread(ctx, key, content, resume, move |bytes| {
         let content = std::str::from_utf8(bytes).ok().map(|text| {
             let tokens = stats::count_message(encoding, &role, text);
-            (text.to_owned(), tokens)
+            (Arc::from(text), tokens)
         });
-        Box::new(Counted { encoding, content })
+        let recounted = snapshot.map(|s| s.count(encoding, &stats::count_message));
+        Box::new(Counted { encoding, content, recounted })
     })
 }
 

@@ -3,6 +3,8 @@
 //! which cannot wait for a worker: a large batch is parsed and counted on
 //! the pool like a large MEM.APPEND.
 
+use std::sync::Arc;
+
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -10,11 +12,12 @@ use serde_json::value::RawValue;
 use super::args::{err, Options};
 use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
 use super::reply::Reply;
+use super::model_switch;
 use super::{finish_write, Events, now_ms, settings_thresholds, write_outcome, Propagate, SettingsOptions};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
-use crate::session::{next_id, Message, Op, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{next_id, Message, Op, Recounted, MAX_ROLE_BYTES, MAX_TS};
 use crate::stats::count_message;
 use crate::tokenizer::Encoding;
 
@@ -35,7 +38,8 @@ struct Item<'a> {
 /// A batch message, checked, with its tokens.
 struct Counted {
     role: String,
-    content: String,
+    /// Shared as the session stores it, made on the worker for a large batch.
+    content: Arc<str>,
     ts: Option<i64>,
     meta: Option<String>,
     tokens: u64,
@@ -46,10 +50,13 @@ struct Counted {
 struct Parsed {
     encoding: Encoding,
     messages: Result<Vec<Counted>, String>,
+    /// The session's re-count, when the batch switches its tokenizer.
+    recounted: Option<Recounted>,
 }
 
 fn parse(bytes: &[u8], encoding: Encoding, max_message_bytes: u64) -> Parsed {
-    Parsed { encoding, messages: parse_items(bytes, max_message_bytes).map(|items| count(items, encoding)) }
+    let messages = parse_items(bytes, max_message_bytes).map(|items| count(items, encoding));
+    Parsed { encoding, messages, recounted: None }
 }
 
 fn parse_items(bytes: &[u8], max_message_bytes: u64) -> Result<Vec<Counted>, String> {
@@ -89,7 +96,7 @@ fn check(item: Item, max_message_bytes: u64) -> Result<Counted, String> {
         }
         None => None,
     };
-    Ok(Counted { role: item.role, content: item.content, ts, meta, tokens: 0 })
+    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, tokens: 0 })
 }
 
 fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
@@ -124,24 +131,33 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let encoding = settings.encoding;
 
     let large = raw.len() as u64 >= cfg.async_threshold_bytes;
+    let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
     if !resumed && large {
         refuse_where_blocking_is_impossible(ctx, "messages", raw.len())?;
     }
-    if !resumed && large && can_block(ctx) {
+    if let Some(s) = snapshot.as_ref() {
+        refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
+    }
+    if !resumed && (large || snapshot.is_some()) && can_block(ctx) {
+        drop(key);
         let max = cfg.max_message_bytes;
         if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
-            Box::new(parse(bytes, encoding, max))
+            let recounted = model_switch::count(snapshot, encoding);
+            Box::new(Parsed { recounted, ..parse(bytes, encoding, max) })
         }) {
             return reply;
         }
+        return batch_counted(ctx, args, Some(Box::new(())));
     }
     let parsed = match output.and_then(|o| o.downcast::<Parsed>().ok()) {
         Some(p) => *p,
         None => parse(raw.as_slice(), encoding, cfg.max_message_bytes),
     };
+    let recounted = parsed.recounted;
     let mut messages = parsed.messages.map_err(|e| err(format!("ERR {e}")))?;
     if parsed.encoding != encoding {
         // The session's model changed while the worker counted.
+        model_switch::recount_inline_allowed(parsed.encoding, encoding, raw.len(), &cfg)?;
         messages = count(messages, encoding);
     }
     let now = now_ms();
@@ -153,7 +169,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
             let message = Message {
                 id: last_id,
                 role: m.role.into(),
-                content: m.content.into(),
+                content: m.content,
                 ts: m.ts.unwrap_or(now),
                 tokens: m.tokens,
                 meta: m.meta.map(Box::from),
@@ -165,12 +181,9 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     // Everything is validated; from here on the write cannot fail (an op is
     // refused only for an id that is not increasing, checked above).
     let session = key.session_or_create(|| ops.first().and_then(Op::new_session))?;
-    let how = if session.settings.encoding != encoding {
-        session.recount(encoding, count_message);
-        Propagate::Session
-    } else {
-        Propagate::Ops(ops.iter().map(persistence::encode_op).collect())
-    };
+    // A new tokenizer: the session re-counted first (replicated as an op).
+    model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
+    let how = Propagate::Ops(ops.iter().map(persistence::encode_op).collect());
     let thresholds = settings_thresholds(&settings, &cfg);
     let mut outcomes = Vec::with_capacity(ops.len());
     for op in ops {

@@ -8,6 +8,7 @@ pub mod async_count;
 mod batch;
 pub mod error;
 mod ext;
+mod model_switch;
 mod import;
 mod internal;
 mod read;

@@ -3,7 +3,10 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
+use std::sync::Arc;
+
 use super::error;
+use super::model_switch;
 use super::{arity, Events, Write, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
 use super::async_count::{can_block, count_off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
@@ -47,28 +50,45 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;
 
-    // Large content: checked and counted by a worker while the client waits;
-    // this command runs again with the count.
+    // Large content, or a large session to re-count under a new tokenizer:
+    // checked and counted by a worker while the client waits; this command
+    // runs again with the counts.
     let large = raw_content.len() as u64 >= cfg.async_threshold_bytes;
+    let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
     if !resumed && large {
         refuse_where_blocking_is_impossible(ctx, "content", raw_content.len())?;
     }
-    if !resumed && large && can_block(ctx) {
-        if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, append_counted) {
-            return reply;
+    if let Some(s) = snapshot.as_ref() {
+        refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
+    }
+    if !resumed && (large || snapshot.is_some()) {
+        if can_block(ctx) {
+            drop(key);
+            if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, append_counted) {
+                return reply;
+            }
+            return append_counted(ctx, args, Some(Box::new(())));
         }
     }
-    let (content, tokens) = match counted.and_then(|c| c.content.map(|ct| (c.encoding, ct))) {
+    let (counted_content, recounted) = match counted {
+        Some(c) => {
+            let c = *c;
+            (c.content.map(|ct| (c.encoding, ct)), c.recounted)
+        }
+        None => (None, None),
+    };
+    let (content, tokens) = match counted_content {
         Some((e, (content, tokens))) if e == encoding => (content, tokens),
         // Counted under another encoding (the model changed meanwhile).
-        Some((_, (content, _))) => {
+        Some((e, (content, _))) => {
+            model_switch::recount_inline_allowed(e, encoding, content.len(), &cfg)?;
             let tokens = count_message(encoding, role, &content);
             (content, tokens)
         }
         // Not counted yet (small content, or not UTF-8): here, inline.
         None => {
             let content = args::utf8("content", raw_content)?;
-            (content.to_owned(), count_message(encoding, role, content))
+            (Arc::from(content), count_message(encoding, role, content))
         }
     };
 
@@ -76,7 +96,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let message = Message {
         id,
         role: role.into(),
-        content: content.into(),
+        content,
         ts: ts.map_or(now, |t| t as i64),
         tokens,
         meta: meta.map(Box::from),
@@ -85,12 +105,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
 
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
-    let how = if session.settings.encoding != encoding {
-        session.recount(encoding, count_message);
-        Propagate::Session
-    } else {
-        Propagate::Op(op.header(), Some(raw_content))
-    };
+    // A new tokenizer: the session re-counted first (replicated as an op).
+    model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
+    let how = Propagate::Op(op.header(), Some(raw_content));
     let outcome = session.apply(op).map_err(error::session)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
@@ -135,19 +152,20 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
         if can_block(ctx) {
             drop(key);
             let role = SUMMARY_COUNTED_AS.to_owned();
-            if let Some(reply) = count_off_thread(ctx, keyname, encoding, role, raw_text, summarize_counted) {
+            if let Some(reply) = count_off_thread(ctx, keyname, encoding, role, raw_text, None, summarize_counted) {
                 return reply;
             }
             return summarize_counted(ctx, args, Some(Box::new(())));
         }
     }
     let (text, tokens) = match counted.and_then(|c| c.content.map(|ct| (c.encoding, ct))) {
-        Some((e, counted)) if e == encoding => counted,
+        Some((e, (text, tokens))) if e == encoding => (text.to_string(), tokens),
         // Counted under another encoding (the model changed meanwhile), or
         // not counted yet (small, or not UTF-8): here, inline.
-        Some((_, (text, _))) => {
+        Some((e, (text, _))) => {
+            model_switch::recount_inline_allowed(e, encoding, text.len(), &cfg)?;
             let tokens = count_message(encoding, SUMMARY_COUNTED_AS, &text);
-            (text, tokens)
+            (text.to_string(), tokens)
         }
         None => {
             let text = args::utf8("summary", raw_text)?;

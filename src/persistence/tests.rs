@@ -148,6 +148,26 @@ fn format_2_golden_bytes_decode() {
     }
 }
 
+/// `Op::Recount` (kind 4): now, encoding code, summary tokens (option),
+/// then the (id, tokens) pairs.
+const V2_RECOUNT: &str = "02 04 92a0abfef962 02 01 09 02 04 07 05 0c";
+
+fn sample_recount() -> Op {
+    Op::Recount { now: 1_700_000_000_009, encoding: Encoding::Cl100kBase, summary_tokens: Some(9), counts: vec![(4, 7), (5, 12)] }
+}
+
+#[test]
+fn format_2_golden_bytes_of_a_recount() {
+    assert_eq!(hex(&encode_op(&sample_recount())), hex(&unhex(V2_RECOUNT)));
+    assert_eq!(decode_op(&unhex(V2_RECOUNT)).unwrap(), sample_recount());
+    let none = Op::Recount { now: 1_700_000_000_009, encoding: Encoding::O200kBase, summary_tokens: None, counts: vec![] };
+    assert_eq!(decode_op(&encode_op(&none)).unwrap(), none);
+    let bytes = unhex(V2_RECOUNT);
+    for len in 0..bytes.len() {
+        assert!(decode_op(&bytes[..len]).is_err(), "truncated at {len}");
+    }
+}
+
 #[test]
 fn format_1_of_release_0_1_decodes() {
     assert_eq!(decode_session(&unhex(V1_SAMPLE)).unwrap(), sample());
@@ -345,8 +365,8 @@ fn format_2_refuses_what_its_encoder_never_writes() {
         w.u8(0);
         assert!(decode_session(&w.into_bytes()).unwrap_err().contains("out of order"), "{systems:?}");
     }
-    // Op kind 0 and 4.
-    for kind in [0u8, 4] {
+    // Op kinds no format-2 encoder writes.
+    for kind in [0u8, 200] {
         let mut b = unhex(V2_OPS[0]);
         b[1] = kind;
         assert!(decode_op(&b).unwrap_err().contains("unknown op kind"));

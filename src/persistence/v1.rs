@@ -81,7 +81,7 @@ fn message(r: &mut Reader) -> Result<Message> {
     Ok(Message {
         id: r.u64("message id")?,
         role: r.boxed_str("role")?,
-        content: r.boxed_str("content")?,
+        content: r.shared_str("content")?,
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
         meta: r.option("meta", |r| r.boxed_str("meta"))?,

@@ -28,6 +28,9 @@ const MIN_EXTERNAL_BYTES: usize = 3;
 const OP_APPEND: u8 = 1;
 const OP_SUMMARIZE: u8 = 2;
 const OP_EXTSET: u8 = 3;
+const OP_RECOUNT: u8 = 4;
+/// Fewest bytes of a re-count entry (id, tokens).
+const MIN_COUNT_BYTES: usize = 2;
 
 /// Stored code of an encoding; the match is exhaustive so a new encoding
 /// cannot be stored without being given a code.
@@ -99,6 +102,22 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             put_settings(&mut w, settings);
             w.str(system);
             put_external(&mut w, external);
+        }
+        Op::Recount {
+            now,
+            encoding,
+            summary_tokens,
+            counts,
+        } => {
+            w.u8(OP_RECOUNT);
+            w.i64(*now);
+            w.u8(encoding_code(*encoding));
+            w.option(summary_tokens.as_ref(), |w, t| w.u64(*t));
+            w.length(counts.len());
+            for (id, tokens) in counts {
+                w.u64(*id);
+                w.u64(*tokens);
+            }
         }
     }
     w.into_bytes()
@@ -196,6 +215,16 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             system: r.string("external system")?,
             external: external_id(r)?,
         }),
+        OP_RECOUNT => {
+            let encoding = encoding_from_code(r.u8("encoding")?)?;
+            let summary_tokens = r.option("summary tokens", |r| r.u64("summary tokens"))?;
+            let n = r.count(MIN_COUNT_BYTES, "counts")?;
+            let mut counts = Vec::with_capacity(n);
+            for _ in 0..n {
+                counts.push((r.u64("count id")?, r.u64("count tokens")?));
+            }
+            Ok(Op::Recount { now, encoding, summary_tokens, counts })
+        }
         k => Err(format!("corrupt payload: unknown op kind {k}")),
     }
 }
@@ -223,7 +252,7 @@ fn message(r: &mut Reader) -> Result<Message> {
     Ok(Message {
         id: r.u64("message id")?,
         role: r.boxed_str("role")?,
-        content: r.boxed_str("content")?,
+        content: r.shared_str("content")?,
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
         meta: r.option("meta", |r| r.boxed_str("meta"))?,

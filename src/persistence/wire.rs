@@ -100,6 +100,10 @@ impl<'a> Reader<'a> {
         self.str(what).map(str::to_owned)
     }
 
+    pub fn shared_str(&mut self, what: &str) -> Result<std::sync::Arc<str>> {
+        self.str(what).map(std::sync::Arc::from)
+    }
+
     pub fn boxed_str(&mut self, what: &str) -> Result<Box<str>> {
         self.str(what).map(Box::from)
     }

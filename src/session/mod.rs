@@ -8,8 +8,9 @@
 //! without consulting its own clock, config or tokenizer.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
-use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
+use crate::tokenizer::Encoding;
 
 /// The role whose messages must stay with the call that produced them.
 pub const TOOL_ROLE: &str = "tool";
@@ -57,7 +58,9 @@ pub struct Message {
     pub id: u64,
     /// Boxed strings, not `String`s: no spare capacity, 8 bytes less each.
     pub role: Box<str>,
-    pub content: Box<str>,
+    /// Shared, so a re-count under another encoding can read the texts on
+    /// a worker without copying them (see recount.rs).
+    pub content: Arc<str>,
     /// Unix time in milliseconds.
     pub ts: i64,
     pub tokens: u64,
@@ -144,6 +147,14 @@ pub enum Op {
         system: String,
         external: ExternalId,
     },
+    /// Every count under another encoding (a model switch): the summary's
+    /// tokens and each message's, by id, as the master counted them.
+    Recount {
+        now: i64,
+        encoding: Encoding,
+        summary_tokens: Option<u64>,
+        counts: Vec<(u64, u64)>,
+    },
 }
 
 impl Op {
@@ -155,7 +166,7 @@ impl Op {
                 now: *now,
                 settings: settings.clone(),
                 message: Message {
-                    content: Box::default(),
+                    content: Arc::from(""),
                     meta: message.meta.clone(),
                     role: message.role.clone(),
                     ..*message
@@ -179,7 +190,7 @@ impl Op {
             Op::Append { now, settings, .. } | Op::ExtSet { now, settings, .. } => {
                 Some(Session::new(settings.clone(), *now))
             }
-            Op::Summarize { .. } => None,
+            Op::Summarize { .. } | Op::Recount { .. } => None,
         }
     }
 }
@@ -212,6 +223,9 @@ pub enum SessionError {
     IdNotIncreasing { id: u64, last_id: u64 },
     /// A summary installed over messages it covers.
     SummaryOverMessages { upto: u64 },
+    /// A re-count that does not cover exactly the session's summary and
+    /// messages, or gives a count its text cannot have.
+    RecountMismatch,
 }
 
 impl std::fmt::Display for SessionError {
@@ -233,6 +247,9 @@ impl std::fmt::Display for SessionError {
                 "the summary ({tokens} tokens) plus the messages it keeps ({kept} tokens) exceed maxtokens ({max_tokens}): a summary never evicts a newer message"
             ),
             SessionError::IdAboveMax(id) => write!(f, "id {id} is above the largest id {MAX_STORED_ID}"),
+            SessionError::RecountMismatch => {
+                write!(f, "the re-count does not match the session's messages")
+            }
             SessionError::IdsExhausted => write!(
                 f,
                 "the session has used every message id (up to {MAX_ID}): start a new session"
@@ -291,6 +308,15 @@ impl Session {
                 external,
             } => {
                 self.ext_set(now, system, external);
+                Ok(self.outcome(0, 0, 0))
+            }
+            Op::Recount {
+                now: _,
+                encoding,
+                summary_tokens,
+                counts,
+            } => {
+                self.apply_recount(encoding, summary_tokens, &counts)?;
                 Ok(self.outcome(0, 0, 0))
             }
         }
@@ -459,22 +485,6 @@ impl Session {
         Ok(self.outcome(upto, tokens, 0))
     }
 
-    /// Re-counts the summary and every message under `encoding` (the one case
-    /// of re-tokenizing: the session's model moved to another tokenizer).
-    pub fn recount(&mut self, encoding: Encoding, count: impl Fn(Encoding, &str, &str) -> u64) {
-        let mut total = 0;
-        if let Some(s) = self.summary.as_mut() {
-            s.tokens = count(encoding, SUMMARY_COUNTED_AS, &s.text);
-            total += s.tokens;
-        }
-        for m in self.messages.iter_mut() {
-            m.tokens = count(encoding, &m.role, &m.content);
-            total += m.tokens;
-        }
-        self.total_tokens = total;
-        self.settings.encoding = encoding;
-    }
-
     fn ext_set(&mut self, now: i64, system: String, external: ExternalId) {
         self.purge_external(now);
         self.external.insert(system, external);
@@ -518,7 +528,8 @@ impl Session {
             + strings(&self.settings.model)
             + self.extra.as_ref().map_or(0, strings);
         for m in &self.messages {
-            bytes += m.role.len() + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
+            // The content's shared allocation carries two counters.
+            bytes += m.role.len() + 16 + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
         }
         if let Some(s) = &self.summary {
             bytes += std::mem::size_of::<Summary>() + strings(&s.text);
@@ -531,8 +542,10 @@ impl Session {
 }
 
 mod read;
+mod recount;
 mod validate;
 pub use read::{Selection, SummarizeCheck, Thresholds};
+pub use recount::{Recounted, Snapshot};
 pub use validate::{check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
 
 #[cfg(test)]

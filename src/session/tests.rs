@@ -278,12 +278,62 @@ fn recount_replaces_every_count() {
     push(&mut s, &cfg, "user", 1);
     push(&mut s, &cfg, "user", 1);
     summarize(&mut s, 1, 1).unwrap();
-    s.recount(Encoding::Cl100kBase, |_, role, content| (role.len() + content.len()) as u64);
+    let count = |_: Encoding, role: &str, content: &str| (role.len() + content.len()) as u64;
+    let op = s.recount_op(5, Encoding::Cl100kBase, None, &count);
+    s.apply(op).unwrap();
     assert_eq!(s.settings.encoding, Encoding::Cl100kBase);
     // summary: "system" + "s"; message 2: "user" + "x".
     assert_eq!(s.total_tokens, (6 + 1) + (4 + 1));
     assert_eq!(s.summary.as_ref().map(|x| x.tokens), Some(7));
     assert!(s.validate().is_ok());
+}
+
+#[test]
+fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
+    let cfg = Settings { max_msgs: 3, ..settings() };
+    let mut s = Session::new(cfg.clone(), 0);
+    for _ in 0..3 {
+        push(&mut s, &cfg, "user", 2);
+    }
+    let snapshot = s.snapshot();
+    let count = |_: Encoding, role: &str, content: &str| (role.len() + content.len()) as u64;
+    let done = snapshot.count(Encoding::Cl100kBase, &count);
+    // Meanwhile: one more message (evicting the first one).
+    push(&mut s, &cfg, "user", 2);
+    assert_eq!(s.uncovered_bytes(Encoding::Cl100kBase, Some(&done)), 4 + 2);
+    assert_eq!(s.uncovered_bytes(Encoding::O200kBase, Some(&done)), s.text_bytes(), "another encoding covers nothing");
+    let counted = std::cell::Cell::new(0);
+    let counting = |e: Encoding, role: &str, content: &str| {
+        counted.set(counted.get() + 1);
+        count(e, role, content)
+    };
+    let op = s.recount_op(9, Encoding::Cl100kBase, Some(&done), &counting);
+    assert_eq!(counted.get(), 1, "only the message appended meanwhile is counted again");
+    let Op::Recount { counts, .. } = &op else { panic!("{op:?}") };
+    assert_eq!(counts.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![2, 3, 4]);
+    s.apply(op).unwrap();
+    assert_eq!(s.total_tokens, 3 * 6);
+    assert!(s.validate().is_ok());
+}
+
+#[test]
+fn a_recount_that_does_not_match_the_session_changes_nothing() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    push(&mut s, &cfg, "user", 2);
+    push(&mut s, &cfg, "user", 2);
+    let before = s.clone();
+    let recount = |summary_tokens, counts: Vec<(u64, u64)>| Op::Recount { now: 1, encoding: Encoding::Cl100kBase, summary_tokens, counts };
+    for bad in [
+        recount(None, vec![(1, 3)]),
+        recount(None, vec![(1, 3), (3, 3)]),
+        recount(None, vec![(2, 3), (1, 3)]),
+        recount(Some(4), vec![(1, 3), (2, 3)]),
+        recount(None, vec![(1, 3), (2, 1_000)]),
+    ] {
+        assert_eq!(s.apply(bad), Err(SessionError::RecountMismatch));
+        assert_eq!(s, before);
+    }
 }
 
 #[test]

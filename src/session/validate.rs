@@ -160,6 +160,11 @@ impl Op {
                 settings.validate()?;
                 check_external(system, external)
             }
+            // Matched against the session's own messages when applied.
+            Op::Recount { now, counts, .. } => {
+                check_clock(*now)?;
+                counts.iter().try_for_each(|(id, _)| check_id("re-count id", *id))
+            }
         }
     }
 }

@@ -1,0 +1,72 @@
+//! A write whose MODEL moves the session to another tokenizer re-counts the
+//! session first (session/recount.rs): off the main thread when the texts
+//! are large, inline when small, and replicated as one `Op::Recount`.
+
+use redis_module::{Context, RedisError, RedisString};
+
+use super::error;
+use crate::config::Config;
+use crate::persistence;
+use crate::session::{Recounted, Session, Snapshot};
+use crate::stats::count_message;
+use crate::tokenizer::Encoding;
+
+/// Whether a write under `encoding` must re-count `session` first.
+pub fn needed(session: Option<&Session>, encoding: Encoding) -> Option<&Session> {
+    session.filter(|s| s.settings.encoding != encoding && (s.summary.is_some() || !s.messages.is_empty()))
+}
+
+/// The snapshot a worker counts, when the re-count is large enough for one.
+pub fn offload(session: Option<&Session>, encoding: Encoding, cfg: &Config) -> Option<Snapshot> {
+    needed(session, encoding)
+        .filter(|s| s.text_bytes() as u64 >= cfg.async_threshold_bytes)
+        .map(Session::snapshot)
+}
+
+/// Counts a snapshot (on a worker).
+pub fn count(snapshot: Option<Snapshot>, encoding: Encoding) -> Option<Recounted> {
+    snapshot.map(|s| s.count(encoding, &count_message))
+}
+
+/// Re-counts `session` under `encoding` (using `done`, the worker's counts,
+/// for what it covers), applies it and replicates it before the write
+/// that follows. Nothing to do when the session already counts so.
+pub fn apply(
+    ctx: &Context,
+    keyname: &RedisString,
+    session: &mut Session,
+    now: i64,
+    encoding: Encoding,
+    done: Option<&Recounted>,
+) -> Result<(), RedisError> {
+    if needed(Some(session), encoding).is_none() {
+        return Ok(());
+    }
+    // What changed while the worker counted is counted here, if small.
+    let cfg = Config::current();
+    if session.uncovered_bytes(encoding, done) as u64 >= cfg.async_threshold_bytes {
+        return Err(changed_meanwhile());
+    }
+    let op = session.recount_op(now, encoding, done, &count_message);
+    let payload = persistence::encode_op(&op);
+    session.apply(op).map_err(error::session)?;
+    let payload = RedisString::create_from_slice(ctx.ctx, &payload);
+    ctx.replicate("MEM._APPLY", &[keyname, &payload]);
+    Ok(())
+}
+
+/// A large text counted off the main thread whose session changed tokenizer
+/// (another client's MODEL) before it came back: counting it again here
+/// would hold the server, and a client cannot be blocked twice.
+pub fn changed_meanwhile() -> RedisError {
+    RedisError::Str("TRYAGAIN the session's model changed while this command's texts were counted; send it again")
+}
+
+/// Whether a text counted under `counted_as` must be counted again under
+/// `encoding`, refused when it is large (see [`changed_meanwhile`]).
+pub fn recount_inline_allowed(counted_as: Encoding, encoding: Encoding, bytes: usize, cfg: &Config) -> Result<(), RedisError> {
+    if counted_as != encoding && bytes as u64 >= cfg.async_threshold_bytes {
+        return Err(changed_meanwhile());
+    }
+    Ok(())
+}
