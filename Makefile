@@ -5,7 +5,7 @@ SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
 
-.PHONY: deps build run test bench clean
+.PHONY: deps build run test bench holds clean
 
 # RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
 deps:
@@ -36,3 +36,14 @@ bench: build
 
 clean:
 	cargo clean
+
+# Measurement: the longest main-thread hold of any MEM.* command over the whole
+# test suite (from each test server's SLOWLOG) and over the hostile set of
+# benches/holds.py (4x the sizes of the stall findings), with PING latency,
+# threads and memory; run on a quiet machine. Figures go to docs/PERFORMANCE.md by hand.
+holds: build
+	rm -f target/holds-suite.txt
+	REDIS_MEM_HOLDS=$(CURDIR)/target/holds-suite.txt cargo test --release --tests -- --test-threads 1 >/dev/null 2>&1 || true
+	@echo "test suite: MEM.* commands holding the main thread >= 1 ms, longest first:"
+	@sort -rn target/holds-suite.txt | head -15
+	target/venv/bin/python benches/holds.py --module target/release/libredis_mem.so --out target/holds.md

@@ -116,6 +116,11 @@ impl Server {
             "--loadmodule".into(),
         ];
         args.extend(loadmodule.split(' ').map(str::to_owned));
+        if std::env::var_os("REDIS_MEM_HOLDS").is_some() {
+            // Measurement (make holds): every MEM.* command that held the
+            // main thread 1 ms or more, collected when the server stops.
+            args.extend(["--slowlog-log-slower-than", "1000", "--slowlog-max-len", "4096"].map(str::to_owned));
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut server = Server {
             port,
@@ -235,6 +240,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        record_holds(self);
         self.kill9();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -318,5 +324,33 @@ pub fn poll_until(con: &mut redis::Connection, what: &str, mut cond: impl FnMut(
     while !cond(con) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// With REDIS_MEM_HOLDS=<file>, appends the server's SLOWLOG entries of
+/// MEM.* commands ("<microseconds> <command> <test>") to the file: what
+/// `make holds` reports as the longest main-thread holds of the test suite.
+fn record_holds(server: &Server) {
+    let Some(path) = std::env::var_os("REDIS_MEM_HOLDS") else { return };
+    let Ok(client) = redis::Client::open(server.url()) else { return };
+    let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(1)) else { return };
+    let _ = con.set_read_timeout(Some(Duration::from_secs(2)));
+    let Ok(redis::Value::Array(entries)) = redis::cmd("SLOWLOG").arg("GET").arg(4096).query(&mut con) else { return };
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let mut lines = String::new();
+    for entry in entries {
+        let redis::Value::Array(fields) = entry else { continue };
+        let micros: i64 = fields.get(2).and_then(|v| redis::from_redis_value(v).ok()).unwrap_or(0);
+        let command: String = match fields.get(3) {
+            Some(redis::Value::Array(args)) => args.first().and_then(|a| redis::from_redis_value(a).ok()).unwrap_or_default(),
+            _ => String::new(),
+        };
+        if command.to_ascii_uppercase().starts_with("MEM.") {
+            lines.push_str(&format!("{micros} {command} {test}\n"));
+        }
+    }
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+        let _ = f.write_all(lines.as_bytes());
     }
 }
