@@ -16,17 +16,8 @@ fn o200(s: &str) -> i64 {
     tiktoken_rs::o200k_base_singleton().encode_ordinary(s).len() as i64
 }
 
-/// A varied text of about `bytes` bytes (never pathological for tiktoken-rs).
 fn text(bytes: usize, seed: usize) -> String {
-    let words = ["memory", "Redis", "token", "session", "summary", "42", "über", "日本語", "🎉", "\n"];
-    let mut out = String::new();
-    let mut i = seed;
-    while out.len() < bytes {
-        out.push_str(words[i % words.len()]);
-        out.push(' ');
-        i = i.wrapping_mul(31).wrapping_add(7);
-    }
-    out
+    varied_text(bytes, seed)
 }
 
 fn ids_and_tokens(con: &mut redis::Connection, key: &str) -> Vec<(i64, i64)> {
@@ -223,13 +214,8 @@ fn a_large_count_runs_while_the_main_thread_serves_others() {
 #[test]
 fn a_large_summary_is_counted_on_the_pool_and_refused_in_multi() {
     let master = Server::start();
-    let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
     let mut con = master.client();
-    let mut rcon = replica.client();
-    poll_until(&mut rcon, "the replica to sync", |c| {
-        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
-        info.contains("master_link_status:up")
-    });
+    let (_replica, mut rcon) = start_replica(&master);
     for i in 0..4 {
         cmd(&mut con, &["MEM.APPEND", "mem:{s}", "user", &format!("turn {i}"), "MAXTOKENS", "1000000"]).unwrap();
     }

@@ -106,13 +106,8 @@ fn a_bad_message_refuses_the_whole_batch() {
 #[test]
 fn a_large_batch_is_counted_on_the_pool_and_replicates_identically() {
     let master = Server::start();
-    let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
     let mut con = master.client();
-    let mut rcon = replica.client();
-    poll_until(&mut rcon, "the replica to sync", |c| {
-        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
-        info.contains("master_link_status:up")
-    });
+    let (_replica, mut rcon) = start_replica(&master);
     let big: Vec<Json> = (0..6)
         .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("{i} ").repeat(15_000)}))
         .collect();

@@ -17,15 +17,7 @@ fn cl100(s: &str) -> i64 {
 }
 
 fn text(bytes: usize, seed: usize) -> String {
-    let words = ["memory", "Redis", "token", "session", "summary", "42", "über", "日本語", "\n"];
-    let mut out = String::new();
-    let mut i = seed;
-    while out.len() < bytes {
-        out.push_str(words[i % words.len()]);
-        out.push(' ');
-        i = i.wrapping_mul(31).wrapping_add(7);
-    }
-    out
+    varied_text(bytes, seed)
 }
 
 fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
@@ -38,21 +30,11 @@ fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
         .unwrap_or(0)
 }
 
-fn replica_of(master: &Server) -> (Server, redis::Connection) {
-    let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
-    let mut rcon = replica.client();
-    poll_until(&mut rcon, "the replica to sync", |c| {
-        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
-        info.contains("master_link_status:up")
-    });
-    (replica, rcon)
-}
-
 #[test]
 fn a_large_session_is_recounted_on_the_pool_and_replicated_as_an_op() {
     let master = Server::start();
     let mut con = master.client();
-    let (_replica, mut rcon) = replica_of(&master);
+    let (_replica, mut rcon) = start_replica(&master);
     let texts: Vec<String> = (0..6).map(|i| text(150_000, i)).collect();
     for t in &texts {
         cmd(&mut con, &["MEM.APPEND", "mem:{big}", "user", t, "MAXTOKENS", "10000000"]).unwrap();
@@ -115,7 +97,7 @@ fn a_small_session_switches_inline_and_inside_multi() {
 fn a_large_text_counted_before_another_client_switched_the_model_is_refused_with_tryagain() {
     let server = Server::start();
     let mut con = server.client();
-    cmd(&mut con, &["MEM.APPEND", "mem:{r}", "user", "first", "MAXTOKENS", "10000000"]).unwrap();
+    cmd(&mut con, &["MEM.APPEND", "mem:{r}", "user", "first", "MAXTOKENS", "10000000", "TTL", "0"]).unwrap();
     cmd(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"]).unwrap();
     let big = text(300_000, 4);
     let batch = serde_json::json!([{"role": "user", "content": text(300_000, 5)}]).to_string();

@@ -61,14 +61,13 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     if let Some(s) = snapshot.as_ref() {
         refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
     }
-    if !resumed && (large || snapshot.is_some()) {
-        if can_block(ctx) {
-            drop(key);
-            if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, append_counted) {
-                return reply;
-            }
-            return append_counted(ctx, args, Some(Box::new(())));
+    if !resumed && (large || snapshot.is_some()) && can_block(ctx) {
+        drop(key);
+        if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, append_counted) {
+            return reply;
         }
+        // The client could not be blocked: count here, as a resumed command.
+        return append_counted(ctx, args, Some(Box::new(())));
     }
     let (counted_content, recounted) = match counted {
         Some(c) => {

@@ -354,3 +354,28 @@ fn record_holds(server: &Server) {
         let _ = f.write_all(lines.as_bytes());
     }
 }
+
+/// A replica of `master`, synced, with a connection to it.
+pub fn start_replica(master: &Server) -> (Server, redis::Connection) {
+    let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let mut rcon = replica.client();
+    poll_until(&mut rcon, "the replica to sync", |c| {
+        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap_or_default();
+        info.contains("master_link_status:up")
+    });
+    (replica, rcon)
+}
+
+/// A varied text of about `bytes` bytes (words, numbers, CJK, emoji,
+/// newlines; never pathological for tiktoken-rs, the tests' oracle).
+pub fn varied_text(bytes: usize, seed: usize) -> String {
+    let words = ["memory", "Redis", "token", "session", "summary", "42", "über", "日本語", "🎉", "\n"];
+    let mut out = String::new();
+    let mut i = seed;
+    while out.len() < bytes {
+        out.push_str(words[i % words.len()]);
+        out.push(' ');
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    out
+}
