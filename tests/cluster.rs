@@ -91,7 +91,7 @@ fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> Result<(), 
 /// `redis-cli -c -p port args...`, bounded in time; returns stdout lines
 /// (without redirect notices).
 fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
-    let mut child = Command::new("redis-cli")
+    let mut child = Command::new(redis_cli_bin())
         .arg("-c")
         .arg("-p")
         .arg(port.to_string())
@@ -205,7 +205,7 @@ impl Cluster {
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(cluster.nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
         args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
-        let out = Command::new("redis-cli")
+        let out = Command::new(redis_cli_bin())
             .args(&args)
             .stdin(Stdio::null())
             .output()
