@@ -27,6 +27,8 @@ cargo test --release --no-run "${targets[@]}" >&2
 
 summary=()
 status=0
+total_passed=0
+total_failed=0
 while IFS=$'\t' read -r name version bin cli; do
     [ -n "$name" ] || continue
     log="$LOGS/$name.log"
@@ -49,7 +51,7 @@ while IFS=$'\t' read -r name version bin cli; do
         END { print p + 0, f + 0, g + 0 }' "$log")
     # Failed tests, as "binary::test".
     failures="$(awk '
-        /^     Running / { bin = $2; sub(/.*\//, "", bin); sub(/-[0-9a-f]+\)?$/, "", bin) }
+        /^     Running / { bin = $2; sub(/.*\//, "", bin); sub(/\.rs$/, "", bin) }
         / \.\.\. FAILED$/ { print bin "::" $2 }' "$log" | paste -sd' ' -)"
     if [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ] || [ "$passed" -eq 0 ]; then
         status=1
@@ -57,6 +59,8 @@ while IFS=$'\t' read -r name version bin cli; do
     else
         verdict="ok"
     fi
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
     line="$name $version: $verdict, $passed passed, $failed failed, $ignored ignored (${secs} s)"
     [ -z "$failures" ] || line="$line; failed: $failures"
     echo "$line" >&2
@@ -66,4 +70,5 @@ done <<<"$servers"
 echo
 echo "test-compat summary (logs in target/compat/logs/):"
 for l in "${summary[@]}"; do echo "  $l"; done
+echo "test-compat: $total_passed passed, $total_failed failed"
 exit "$status"

@@ -205,11 +205,16 @@ server_from_source() {
         rm -rf "$build"
         mkdir -p "$build"
         tar -xf "$tarball" -C "$build" --strip-components=1
-        local t1
-        t1="$(now)"
-        make -C "$build" -j"$JOBS" BUILD_TLS=no USE_SYSTEMD=no >"$build.make.log" 2>&1 \
-            || { tail -n 40 "$build.make.log" >&2; die "$name: make failed (log: $build.make.log)"; }
-        log "$name: make took $(took "$t1")"
+        rm -f "$build.failed"
+        {
+            TIMEFORMAT='%R s (CPU: %U s user, %S s sys)'
+            time make -C "$build" -j"$JOBS" BUILD_TLS=no USE_SYSTEMD=no >"$build.make.log" 2>&1 || touch "$build.failed"
+        } 2>"$build.time"
+        if [ -e "$build.failed" ]; then
+            tail -n 40 "$build.make.log" >&2
+            die "$name: make failed (log: $build.make.log)"
+        fi
+        log "$name: make -j$JOBS took $(cat "$build.time"), load average $(cut -d' ' -f1-3 /proc/loadavg)"
         local stage
         stage="$(mktemp -d "$OUT/.$prog-$upstream.XXXXXX")"
         mkdir -p "$stage/bin"
