@@ -198,7 +198,9 @@ server_from_source() {
         # debian/ tarball are not needed, and the mirror may lack them).
         (cd "$DL" && apt-get "${APT_OPTS[@]}" -qq source --download-only --tar-only "$pkg=$ver") >&2 \
             || die "apt-get source $pkg=$ver failed"
-        tarball="$(ls "$DL/${pkg}_${upstream}"*.orig.tar.* | head -n1)"
+        local tars=("$DL/${pkg}_${upstream}"*.orig.tar.*)
+        tarball="${tars[0]}"
+        [ -e "$tarball" ] || die "apt-get source left no ${pkg}_${upstream}*.orig.tar.* in $DL"
         log "$name: $pkg $ver from trixie, building $(basename "$tarball") (make -j$JOBS BUILD_TLS=no)"
         ensure_build_tools
         local build="$OUT/build/$prog-$upstream"
