@@ -5,7 +5,7 @@ SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
 
-.PHONY: deps build run test bench holds clean
+.PHONY: deps build run test test-compat bench holds clean
 
 # RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
 deps:
@@ -29,6 +29,13 @@ run: build
 test: build
 	cargo test --release
 	examples/python/run_tests.sh
+
+# The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
+# (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),
+# fetched/built once into target/compat/ by tests/compat/servers.sh.
+# COMPAT_SERVERS="redis-7.0 valkey-8.0" picks a subset.
+test-compat: build
+	tests/compat/run.sh
 
 # Side-by-side benchmark (own redis-server, release build); writes docs/PERFORMANCE.md.
 bench: build

@@ -25,8 +25,13 @@ static STATE: Mutex<State> = Mutex::new(State {
 });
 static WORK: Condvar = Condvar::new();
 
-/// Jobs run to completion (for INFO mem).
+/// Jobs run to completion (for INFO mem): counted by the job itself before
+/// its result is handed back, so a client that got its reply sees it.
 pub static JOBS_DONE: AtomicU64 = AtomicU64::new(0);
+
+pub fn job_done() {
+    JOBS_DONE.fetch_add(1, Ordering::Relaxed);
+}
 
 fn state() -> MutexGuard<'static, State> {
     // A poisoned lock only means a job panicked outside its guard; the queue
@@ -78,7 +83,6 @@ fn worker() {
             }
         };
         crate::guard::or((), job);
-        JOBS_DONE.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -27,7 +27,7 @@ use serde_json::Value as Json;
 /// `redis-cli -c -p port args...`, bounded in time; returns stdout lines
 /// (without redirect notices).
 fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
-    let mut child = Command::new("redis-cli")
+    let mut child = Command::new(redis_cli_bin())
         .arg("-c")
         .arg("-p")
         .arg(port.to_string())

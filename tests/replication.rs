@@ -10,6 +10,8 @@ use redis::Value;
 
 use common::*;
 use relkit::*;
+// Both kits have a wait_until; this file uses relkit's (what, secs, cond).
+use relkit::wait_until;
 
 fn wait_link_up(replica: &Server) {
     let mut con = replica.client();

@@ -148,6 +148,7 @@ pub fn off_thread(
         // A panic leaves no output: the resumed command then works inline.
         let output = crate::guard::or(None, || Some(work(bytes)));
         let pending = Box::new(Pending { output, resume, ticket, held });
+        crate::pool::job_done();
         finished(Finished { client, pending });
     };
     if let Err(job) = crate::pool::submit(Box::new(job)) {

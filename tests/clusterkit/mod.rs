@@ -155,7 +155,7 @@ impl Cluster {
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(cluster.nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
         args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
-        let out = Command::new("redis-cli")
+        let out = Command::new(crate::common::redis_cli_bin())
             .args(&args)
             .stdin(Stdio::null())
             .output()

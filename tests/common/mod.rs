@@ -21,6 +21,12 @@ fn redis_server_bin() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
+/// The command-line client that goes with the server (`redis-cli`, or e.g.
+/// `valkey-cli` for Valkey): `REDIS_CLI`, default `redis-cli`.
+pub fn redis_cli_bin() -> String {
+    std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
+}
+
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
 /// A free loopback port. Each test process starts in its own band (from its
