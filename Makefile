@@ -47,10 +47,10 @@ clean:
 # Measurement: the longest main-thread hold of any MEM.* command over the whole
 # test suite (from each test server's SLOWLOG) and over the hostile set of
 # benches/holds.py (4x the sizes of the stall findings), with PING latency,
-# threads and memory; run on a quiet machine. Figures go to docs/PERFORMANCE.md by hand.
+# threads and memory; run on a quiet machine. Writes a section of docs/PERFORMANCE.md.
 holds: build
 	rm -f target/holds-suite.txt
 	REDIS_MEM_HOLDS=$(CURDIR)/target/holds-suite.txt cargo test --release --tests -- --test-threads 1 >/dev/null 2>&1 || true
 	@echo "test suite: MEM.* commands holding the main thread >= 1 ms, longest first:"
 	@sort -rn target/holds-suite.txt | head -15
-	target/venv/bin/python benches/holds.py --module target/release/libredis_mem.so --out target/holds.md
+	target/venv/bin/python benches/holds.py --module target/release/libredis_mem.so --suite target/holds-suite.txt --out docs/PERFORMANCE.md

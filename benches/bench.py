@@ -891,8 +891,20 @@ loopback).
 {"## Notes" + chr(10) + chr(10) + notes if notes else ""}
 """
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    doc += kept_sections(a.out)
     with open(a.out, "w") as f:
         f.write(doc)
+
+
+def kept_sections(path):
+    """Sections other measurements wrote into the document (between
+    `<!-- kept: NAME -->` and `<!-- /kept: NAME -->`, e.g. benches/holds.py's),
+    carried over when the bench rewrites it."""
+    try:
+        old = open(path).read()
+    except OSError:
+        return ""
+    return "".join("\n" + m + "\n" for m in re.findall(r"<!-- kept: [\w-]+ -->.*?<!-- /kept: [\w-]+ -->", old, re.S))
 
 
 def main():

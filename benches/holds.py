@@ -210,6 +210,7 @@ def main():
     ap.add_argument("--workdir", default="target/bench")
     ap.add_argument("--scale", type=int, default=4)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--suite", default=None, help="the REDIS_MEM_HOLDS file of a test-suite run")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     srv = Server(os.path.abspath(a.module), os.path.abspath(a.workdir))
@@ -232,8 +233,39 @@ def main():
     table = "\n".join(lines)
     print(table)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(table + "\n")
+        write_section(a.out, table, a.scale, a.suite)
+
+
+def write_section(path, table, scale, suite_file):
+    """Puts the figures into `path` (docs/PERFORMANCE.md) as a kept section
+    (benches/bench.py carries it over when it rewrites the document)."""
+    import re
+    suite = ""
+    if suite_file and os.path.exists(suite_file):
+        rows = []
+        for line in open(suite_file):
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and parts[0].isdigit():
+                rows.append((int(parts[0]), parts[1], parts[2].strip()))
+        rows.sort(reverse=True)
+        suite = (f"Whole test suite (`REDIS_MEM_HOLDS`, every test server's SLOWLOG, entries of 1 ms or more): "
+                 f"{len(rows)} MEM.* commands held the main thread 1 ms or more; the longest:\n\n"
+                 "| ms | command | test |\n|---|---|---|\n"
+                 + "".join(f"| {us / 1000:.2f} | {cmd} | {test} |\n" for us, cmd, test in rows[:10]))
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = " ".join(open("/proc/loadavg").read().split()[:3])
+    block = (f"<!-- kept: holds -->\n## Main-thread holds (`make holds`, {when}, load {load})\n\n"
+             f"The longest time a MEM.* command held Redis's main thread (its SLOWLOG duration), "
+             f"with PING round trips from another client meanwhile. Hostile set at {scale}x the sizes "
+             f"of the stall findings (`benches/holds.py`):\n\n{table}\n\n{suite}<!-- /kept: holds -->")
+    try:
+        doc = open(path).read()
+    except OSError:
+        doc = ""
+    pattern = re.compile(r"<!-- kept: holds -->.*?<!-- /kept: holds -->", re.S)
+    doc = pattern.sub(block, doc) if pattern.search(doc) else doc.rstrip() + "\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(doc)
 
 
 if __name__ == "__main__":
