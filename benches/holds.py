@@ -72,11 +72,12 @@ class Pinger:
 
 
 def longest_hold(r):
-    """Longest SLOWLOG entry of a MEM.* command since the last reset (ms)."""
+    """Longest SLOWLOG entry of a MEM.* command (or of UNLINK/DEL/FLUSHALL of
+    sessions, which free them) since the last reset (ms)."""
     worst, name = 0, ""
     for e in r.slowlog_get(4096):
         cmd = e["command"].decode(errors="replace") if isinstance(e["command"], bytes) else str(e["command"])
-        if cmd.upper().startswith("MEM."):
+        if cmd.upper().startswith(("MEM.", "UNLINK", "DEL ", "FLUSHALL")):
             if e["duration"] > worst:
                 worst, name = e["duration"], cmd.split(" ")[0]
     return round(worst / 1000, 2), name
@@ -92,6 +93,7 @@ def threads_of(pid):
 def run_case(srv, name, setup, action):
     r = srv.client(timeout=300)
     r.flushall()
+    r.slowlog_reset()
     r.config_set("mem.max-message-bytes", 64 * 1024 * 1024)
     r.config_set("mem.max-tokens-limit", 1_000_000_000)
     r.config_set("mem.max-messages-limit", 10_000_000)

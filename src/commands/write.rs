@@ -8,12 +8,12 @@ use std::sync::Arc;
 use super::error;
 use super::model_switch;
 use super::{arity, Events, Write, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
-use super::async_count::{can_block, count_off_thread, refuse_where_blocking_is_impossible, Counted, Output};
+use super::async_count::{can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{next_id, Message, Op, Summary, MAX_TS};
 use crate::stats::{self, count_message};
-use crate::tokenizer::SUMMARY_COUNTED_AS;
+use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
 ///   [MAXTOKENS n] [MAXMSGS n]
@@ -126,7 +126,7 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
         return Err(RedisError::WrongArity);
     }
     let resumed = output.is_some();
-    let counted = output.and_then(|o| o.downcast::<Counted>().ok());
+    let counted = output.and_then(|o| o.downcast::<CountedSummary>().ok());
     let keyname = &args[1];
     let upto = args::parse_u64("upto", &args[2], 1)?;
     let raw_text = &args[3];
@@ -150,21 +150,27 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
         refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
         if can_block(ctx) {
             drop(key);
-            let role = SUMMARY_COUNTED_AS.to_owned();
-            if let Some(reply) = count_off_thread(ctx, keyname, encoding, role, raw_text, None, summarize_counted) {
+            // The worker checks, copies and counts the text (the main thread
+            // touches none of its bytes).
+            if let Some(reply) = off_thread(ctx, keyname, raw_text, summarize_counted, move |bytes| {
+                let text = std::str::from_utf8(bytes).ok().map(|text| {
+                    (text.to_owned(), count_message(encoding, SUMMARY_COUNTED_AS, text))
+                });
+                Box::new(CountedSummary { encoding, text })
+            }) {
                 return reply;
             }
             return summarize_counted(ctx, args, Some(Box::new(())));
         }
     }
-    let (text, tokens) = match counted.and_then(|c| c.content.map(|ct| (c.encoding, ct))) {
-        Some((e, (text, tokens))) if e == encoding => (text.to_string(), tokens),
+    let (text, tokens) = match counted.and_then(|c| c.text.map(|t| (c.encoding, t))) {
+        Some((e, counted)) if e == encoding => counted,
         // Counted under another encoding (the model changed meanwhile), or
         // not counted yet (small, or not UTF-8): here, inline.
         Some((e, (text, _))) => {
             model_switch::recount_inline_allowed(e, encoding, text.len(), &cfg)?;
             let tokens = count_message(encoding, SUMMARY_COUNTED_AS, &text);
-            (text.to_string(), tokens)
+            (text, tokens)
         }
         None => {
             let text = args::utf8("summary", raw_text)?;
@@ -185,6 +191,14 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     let expiry = session.key_expiry(now);
     let mut events = Events::default();
     events.add(Write::Summarize, outcome.trimmed, false);
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    // The text travels as the client's own argument (no copy).
+    finish_write(ctx, keyname, &key, Propagate::Op(header, Some(raw_text)), expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
+}
+
+/// What a worker made of a large summary: its text checked and copied, with
+/// its tokens (None: not UTF-8; the command reports it).
+struct CountedSummary {
+    encoding: Encoding,
+    text: Option<(String, u64)>,
 }

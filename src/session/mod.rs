@@ -158,8 +158,9 @@ pub enum Op {
 }
 
 impl Op {
-    /// The op without an appended message's content, which travels as its
-    /// own argument (so a large content is not copied again to replicate it).
+    /// The op without its large text (an appended message's content, a
+    /// summary's text), which travels as its own argument: the client's own
+    /// string, so a large text is not copied again to replicate it.
     pub fn header(&self) -> Op {
         match self {
             Op::Append { now, settings, message } => Op::Append {
@@ -172,14 +173,20 @@ impl Op {
                     ..*message
                 },
             },
+            Op::Summarize { now, summary } => Op::Summarize {
+                now: *now,
+                summary: Summary { text: String::new(), ..*summary },
+            },
             other => other.clone(),
         }
     }
 
-    /// Puts back the content that [`Op::header`] left out.
+    /// Puts back the text that [`Op::header`] left out.
     pub fn with_content(mut self, content: String) -> Op {
-        if let Op::Append { message, .. } = &mut self {
-            message.content = content.into();
+        match &mut self {
+            Op::Append { message, .. } => message.content = content.into(),
+            Op::Summarize { summary, .. } => summary.text = content,
+            _ => {}
         }
         self
     }
