@@ -16,6 +16,7 @@ use super::{error, finish_write, now_ms, reply_outcome, session_thresholds, Even
 use crate::config::Config;
 use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
+use crate::persistence;
 use crate::stats::count_message;
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
@@ -23,9 +24,19 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     import_built(ctx, args, None)
 }
 
-/// What a worker made of a large document: the session, or the error the
-/// command replies.
-struct Built(Result<Imported, RedisError>);
+/// What a worker made of a large document: the session with its encoding
+/// (what replicas and the AOF receive), or the error the command replies.
+struct Built(Result<(Imported, Payload), RedisError>);
+
+/// The encoded session as a Redis string, made where the session was built.
+struct Payload(RedisString);
+
+// SAFETY: the string is created without a context (RedisModule_CreateString
+// with a NULL ctx only allocates through Redis's thread-safe allocator and
+// copies), and nothing else refers to it until the main thread, after the
+// hand-back, passes it to replication; dropping it before then (a refcount
+// decrement to zero, a free) is safe on any thread.
+unsafe impl Send for Payload {}
 
 /// What building the session needs, decided on the main thread: the
 /// options and config as the command found them, and its clock. The
@@ -39,7 +50,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn build(self, bytes: &[u8]) -> Result<Imported, RedisError> {
+    fn build(self, bytes: &[u8]) -> Result<(Imported, Payload), RedisError> {
         let text = args::utf8_bytes("json", bytes)?;
         let Plan { mut changes, cfg, now } = self;
         let max = cfg.max_message_bytes;
@@ -51,11 +62,16 @@ impl Plan {
             }
             Ok(changes.merge(None, &cfg))
         };
-        json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
+        let imported = json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
             ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
             ImportError::TooLarge(len) => args::too_large("content", len, max),
             ImportError::Settings(e) => e,
-        })
+        })?;
+        // Encoded and copied into a string here, on the worker for a large
+        // document: the kept session can be as large as the document.
+        let encoded = persistence::encode_session(&imported.session);
+        let payload = RedisString::create_from_slice(std::ptr::null_mut(), &encoded);
+        Ok((imported, Payload(payload)))
     }
 }
 
@@ -97,7 +113,7 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             plan.build(document.as_slice())
         }
     };
-    let Imported { session, trimmed, .. } = built?;
+    let (Imported { session, trimmed, .. }, payload) = built?;
     let summarize = session.meets(session_thresholds(&session, &cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,
@@ -110,6 +126,6 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
     key.put(session)?;
     let mut events = Events::default();
     events.add(Write::Import, trimmed, summarize);
-    finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &events);
+    finish_write(ctx, keyname, &key, Propagate::Encoded(payload.0), expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }

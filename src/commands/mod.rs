@@ -202,6 +202,9 @@ pub enum Propagate<'a> {
     Ops(Vec<Vec<u8>>),
     /// The whole session (import, a re-count under a new tokenizer).
     Session,
+    /// The whole session, encoded already as a string (a large import's is
+    /// made by the worker that built it: no copy on the main thread).
+    Encoded(RedisString),
 }
 
 /// Marks `keyname` modified (WATCH, client-side caching): only writes that
@@ -244,6 +247,7 @@ pub fn finish_write(
                 ctx.replicate("MEM._PUT", &[keyname, &payload]);
             }
         }
+        Propagate::Encoded(payload) => ctx.replicate("MEM._PUT", &[keyname, &payload]),
     }
     key.set_expiry(expiry, now);
     signal_modified(ctx, keyname);
