@@ -46,6 +46,7 @@ unsafe impl Send for Payload {}
 struct Plan {
     changes: SettingsOptions<'static>,
     cfg: Config,
+    /// When the command arrived: the time of messages that carry none.
     now: i64,
 }
 

@@ -110,7 +110,18 @@ pub fn import<E>(
         };
         session.set_summary(summary).map_err(|e| e.to_string())?;
     }
-    let mut builder = Builder { doc: text, session, count, now, max_message_bytes, with_ids: None, index: 0, trimmed: 0, most_held: 0, failed: None };
+    let mut builder = Builder {
+        doc: text,
+        session,
+        count,
+        now,
+        max_message_bytes,
+        with_ids: None,
+        index: 0,
+        trimmed: 0,
+        most_held: 0,
+        failed: None,
+    };
     let mut de = serde_json::Deserializer::from_str(history.get());
     let streamed = de.deserialize_seq(History(&mut builder)).and_then(|()| de.end());
     if let Some(failed) = builder.failed.take() {
