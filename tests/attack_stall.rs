@@ -1,23 +1,15 @@
-//! Attack: no MEM.* command holds the main thread for more than 10 ms on
-//! input within the configured limits (SPEC 5 v2). A pinger measures the
-//! main thread's worst PING latency while the command runs; the bound here
-//! is 100 ms (10x the spec, for a shared 2-core machine). Today these paths
-//! count on the main thread: the resumed command re-counts inline when the
-//! session's model changed during the count, and a model switch re-counts
-//! the whole session inline.
+//! Attack: no MEM.* command holds the main thread on a large input (SPEC 5
+//! v2). Proven by what is observable, never by timing (the figures are
+//! `make holds`): a large import runs on the pool while others are served.
+//! The model-switch and summary cases of this review are in
+//! tests/model_switch.rs and tests/async_count.rs.
 
 mod common;
 mod faultkit;
 mod relkit;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
 use common::*;
 use faultkit::*;
-
-const BOUND: Duration = Duration::from_millis(100);
 
 /// Varied text of about `bytes` bytes.
 fn text(bytes: usize, seed: usize) -> String {
@@ -32,49 +24,6 @@ fn text(bytes: usize, seed: usize) -> String {
     out
 }
 
-struct Pinger {
-    stop: Arc<AtomicBool>,
-    worst: Arc<Mutex<Duration>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Pinger {
-    fn start(port: u16) -> Pinger {
-        let stop = Arc::new(AtomicBool::new(false));
-        let worst = Arc::new(Mutex::new(Duration::ZERO));
-        let (s, w) = (stop.clone(), worst.clone());
-        let thread = std::thread::spawn(move || {
-            let mut c = conn(port, 0);
-            while !s.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                qok(&mut c, &["PING"]);
-                let d = t.elapsed();
-                let mut g = w.lock().unwrap();
-                if d > *g {
-                    *g = d;
-                }
-            }
-        });
-        Pinger { stop, worst, thread: Some(thread) }
-    }
-    fn reset(&self) {
-        *self.worst.lock().unwrap() = Duration::ZERO;
-    }
-    fn worst(&self) -> Duration {
-        std::thread::sleep(Duration::from_millis(200));
-        *self.worst.lock().unwrap()
-    }
-}
-
-impl Drop for Pinger {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 #[test]
 fn attack_a_large_import_does_not_count_on_the_main_thread() {
     let server = Server::start();
@@ -82,10 +31,22 @@ fn attack_a_large_import_does_not_count_on_the_main_thread() {
     let items: Vec<serde_json::Value> =
         (0..4).map(|i| serde_json::json!({"role": "user", "content": text(3_900_000, i)})).collect();
     let doc = serde_json::json!({ "conversation_history": items }).to_string();
-    let pinger = Pinger::start(server.port);
-    std::thread::sleep(Duration::from_millis(100));
-    pinger.reset();
-    qok(&mut c, &["MEM.IMPORT", "imp", &doc]);
-    let worst = pinger.worst();
-    assert!(worst < BOUND, "MEM.IMPORT of a 15 MB document counted on the main thread: PING waited {worst:?}");
+    let jobs = info_mem(&mut c, "counts_off_thread");
+    set_delay(&mut c, 1000);
+    let port = server.port;
+    let import = std::thread::spawn(move || q(&mut conn(port, 0), &["MEM.IMPORT", "imp", &doc]));
+    poll_until(&mut c, "the import blocked on a worker", |c| blocked_imports(c) == 1);
+    // In flight: another client is served, the key does not exist yet.
+    assert_eq!(qok(&mut c, &["PING"]), redis::Value::SimpleString("PONG".into()));
+    qok(&mut c, &["MEM.APPEND", "other", "user", "served meanwhile"]);
+    assert_eq!(qint(&mut c, &["EXISTS", "imp"]), 0, "the key appeared before the worker was done");
+    assert_eq!(info_mem(&mut c, "counts_in_flight"), 1);
+    assert_eq!(blocked_imports(&mut c), 1, "the importer is still blocked after another client was served");
+    let reply = import.join().unwrap();
+    assert!(reply.is_ok(), "{reply:?}");
+    // A worker counts its job done just after handing it back.
+    poll_until(&mut c, "the pool's job done", |c| info_mem(c, "counts_off_thread") == jobs + 1);
+    assert_eq!(qint(&mut c, &["EXISTS", "imp"]), 1);
+    let info = map_reply(&mut c, &["MEM.INFO", "imp"]);
+    assert_eq!(int_field(&info, "last_id"), 4);
 }

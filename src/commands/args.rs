@@ -107,7 +107,12 @@ pub fn parse_u64(name: &str, v: &RedisString, min: u64) -> Result<u64, RedisErro
 }
 
 pub fn utf8<'a>(name: &str, v: &'a RedisString) -> Result<&'a str, RedisError> {
-    std::str::from_utf8(v.as_slice()).map_err(|_| err(format!("ERR {name} is not valid UTF-8")))
+    utf8_bytes(name, v.as_slice())
+}
+
+/// [`utf8`] of an argument's bytes (a worker has the bytes, not the string).
+pub fn utf8_bytes<'a>(name: &str, v: &'a [u8]) -> Result<&'a str, RedisError> {
+    std::str::from_utf8(v).map_err(|_| err(format!("ERR {name} is not valid UTF-8")))
 }
 
 pub fn check_role(role: &str) -> Result<(), RedisError> {
@@ -124,11 +129,14 @@ pub fn check_model(model: &str) -> Result<(), RedisError> {
 /// Content (or summary text) must fit `mem.max-message-bytes`.
 pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
     if len as u64 > max {
-        return Err(err(format!(
-            "ERR {what} is {len} bytes, above mem.max-message-bytes ({max})"
-        )));
+        return Err(too_large(what, len, max));
     }
     Ok(())
+}
+
+/// The error of [`check_size`].
+pub fn too_large(what: &str, len: usize, max: u64) -> RedisError {
+    err(format!("ERR {what} is {len} bytes, above mem.max-message-bytes ({max})"))
 }
 
 /// META must be a JSON object that `FORMAT JSON` can give back to

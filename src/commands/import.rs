@@ -1,43 +1,120 @@
 //! MEM.IMPORT: a session from a JSON document, for migrating client-side
 //! `user_memory_*` keys in one pass.
+//!
+//! A document of `mem.async-threshold-bytes` or more is parsed, counted and
+//! built into its session on the worker pool while the client waits (like a
+//! large MEM.APPEND); the command then runs again on the main thread with
+//! the session in hand, re-checks what may have changed meanwhile (the key
+//! may exist now), and stores it. Smaller documents take the same path
+//! inline.
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
-use super::{finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions, Write};
+use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
+use super::{error, finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
-use crate::json_format;
+use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
+use crate::persistence;
 use crate::stats::count_message;
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    import_built(ctx, args, None)
+}
+
+/// What a worker made of a large document: the session with its encoding
+/// (what replicas and the AOF receive), or the error the command replies.
+struct Built(Result<(Imported, Payload), RedisError>);
+
+/// The encoded session as a Redis string, made where the session was built.
+struct Payload(RedisString);
+
+// SAFETY: the string is created without a context (RedisModule_CreateString
+// with a NULL ctx only allocates through Redis's thread-safe allocator and
+// copies), and nothing else refers to it until the main thread, after the
+// hand-back, passes it to replication; dropping it before then (a refcount
+// decrement to zero, a free) is safe on any thread.
+unsafe impl Send for Payload {}
+
+/// What building the session needs, decided on the main thread: the
+/// options and config as the command found them, and its clock. The
+/// document's own model is known only once parsed, so the worker applies
+/// the rule itself (`SettingsOptions::default_model`, then `merge`).
+#[derive(Clone)]
+struct Plan {
+    changes: SettingsOptions<'static>,
+    cfg: Config,
+    /// When the command arrived: the time of messages that carry none.
+    now: i64,
+}
+
+impl Plan {
+    fn build(self, bytes: &[u8]) -> Result<(Imported, Payload), RedisError> {
+        let text = args::utf8_bytes("json", bytes)?;
+        let Plan { mut changes, cfg, now } = self;
+        let max = cfg.max_message_bytes;
+        let settings = |model: Option<&str>| {
+            // The document's model unless MODEL names another; a new
+            // session's settings otherwise.
+            if let Some(m) = model {
+                changes.default_model(m)?;
+            }
+            Ok(changes.merge(None, &cfg))
+        };
+        let imported = json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
+            ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
+            ImportError::TooLarge(len) => args::too_large("content", len, max),
+            ImportError::Settings(e) => e,
+        })?;
+        // Encoded and copied into a string here, on the worker for a large
+        // document: the kept session can be as large as the document.
+        let encoded = persistence::encode_session(&imported.session);
+        let payload = RedisString::create_from_slice(std::ptr::null_mut(), &encoded);
+        Ok((imported, Payload(payload)))
+    }
+}
+
+/// MEM.IMPORT, run again with the session a worker built (`output`).
+fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
     super::arity(&args, 3)?;
     let keyname = &args[1];
-    let text = args::utf8("json", &args[2])?;
+    let document = &args[2];
     let opts = Options::parse(&args[3..], &["MODEL", "TTL"], &["REPLACE"])?;
     let cfg = Config::current();
-    let mut changes = SettingsOptions::parse(&opts, &cfg)?;
+    let changes = SettingsOptions::parse(&opts, &cfg)?;
 
+    // Checked again when resumed: another client may have written the key
+    // while the worker built the session.
     let mut key = SessionKey::open(ctx, keyname, true)?;
     if !key.is_empty() && !opts.has("REPLACE") {
         return Err(RedisError::Str("BUSYKEY Target key name already exists."));
     }
-    let doc = json_format::parse_import(text).map_err(|e| err(format!("ERR invalid document: {e}")))?;
-    for m in &doc.messages {
-        args::check_size("content", m.content.len(), cfg.max_message_bytes)?;
-    }
-    // The document's model unless MODEL names another; a new session's
-    // settings otherwise.
-    if let Some(m) = doc.model.as_deref() {
-        changes.default_model(m)?;
-    }
-    let settings = changes.merge(None, &cfg);
     let now = now_ms();
-    let mut session = doc
-        .into_session(settings, now, count_message)
-        .map_err(|e| err(format!("ERR invalid document: {e}")))?;
-    let trimmed = session.trim_imported();
+    let built = match output {
+        Some(output) => match output.downcast::<Built>() {
+            Ok(built) => built.0,
+            // The worker left no session (it panicked and logged why).
+            Err(_) => return Err(error::internal()),
+        },
+        None => {
+            let plan = Plan { changes: changes.into_owned(), cfg: cfg.clone(), now };
+            let large = document.len() as u64 >= cfg.async_threshold_bytes;
+            if large {
+                refuse_where_blocking_is_impossible(ctx, "document", document.len())?;
+            }
+            if large && can_block(ctx) {
+                let work = plan.clone();
+                let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes))) };
+                if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
+                    return reply;
+                }
+            }
+            plan.build(document.as_slice())
+        }
+    };
+    let (Imported { session, trimmed, .. }, payload) = built?;
     let summarize = session.meets(session_thresholds(&session, &cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,
@@ -50,6 +127,6 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     key.put(session)?;
     let mut events = Events::default();
     events.add(Write::Import, trimmed, summarize);
-    finish_write(ctx, keyname, &key, Propagate::Session, expiry, now, &events);
+    finish_write(ctx, keyname, &key, Propagate::Encoded(payload.0), expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }

@@ -15,6 +15,8 @@ mod read;
 pub mod reply;
 mod write;
 
+use std::borrow::Cow;
+
 use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::config::Config;
@@ -63,8 +65,11 @@ pub fn default_settings(cfg: &Config) -> Settings {
 }
 
 /// The options that change a session's settings (MEM.APPEND, MEM.APPENDBATCH).
+#[derive(Clone)]
 pub struct SettingsOptions<'a> {
-    model: Option<&'a str>,
+    /// Borrowed from the command's arguments, owned once it must outlive
+    /// them (an import built on a worker: [`SettingsOptions::into_owned`]).
+    model: Option<Cow<'a, str>>,
     ttl: Option<u64>,
     max_tokens: Option<u64>,
     max_msgs: Option<u64>,
@@ -87,7 +92,7 @@ impl<'a> SettingsOptions<'a> {
             args::check_model(model)?;
         }
         Ok(SettingsOptions {
-            model,
+            model: model.map(Cow::Borrowed),
             ttl: opts.seconds("TTL", 0)?,
             max_tokens: opts.u64_at_most("MAXTOKENS", 1, cfg.max_tokens_limit, "mem.max-tokens-limit")?,
             max_msgs: opts.u64_at_most("MAXMSGS", 1, cfg.max_messages_limit, "mem.max-messages-limit")?,
@@ -95,19 +100,29 @@ impl<'a> SettingsOptions<'a> {
     }
 
     /// `model` unless MODEL was given (an imported document's own model).
-    pub fn default_model(&mut self, model: &'a str) -> Result<(), RedisError> {
+    pub fn default_model(&mut self, model: &str) -> Result<(), RedisError> {
         if self.model.is_none() {
             args::check_model(model)?;
-            self.model = Some(model);
+            self.model = Some(Cow::Owned(model.to_owned()));
         }
         Ok(())
+    }
+
+    /// The same options, owning their model name (for a worker).
+    pub fn into_owned(self) -> SettingsOptions<'static> {
+        SettingsOptions {
+            model: self.model.map(|m| Cow::Owned(m.into_owned())),
+            ttl: self.ttl,
+            max_tokens: self.max_tokens,
+            max_msgs: self.max_msgs,
+        }
     }
 
     /// The settings a write works with: the session's (a new session's when
     /// there is none), changed by these options.
     pub fn merge(&self, session: Option<&Session>, cfg: &Config) -> Settings {
         let mut settings = session.map_or_else(|| default_settings(cfg), |s| s.settings.clone());
-        if let Some(model) = self.model {
+        if let Some(model) = self.model.as_deref() {
             settings.model = model.to_owned();
             settings.encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
         }
@@ -188,6 +203,9 @@ pub enum Propagate<'a> {
     Ops(Vec<Vec<u8>>),
     /// The whole session (import, a re-count under a new tokenizer).
     Session,
+    /// The whole session, encoded already as a string (a large import's is
+    /// made by the worker that built it: no copy on the main thread).
+    Encoded(RedisString),
 }
 
 /// Marks `keyname` modified (WATCH, client-side caching): only writes that
@@ -230,6 +248,7 @@ pub fn finish_write(
                 ctx.replicate("MEM._PUT", &[keyname, &payload]);
             }
         }
+        Propagate::Encoded(payload) => ctx.replicate("MEM._PUT", &[keyname, &payload]),
     }
     key.set_expiry(expiry, now);
     signal_modified(ctx, keyname);

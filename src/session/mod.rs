@@ -401,12 +401,7 @@ impl Session {
     /// result whose call was evicted goes with it. Returns the messages evicted.
     pub fn trim(&mut self, caps: Caps, protect_newest: bool) -> u64 {
         let spared = usize::from(protect_newest);
-        let mut evicted = 0u64;
-        let over = |s: &Session| s.message_count() > caps.messages || s.total_tokens > caps.tokens;
-        while over(self) && self.messages.len() > spared {
-            self.evict_oldest();
-            evicted += 1;
-        }
+        let mut evicted = self.evict_over_caps(caps, spared);
         if evicted > 0 {
             evicted += self.drop_orphan_tool_results(spared);
         }
@@ -414,6 +409,21 @@ impl Session {
             if let Some(summary) = self.summary.take() {
                 self.total_tokens -= summary.tokens;
             }
+        }
+        evicted
+    }
+
+    /// Evicts the oldest messages while the session is over `caps` (the
+    /// summary's tokens counted), sparing the newest `spared`; never touches
+    /// the summary nor the tool rule (see [`Session::trim`]). An import
+    /// streams its document through this after each message, so it holds at
+    /// most the caps + 1 messages. Returns the messages evicted.
+    pub fn evict_over_caps(&mut self, caps: Caps, spared: usize) -> u64 {
+        let mut evicted = 0u64;
+        let over = |s: &Session| s.message_count() > caps.messages || s.total_tokens > caps.tokens;
+        while over(self) && self.messages.len() > spared {
+            self.evict_oldest();
+            evicted += 1;
         }
         evicted
     }

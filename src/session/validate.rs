@@ -10,7 +10,7 @@
 //! and its sessions must still load (refusing one aborts Redis's start).
 //! The code that uses these values bounds them (`key_expiry`, `next_id`).
 
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::{check_model, ExternalId, Message, Op, Session, Settings, Summary, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
@@ -40,32 +40,89 @@ pub fn check_members(text: &str) -> Result<(), String> {
 
 /// A JSON object that parses fully (no lone surrogate, no number out of
 /// range: serde_json refuses both), nested at most `max_depth` deep. What
-/// passes here comes back through `FORMAT JSON` and MEM.IMPORT.
+/// passes here comes back through `FORMAT JSON` and MEM.IMPORT. Walked as it
+/// is parsed, building no tree: the check holds no more than the text does
+/// (a `Value` of a large array of small numbers was tens of times its text).
 fn check_json_object(what: &str, text: &str, max_depth: usize) -> Result<(), String> {
     let too_deep = || format!("{what} is nested deeper than {max_depth} levels");
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let shape = Walk.deserialize(&mut de).and_then(|shape| de.end().map(|()| shape));
+    let shape = shape.map_err(|e| {
         if e.to_string().contains("recursion limit") {
             too_deep()
         } else {
             format!("{what} is not valid JSON: {e}")
         }
     })?;
-    if !value.is_object() {
+    if !shape.object {
         return Err(format!("{what} must be a JSON object"));
     }
-    if depth(&value) > max_depth {
+    if shape.depth > max_depth {
         return Err(too_deep());
     }
     Ok(())
 }
 
-/// Nesting depth of a parsed value (a scalar is 0). Recursion is bounded by
-/// serde_json's own limit on what it parsed.
-fn depth(v: &Value) -> usize {
-    match v {
-        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        Value::Object(members) => 1 + members.values().map(depth).max().unwrap_or(0),
-        _ => 0,
+/// What [`Walk`] found: nesting depth (a scalar is 0, `{}` 1) and whether the
+/// value is an object.
+struct Shape {
+    depth: usize,
+    object: bool,
+}
+
+const SCALAR: Shape = Shape { depth: 0, object: false };
+
+/// Parses one JSON value as serde_json's `Value` would (the same errors:
+/// numbers out of range, lone surrogates in strings and member names, its
+/// recursion limit, which also bounds this recursion), keeping only its
+/// [`Shape`].
+struct Walk;
+
+impl<'de> DeserializeSeed<'de> for Walk {
+    type Value = Shape;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Shape, D::Error> {
+        d.deserialize_any(Walk)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk {
+    type Value = Shape;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+        Ok(SCALAR)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+        Ok(SCALAR)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+        Ok(SCALAR)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+        Ok(SCALAR)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
+        Ok(SCALAR)
+    }
+    fn visit_unit<E>(self) -> Result<Shape, E> {
+        Ok(SCALAR)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        let mut deepest = 0;
+        while let Some(item) = seq.next_element_seed(Walk)? {
+            deepest = deepest.max(item.depth);
+        }
+        Ok(Shape { depth: deepest + 1, object: false })
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        let mut deepest = 0;
+        // A member name is decoded (not skipped), so a lone surrogate in it
+        // is refused as in a value.
+        while map.next_key::<std::borrow::Cow<str>>()?.is_some() {
+            deepest = deepest.max(map.next_value_seed(Walk)?.depth);
+        }
+        Ok(Shape { depth: deepest + 1, object: true })
     }
 }
 

@@ -315,11 +315,21 @@ pub fn info_mem(con: &mut redis::Connection, field: &str) -> i64 {
 
 /// Clients blocked in MEM.APPEND now (flag `b` in CLIENT LIST).
 pub fn blocked_appends(con: &mut redis::Connection) -> usize {
+    blocked_in(con, "mem.append")
+}
+
+/// Clients blocked in MEM.IMPORT now (its document with a worker).
+pub fn blocked_imports(con: &mut redis::Connection) -> usize {
+    blocked_in(con, "mem.import")
+}
+
+/// Clients blocked (flag `b` in CLIENT LIST) in `command` (lower case).
+pub fn blocked_in(con: &mut redis::Connection, command: &str) -> usize {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(con).expect("CLIENT LIST");
     list.lines()
         .filter(|l| {
             let field = |name: &str| l.split(' ').find_map(|f| f.strip_prefix(name)).unwrap_or("");
-            field("flags=").contains('b') && field("cmd=") == "mem.append"
+            field("flags=").contains('b') && field("cmd=") == command
         })
         .count()
 }

@@ -1,0 +1,522 @@
+//! MEM.IMPORT's document, parsed as it streams: no `Value` tree is built,
+//! so an import holds little more than its document, and what the module
+//! keeps of the client's JSON (META, the other top-level members) is the
+//! client's own text, byte for byte.
+//!
+//! The root object is read first as (member name, raw value) pairs borrowed
+//! from the document. `summary` and `model` are handled before any message
+//! (so ids assigned after the summary's `upto` do not depend on member
+//! order), then `conversation_history` is streamed element by element: each
+//! message is checked, counted, pushed as the newest, and the oldest ones
+//! evicted while over the caps, so at most the caps + 1 messages are held.
+//!
+//! Why the streamed trim ends where parse-all-then-trim ended (the unit
+//! tests compare both on random documents): being over the caps
+//! (`messages > maxmsgs` or their tokens + the summary's > `maxtokens`) only
+//! gets less likely as messages leave the front, so trimming the whole
+//! history keeps its longest suffix within the caps (at least the newest
+//! message). That suffix, less its newest message, is within the caps too,
+//! so it lies inside the suffix kept after the previous message: evicting
+//! from (previous suffix + the new message) reaches it. The summary is never
+//! evicted while streaming; at the end `Session::trim_imported` finds the
+//! messages within the caps (or down to the newest), drops the summary when
+//! the two do not fit, then the leading tool results: the same steps, on the
+//! same messages, as after pushing them all.
+
+use std::borrow::Cow;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::parse_iso8601;
+use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS};
+use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
+
+/// What an import made: the session (trimmed, with the document's other
+/// members), the messages it dropped, and the most it held at once.
+#[derive(Debug)]
+pub struct Imported {
+    pub session: Session,
+    pub trimmed: u64,
+    pub most_held: usize,
+}
+
+/// Why a document is refused.
+#[derive(Debug, PartialEq)]
+pub enum ImportError<E> {
+    /// Not valid JSON, or not of the document's shape.
+    Invalid(String),
+    /// A message's content of this many bytes, above mem.max-message-bytes.
+    TooLarge(usize),
+    /// The settings refused the document's model.
+    Settings(E),
+}
+
+impl<E> From<String> for ImportError<E> {
+    fn from(e: String) -> Self {
+        ImportError::Invalid(e)
+    }
+}
+
+/// Builds the session of the MEM.IMPORT document `text`. `settings` gives a
+/// new session's settings from the document's model, if it names one;
+/// tokens are counted with `count`, times default to `now`, and a content
+/// above `max_message_bytes` is refused. Every error leaves nothing behind.
+pub fn import<E>(
+    text: &str,
+    now: i64,
+    max_message_bytes: u64,
+    settings: impl FnOnce(Option<&str>) -> Result<Settings, E>,
+    count: impl Fn(Encoding, &str, &str) -> u64,
+) -> Result<Imported, ImportError<E>> {
+    let root = read_root(text)?;
+    let history = match root.history {
+        Some(h) if h.get().starts_with('[') => h,
+        Some(_) => return Err("conversation_history must be an array".to_owned().into()),
+        None => return Err("the document has no conversation_history".to_owned().into()),
+    };
+    let summary = match root.summary {
+        None => None,
+        Some(s) if s.get() == "null" => None,
+        Some(s) if s.get().starts_with('{') => Some(parse_summary(text, s)?),
+        Some(_) => return Err("summary must be an object or null".to_owned().into()),
+    };
+    let model = match root.model {
+        None => None,
+        Some(m) if m.get() == "null" => None,
+        Some(m) => match string(text, m)? {
+            Some(m) if !m.is_empty() => Some(m),
+            _ => return Err("model must be a non-empty string".to_owned().into()),
+        },
+    };
+    let extra = match root.extra.is_empty() {
+        true => None,
+        false => {
+            let members = format!("{{{}}}", root.extra);
+            check_members(&members)?;
+            Some(members)
+        }
+    };
+    let settings = settings(model.as_deref()).map_err(ImportError::Settings)?;
+
+    let encoding = settings.encoding;
+    let mut session = Session::new(settings, now);
+    if let Some(s) = summary {
+        let summary = Summary {
+            tokens: count(encoding, SUMMARY_COUNTED_AS, &s.text),
+            text: s.text,
+            upto: s.upto,
+            ts: s.ts.unwrap_or(now),
+        };
+        session.set_summary(summary).map_err(|e| e.to_string())?;
+    }
+    let mut builder = Builder {
+        doc: text,
+        session,
+        count,
+        now,
+        max_message_bytes,
+        with_ids: None,
+        index: 0,
+        trimmed: 0,
+        most_held: 0,
+        failed: None,
+    };
+    let mut de = serde_json::Deserializer::from_str(history.get());
+    let streamed = de.deserialize_seq(History(&mut builder)).and_then(|()| de.end());
+    if let Some(failed) = builder.failed.take() {
+        return Err(failed);
+    }
+    streamed.map_err(|e| invalid_json(text, history.get(), &e))?;
+    let mut session = builder.session;
+    let trimmed = builder.trimmed + session.trim_imported();
+    session.extra = extra;
+    Ok(Imported { session, trimmed, most_held: builder.most_held })
+}
+
+/// Members the module reads; everything else is kept verbatim.
+const KNOWN: [&str; 4] = ["conversation_history", "summary", "total_tokens", "model"];
+
+/// The root object: the members the module reads (the last one wins when a
+/// name repeats, as it did with serde_json's map), raw; the others as the
+/// text of their `"name":value` pairs, in order, duplicates included.
+#[derive(Default)]
+struct Root<'a> {
+    history: Option<&'a RawValue>,
+    summary: Option<&'a RawValue>,
+    model: Option<&'a RawValue>,
+    extra: String,
+}
+
+fn read_root<E>(text: &str) -> Result<Root<'_>, ImportError<E>> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let root = de.deserialize_any(RootVisitor).and_then(|root| de.end().map(|()| root));
+    match root {
+        Ok(Some(root)) => Ok(root),
+        Ok(None) => Err("the document must be a JSON object".to_owned().into()),
+        Err(e) => Err(format!("not valid JSON: {e}").into()),
+    }
+}
+
+struct RootVisitor;
+
+impl<'de> Visitor<'de> for RootVisitor {
+    /// None: the document is not an object.
+    type Value = Option<Root<'de>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut root = Root::default();
+        while let Some(name) = map.next_key::<&'de RawValue>()? {
+            let value: &'de RawValue = map.next_value()?;
+            match member_name(name.get()).as_deref() {
+                Some("conversation_history") => root.history = Some(value),
+                Some("summary") => root.summary = Some(value),
+                Some("model") => root.model = Some(value),
+                Some(known) if KNOWN.contains(&known) => {}
+                // Kept as written; a name that does not decode (a lone
+                // surrogate) is refused by check_members.
+                _ => {
+                    if !root.extra.is_empty() {
+                        root.extra.push(',');
+                    }
+                    root.extra.push_str(name.get());
+                    root.extra.push(':');
+                    root.extra.push_str(value.get());
+                }
+            }
+        }
+        Ok(Some(root))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        skip_seq(seq).map(|()| None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// Consumes an array the caller does not want (serde_json needs it read).
+fn skip_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// The decoded name of a member, from its raw text (borrowed unless it has
+/// escapes); None when it does not decode.
+fn member_name(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+}
+
+/// A member name, borrowed from the document when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The members named `names` of one object, raw (the last wins when a name
+/// repeats), the others skipped; None when the value is not an object.
+struct Fields<const N: usize>(&'static [&'static str; N]);
+
+type Raw<'a, const N: usize> = [Option<&'a RawValue>; N];
+
+impl<'de, const N: usize> DeserializeSeed<'de> for Fields<N> {
+    type Value = Option<Raw<'de, N>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, const N: usize> Visitor<'de> for Fields<N> {
+    type Value = Option<Raw<'de, N>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut values = [None; N];
+        while let Some(Key(name)) = map.next_key()? {
+            match self.0.iter().position(|n| *n == name).and_then(|i| values.get_mut(i)) {
+                Some(slot) => *slot = Some(map.next_value()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Some(values))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        skip_seq(seq).map(|()| None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+const MESSAGE_FIELDS: [&str; 6] = ["role", "content", "meta", "id", "ts", "timestamp"];
+const SUMMARY_FIELDS: [&str; 5] = ["content", "text", "upto", "ts", "timestamp"];
+
+/// A failure inside one message: of its shape (reported with the
+/// message's index), or of its JSON (reported as a parse of the whole
+/// document reports it).
+enum Bad {
+    Shape(String),
+    Json(String),
+}
+
+impl From<String> for Bad {
+    fn from(e: String) -> Bad {
+        Bad::Shape(e)
+    }
+}
+
+impl<E> From<Bad> for ImportError<E> {
+    fn from(b: Bad) -> Self {
+        match b {
+            Bad::Shape(e) | Bad::Json(e) => ImportError::Invalid(e),
+        }
+    }
+}
+
+/// serde_json's error on `part` (a slice of `doc`), placed in `doc`, as a
+/// parse of the whole document would have reported it.
+fn invalid_json(doc: &str, part: &str, e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let what = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(what, _)| what);
+    let offset = (part.as_ptr() as usize).checked_sub(doc.as_ptr() as usize);
+    match offset.and_then(|o| doc.as_bytes().get(..o)) {
+        Some(before) if e.line() > 0 => {
+            let lines = before.iter().filter(|b| **b == b'\n').count();
+            let column = before.len() - before.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+            let (line, column) = match e.line() {
+                1 => (lines + 1, column + e.column()),
+                l => (lines + l, e.column()),
+            };
+            format!("not valid JSON: {what} at line {line} column {column}")
+        }
+        _ => format!("not valid JSON: {msg}"),
+    }
+}
+
+/// The string a raw value holds; None when it is not a string.
+fn string(doc: &str, raw: &RawValue) -> Result<Option<String>, Bad> {
+    if !raw.get().starts_with('"') {
+        return Ok(None);
+    }
+    serde_json::from_str(raw.get()).map(Some).map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))
+}
+
+fn optional_id(what: &str, raw: Option<&RawValue>) -> Result<Option<u64>, String> {
+    match raw.filter(|r| r.get() != "null") {
+        None => Ok(None),
+        Some(r) => match serde_json::from_str::<u64>(r.get()) {
+            Ok(id) if (1..=MAX_ID).contains(&id) => Ok(Some(id)),
+            _ => Err(format!("{what} must be an integer from 1 to {MAX_ID}")),
+        },
+    }
+}
+
+/// `ts` (ms) wins over `timestamp` (ISO 8601); neither: None.
+fn time_of(doc: &str, ts: Option<&RawValue>, timestamp: Option<&RawValue>) -> Result<Option<i64>, Bad> {
+    let ts = if let Some(ts) = ts.filter(|r| r.get() != "null") {
+        serde_json::from_str::<i64>(ts.get()).map_err(|_| "ts must be an integer".to_owned())?
+    } else {
+        match timestamp.filter(|r| r.get() != "null") {
+            None => return Ok(None),
+            Some(t) => match string(doc, t)? {
+                Some(s) => parse_iso8601(&s).ok_or_else(|| format!("timestamp {s:?} is not ISO 8601"))?,
+                None if t.get().starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+                    serde_json::from_str::<i64>(t.get()).map_err(|_| "bad timestamp".to_owned())?
+                }
+                None => return Err("timestamp must be an ISO 8601 string".to_owned().into()),
+            },
+        }
+    };
+    if !(0..=MAX_TS).contains(&ts) {
+        return Err(format!("time {ts} is outside 1970-01-01 .. 9999-12-31").into());
+    }
+    Ok(Some(ts))
+}
+
+struct ImportedSummary {
+    text: String,
+    upto: u64,
+    ts: Option<i64>,
+}
+
+fn parse_summary(doc: &str, raw: &RawValue) -> Result<ImportedSummary, Bad> {
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    let fields = Fields(&SUMMARY_FIELDS).deserialize(&mut de).map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))?;
+    let Some([content, text, upto, ts, timestamp]) = fields else {
+        return Err("summary must be an object or null".to_owned().into());
+    };
+    let text = match content.or(text) {
+        Some(t) => string(doc, t)?,
+        None => None,
+    };
+    let text = text.ok_or_else(|| "summary.content must be a string".to_owned())?;
+    let upto = optional_id("summary.upto", upto)?
+        .ok_or_else(|| format!("summary.upto must be an integer from 1 to {MAX_ID}"))?;
+    Ok(ImportedSummary { text, upto, ts: time_of(doc, ts, timestamp)? })
+}
+
+struct ImportedMessage {
+    id: Option<u64>,
+    role: String,
+    content: String,
+    ts: Option<i64>,
+    meta: Option<String>,
+}
+
+fn parse_message(doc: &str, fields: Raw<'_, 6>) -> Result<ImportedMessage, Bad> {
+    let [role, content, meta, id, ts, timestamp] = fields;
+    let role = match role {
+        Some(r) => string(doc, r)?,
+        None => None,
+    };
+    let role = role
+        .filter(|r| !r.is_empty() && r.len() <= MAX_ROLE_BYTES)
+        .ok_or_else(|| format!("role must be a string of 1 to {MAX_ROLE_BYTES} bytes"))?;
+    let content = match content {
+        Some(c) => string(doc, c)?,
+        None => None,
+    };
+    let content = content.ok_or_else(|| "content must be a string".to_owned())?;
+    let meta = match meta.filter(|m| m.get() != "null") {
+        None => None,
+        Some(m) if m.get().starts_with('{') => {
+            check_meta(m.get())?;
+            Some(m.get().to_owned())
+        }
+        Some(_) => return Err("meta must be an object".to_owned().into()),
+    };
+    Ok(ImportedMessage { id: optional_id("id", id)?, role, content, ts: time_of(doc, ts, timestamp)?, meta })
+}
+
+/// The session being built as the history streams by.
+struct Builder<'a, C, E> {
+    doc: &'a str,
+    session: Session,
+    count: C,
+    now: i64,
+    max_message_bytes: u64,
+    /// Whether the messages carry ids (as the first one does).
+    with_ids: Option<bool>,
+    index: usize,
+    trimmed: u64,
+    most_held: usize,
+    /// Why a message was refused (serde_json only sees that it was).
+    failed: Option<ImportError<E>>,
+}
+
+impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
+    fn push(&mut self, fields: Option<Raw<'_, 6>>) -> Result<(), ImportError<E>> {
+        let i = self.index;
+        self.index += 1;
+        let at = |e: Bad| match e {
+            Bad::Shape(e) => ImportError::Invalid(format!("conversation_history[{i}]: {e}")),
+            Bad::Json(e) => ImportError::Invalid(e),
+        };
+        let fields = fields.ok_or_else(|| at(Bad::Shape("a message must be an object".to_owned())))?;
+        let m = parse_message(self.doc, fields).map_err(at)?;
+        if m.content.len() as u64 > self.max_message_bytes {
+            return Err(ImportError::TooLarge(m.content.len()));
+        }
+        if *self.with_ids.get_or_insert(m.id.is_some()) != m.id.is_some() {
+            return Err("either every message carries an id or none does".to_owned().into());
+        }
+        let id = match m.id {
+            Some(id) => id,
+            None => next_id(self.session.last_id).map_err(|e| e.to_string())?,
+        };
+        let message = Message {
+            id,
+            tokens: (self.count)(self.session.settings.encoding, &m.role, &m.content),
+            role: m.role.into(),
+            content: m.content.into(),
+            ts: m.ts.unwrap_or(self.now),
+            meta: m.meta.map(Box::from),
+        };
+        self.session.push_message(message).map_err(|e| e.to_string())?;
+        self.most_held = self.most_held.max(self.session.messages.len());
+        self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 1);
+        Ok(())
+    }
+}
+
+/// `conversation_history`, one element at a time into the builder.
+struct History<'b, 'a, C, E>(&'b mut Builder<'a, C, E>);
+
+impl<'de, C: Fn(Encoding, &str, &str) -> u64, E> Visitor<'de> for History<'_, '_, C, E> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(fields) = seq.next_element_seed(Fields(&MESSAGE_FIELDS))? {
+            if let Err(e) = self.0.push(fields) {
+                self.0.failed = Some(e);
+                return Err(de::Error::custom("message refused"));
+            }
+        }
+        Ok(())
+    }
+}
