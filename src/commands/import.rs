@@ -37,7 +37,10 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut session = doc
         .into_session(settings, now, count_message)
         .map_err(|e| err(format!("ERR invalid document: {e}")))?;
-    let trimmed = session.trim_imported();
+    // Messages past maxage go first (the newest too: no append of its own
+    // protects it), then the caps.
+    let aged = session.evict_aged(now, false);
+    let trimmed = aged + session.trim_imported();
     let summarize = session.meets(session_thresholds(&session, &cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,
