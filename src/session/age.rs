@@ -28,23 +28,34 @@ impl Session {
     /// `None` when none goes. A message goes when it is older than the
     /// cutoff, wherever it is (timestamps may be mixed: TS option); a run of
     /// tool results right after an evicted message goes with it (its call
-    /// is gone). The newest message is spared when `protect_newest` (an
-    /// append never evicts its own message).
+    /// is gone). When `protect_newest` (an append never evicts its own
+    /// message) the newest message is spared, and when it is a tool result
+    /// so is its call and the results before it: evicting the call would
+    /// leave the result without it, in the middle of the history where no
+    /// later rule finds it. The next write takes them together.
     fn aged(&self, now: i64, protect_newest: bool) -> Option<Vec<bool>> {
         let cutoff = self.age_cutoff(now)?;
         // The common case, nothing old: one pass, no allocation.
         if !self.messages.iter().any(|m| m.ts < cutoff) {
             return None;
         }
-        let newest = self.messages.len().saturating_sub(1);
+        let len = self.messages.len();
+        let mut spared_from = len;
+        if protect_newest && len > 0 {
+            spared_from = len - 1;
+            while spared_from > 0
+                && self.messages.get(spared_from).is_some_and(|m| &*m.role == TOOL_ROLE)
+            {
+                spared_from -= 1;
+            }
+        }
         let mut previous_gone = false;
         let gone: Vec<bool> = self
             .messages
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let spared = protect_newest && i == newest;
-                let go = !spared && (m.ts < cutoff || (previous_gone && &*m.role == TOOL_ROLE));
+                let go = i < spared_from && (m.ts < cutoff || (previous_gone && &*m.role == TOOL_ROLE));
                 previous_gone = go;
                 go
             })

@@ -65,6 +65,18 @@ fn tool_results_go_with_their_evicted_call() {
 }
 
 #[test]
+fn an_appended_tool_result_keeps_its_old_call_until_the_next_write() {
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", NOW), ("assistant", old)]);
+    assert_eq!(append(&mut s, "tool", NOW, NOW).trimmed, 0);
+    assert_eq!(ids(&s), vec![1, 2, 3]);
+    // Reads already hide the call and its result together.
+    assert_eq!(ids(&s.live(NOW)), vec![1]);
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 2);
+    assert_eq!(ids(&s), vec![1, 4]);
+}
+
+#[test]
 fn the_newest_message_is_not_evicted_by_its_own_append() {
     let old = NOW - 8 * DAY_MS;
     let mut s = session(&[("user", NOW)]);
