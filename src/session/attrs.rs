@@ -12,7 +12,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::validate::JSON_MAX_NESTING;
-use super::Session;
+use super::{Outcome, Session, SessionError};
 
 /// Longest attribute name, in bytes.
 pub const MAX_ATTR_NAME_BYTES: usize = 64;
@@ -140,5 +140,29 @@ impl Session {
         }
         self.extra = object_text(&pairs);
         true
+    }
+
+    /// `Op::AttrSet`: age eviction at `now`, then the member set. The only
+    /// failure (a value that is not JSON) comes before any change.
+    pub(super) fn apply_attr_set(&mut self, now: i64, name: &str, value: String) -> Result<Outcome, SessionError> {
+        let value = RawValue::from_string(value).map_err(|_| SessionError::BadAttrValue)?;
+        let aged = self.evict_aged(now, false);
+        self.attr_set(name, value);
+        self.touch(now);
+        Ok(self.outcome(0, 0, aged))
+    }
+
+    /// `Op::AttrDel`: age eviction at `now`, then the members removed; the
+    /// outcome's `id` is 1 when there was one.
+    pub(super) fn apply_attr_del(&mut self, now: i64, name: &str) -> Outcome {
+        let aged = self.evict_aged(now, false);
+        let deleted = self.attr_del(name);
+        self.touch(now);
+        self.outcome(u64::from(deleted), 0, aged)
+    }
+
+    fn touch(&mut self, now: i64) {
+        self.updated = now;
+        self.purge_external(now);
     }
 }

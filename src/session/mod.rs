@@ -329,23 +329,8 @@ impl Session {
                 self.ext_set(now, system, external);
                 Ok(self.outcome(0, 0, aged))
             }
-            Op::AttrSet { now, settings: _, name, value } => {
-                // The only failure (value not JSON) comes before any change.
-                let value = serde_json::value::RawValue::from_string(value)
-                    .map_err(|_| SessionError::BadAttrValue)?;
-                let aged = self.evict_aged(now, false);
-                self.attr_set(&name, value);
-                self.updated = now;
-                self.purge_external(now);
-                Ok(self.outcome(0, 0, aged))
-            }
-            Op::AttrDel { now, name } => {
-                let aged = self.evict_aged(now, false);
-                let deleted = self.attr_del(&name);
-                self.updated = now;
-                self.purge_external(now);
-                Ok(self.outcome(u64::from(deleted), 0, aged))
-            }
+            Op::AttrSet { now, settings: _, name, value } => self.apply_attr_set(now, &name, value),
+            Op::AttrDel { now, name } => Ok(self.apply_attr_del(now, &name)),
             Op::Recount {
                 now: _,
                 encoding,
