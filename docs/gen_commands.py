@@ -54,6 +54,19 @@ SECTIONS = [
         "MEM.GET mem:{bob} FORMAT JSON",
         "MEM.IMPORT mem:{bob} '{\"conversation_history\":[]}'",
     ]),
+    ("MEM.ATTRSET / MEM.ATTRGET / MEM.ATTRDEL", "The document's other members, edited one by one.", [
+        "MEM.ATTRSET mem:{bob} user_profile '{\"name\":\"Bob\",\"lang\":\"fr\"}'",
+        "MEM.ATTRGET mem:{bob} user_profile",
+        "MEM.ATTRGET mem:{bob}",
+        "MEM.ATTRDEL mem:{bob} context",
+        "MEM.GET mem:{bob} LAST 1 FORMAT JSON",
+        "MEM.ATTRSET mem:{bob} model '\"x\"'",
+    ]),
+    ("MAXAGE", "Keep only the last N days: older messages leave on every write.", [
+        "MEM.APPEND mem:{carol} user 'Hello, long ago' TS 1735689600000 MAXAGE 604800",
+        "MEM.APPEND mem:{carol} user 'Hello today'",
+        "MEM.GET mem:{carol}",
+    ]),
     ("MEM.INFO", "Counts, settings and ids of a session.", [
         "MEM.INFO mem:{alice}",
         "MEM.INFO mem:{nobody}",
@@ -63,6 +76,7 @@ SECTIONS = [
     ]),
     ("COMMAND DOCS", "Every command carries its documentation and key specs.", [
         "COMMAND DOCS mem.extget",
+        "COMMAND DOCS mem.attrdel",
     ]),
 ]
 

@@ -109,6 +109,7 @@ pub fn all() -> Vec<Doc> {
                 option("TTL", integer("seconds")),
                 option("MAXTOKENS", integer("n")),
                 option("MAXMSGS", integer("n")),
+                option("MAXAGE", integer("seconds")),
             ],
         },
         Doc {
@@ -124,6 +125,7 @@ pub fn all() -> Vec<Doc> {
                 option("TTL", integer("seconds")),
                 option("MAXTOKENS", integer("n")),
                 option("MAXMSGS", integer("n")),
+                option("MAXAGE", integer("seconds")),
             ],
         },
         Doc {
@@ -197,6 +199,30 @@ pub fn all() -> Vec<Doc> {
             arity: 2,
             access: Read,
             args: vec![key()],
+        },
+        Doc {
+            name: "mem.attrset",
+            summary: "Stores a JSON value under a name beside the history (user_profile, context, ...), returned at the top level of MEM.GET FORMAT JSON; creates the session and refreshes its TTL.",
+            complexity: "O(N) in the size of the session's attributes.",
+            arity: 4,
+            access: Update,
+            args: vec![key(), string("name"), string("json")],
+        },
+        Doc {
+            name: "mem.attrget",
+            summary: "Returns an attribute's JSON text (nil when absent), or without a name a map of every attribute.",
+            complexity: "O(N) in the size of the session's attributes.",
+            arity: -2,
+            access: Read,
+            args: vec![key(), Arg { optional: true, ..string("name") }],
+        },
+        Doc {
+            name: "mem.attrdel",
+            summary: "Removes an attribute; returns 1 when it was set, else 0.",
+            complexity: "O(N) in the size of the session's attributes.",
+            arity: 3,
+            access: Update,
+            args: vec![key(), string("name")],
         },
         Doc {
             name: "mem._apply",

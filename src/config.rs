@@ -24,6 +24,7 @@ pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
 /// before counting, so tests can inject faults while a count is in flight.
 pub static MAX_TOKENS_LIMIT: AtomicI64 = AtomicI64::new(10_000_000);
 pub static MAX_MESSAGES_LIMIT: AtomicI64 = AtomicI64::new(100_000);
+pub static MAX_AGE: AtomicI64 = AtomicI64::new(0);
 pub static COUNT_THREADS: AtomicI64 = AtomicI64::new(2);
 pub static DEBUG_COUNT_DELAY_MS: AtomicI64 = AtomicI64::new(0);
 
@@ -87,6 +88,8 @@ pub struct Config {
     pub default_encoding: Encoding,
     pub max_message_bytes: u64,
     pub async_threshold_bytes: u64,
+    /// Default `maxage` of new sessions, seconds (0 = none).
+    pub max_age: u64,
 }
 
 impl Config {
@@ -108,6 +111,7 @@ impl Config {
             },
             max_message_bytes: get(&MAX_MESSAGE_BYTES),
             async_threshold_bytes: get(&ASYNC_THRESHOLD_BYTES),
+            max_age: get(&MAX_AGE),
         }
     }
 

@@ -18,7 +18,7 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
         let (threads, queued) = crate::pool::gauges();
         let in_flight = crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
-        let fields: [(&str, u64); 18] = [
+        let fields: [(&str, u64); 20] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
             ("tokens_counted", read(&stats::TOKENS_COUNTED)),
@@ -28,6 +28,8 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("summaries_rejected_stale", read(&stats::SUMMARIES_REJECTED)),
             ("imports", read(&stats::IMPORTS)),
             ("extsets", read(&stats::EXT_SETS)),
+            ("attrsets", read(&stats::ATTR_SETS)),
+            ("attrdels", read(&stats::ATTR_DELS)),
             ("tokenizer_calls", read(&stats::TOKENIZER_CALLS)),
             ("tokenizer_usec", read(&stats::TOKENIZER_MICROS)),
             ("count_threads", threads),

@@ -146,6 +146,9 @@ command!(mem_extset, commands::ext_set);
 command!(mem_extget, commands::ext_get);
 command!(mem_import, commands::import);
 command!(mem_info, commands::info);
+command!(mem_attrset, commands::attr_set);
+command!(mem_attrget, commands::attr_get);
+command!(mem_attrdel, commands::attr_del);
 command!(mem_apply, commands::apply);
 command!(mem_put, commands::put);
 
@@ -175,6 +178,9 @@ redis_module! {
         ["mem.extget", mem_extget, "readonly", 1, 1, 1, ""],
         ["mem.import", mem_import, "write deny-oom", 1, 1, 1, ""],
         ["mem.info", mem_info, "readonly", 1, 1, 1, ""],
+        ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, ""],
+        ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, ""],
+        ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, ""],
         ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
         ["mem._put", mem_put, "write", 1, 1, 1, ""],
     ],
@@ -186,6 +192,7 @@ redis_module! {
             ["max-messages", &config::MAX_MESSAGES, 30, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["max-tokens-limit", &config::MAX_TOKENS_LIMIT, 10_000_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["max-messages-limit", &config::MAX_MESSAGES_LIMIT, 100_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-age", &config::MAX_AGE, 0, 0, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
             ["summarize-ratio", &config::SUMMARIZE_RATIO, 15, 1, 100, ConfigurationFlags::DEFAULT, None],
             ["summarize-fallback-tokens", &config::SUMMARIZE_FALLBACK_TOKENS, 15_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["summarize-keep", &config::SUMMARIZE_KEEP, 10, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],

@@ -31,6 +31,7 @@ fn config_get_set_every_mem_config() {
         ("mem.max-tokens-limit", "10000000", "500000"),
         ("mem.max-messages-limit", "100000", "1000"),
         ("mem.debug-count-delay-ms", "0", "5"),
+        ("mem.max-age", "0", "604800"),
     ];
     for (name, default, new) in defaults {
         assert_eq!(config_get(&mut con, name), default, "default of {name}");

@@ -40,7 +40,12 @@ fn every_write_publishes_its_module_event() {
         cmd(con, &["MEM.EXTSET", key, "dify", "conv-1"]).unwrap();
         cmd(con, &["MEM.IMPORT", key, r#"{"conversation_history":[{"role":"user","content":"hi"}]}"#, "REPLACE"])
             .unwrap();
-        // Reads and failed writes publish nothing.
+        cmd(con, &["MEM.ATTRSET", key, "user_profile", "{}"]).unwrap();
+        cmd(con, &["MEM.ATTRDEL", key, "user_profile"]).unwrap();
+        // Reads, failed writes and a delete of nothing publish nothing.
+        cmd(con, &["MEM.ATTRDEL", key, "user_profile"]).unwrap();
+        let _ = cmd(con, &["MEM.ATTRSET", key, "model", "1"]);
+        cmd(con, &["MEM.ATTRGET", key]).unwrap();
         cmd(con, &["MEM.GET", key]).unwrap();
         let _ = cmd(con, &["MEM.SUMMARIZE", key, "99", "stale"]);
     });
@@ -56,6 +61,8 @@ fn every_write_publishes_its_module_event() {
             "mem.summarize",
             "mem.extset",
             "mem.import",
+            "mem.attrset",
+            "mem.attrdel",
         ],
     );
 }
@@ -157,10 +164,21 @@ fn command_docs_and_key_specs_are_served() {
             a.iter().find(|(k, _)| k == "token").map(|(_, v)| redis::from_redis_value(v).unwrap())
         })
         .collect();
-    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS"]);
+    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE"]);
 
     // Key specs: reads are RO, writes RW (IMPORT: OW), all at argument 1.
-    for (command, flag) in [("mem.get", "RO"), ("mem.append", "RW"), ("mem.import", "OW"), ("mem.info", "RO")] {
+    let commands = [
+        ("mem.get", "RO"),
+        ("mem.append", "RW"),
+        ("mem.import", "OW"),
+        ("mem.info", "RO"),
+        ("mem.attrset", "update"),
+        ("mem.attrset", "RW"),
+        ("mem.attrdel", "update"),
+        ("mem.attrdel", "RW"),
+        ("mem.attrget", "RO"),
+    ];
+    for (command, flag) in commands {
         let info: Value = redis::cmd("COMMAND").arg("INFO").arg(command).query(&mut con).unwrap();
         let Value::Array(outer) = info else { panic!("{info:?}") };
         let Value::Array(entry) = &outer[0] else { panic!("{outer:?}") };

@@ -40,3 +40,13 @@ pub fn ascii(e: RedisError) -> RedisError {
         other => other,
     }
 }
+
+/// An attribute name MEM.ATTRSET / ATTRDEL refuse.
+pub fn bad_attr_name(why: String) -> RedisError {
+    err(format!("ERR {why}"))
+}
+
+/// An attribute value that is not JSON `FORMAT JSON` could give back.
+pub fn bad_attr_value(why: String) -> RedisError {
+    err(format!("ERR {why}"))
+}

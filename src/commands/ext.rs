@@ -42,7 +42,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let session = key.session_or_create(|| op.new_session())?;
     let header = op.header();
-    session.apply(op).map_err(super::error::session)?;
+    let outcome = session.apply(op).map_err(super::error::session)?;
     // The key never expires before this id: a new session gets its TTL (or
     // the id's expiry if later); an existing expiry only moves later.
     let expiry = match remaining {
@@ -53,7 +53,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(ms) => Some(now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000)).max(expires_at)),
         None => None,
     };
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, Events::default().add(Write::ExtSet, 0, false));
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, Events::default().add(Write::ExtSet, outcome.trimmed, false));
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -4,6 +4,7 @@
 
 mod admission;
 pub mod args;
+mod attrs;
 pub mod async_count;
 mod batch;
 pub mod error;
@@ -26,6 +27,7 @@ use crate::session::{Op, Outcome, Session, Settings, Thresholds};
 use crate::stats;
 use crate::tokenizer;
 
+pub use attrs::{attr_del, attr_get, attr_set};
 pub use batch::append_batch;
 pub use ext::{ext_get, ext_set};
 pub use import::import;
@@ -61,6 +63,7 @@ pub fn default_settings(cfg: &Config) -> Settings {
         ttl: cfg.ttl,
         max_tokens: cfg.max_tokens,
         max_msgs: cfg.max_messages,
+        max_age: cfg.max_age,
     }
 }
 
@@ -73,14 +76,15 @@ pub struct SettingsOptions<'a> {
     ttl: Option<u64>,
     max_tokens: Option<u64>,
     max_msgs: Option<u64>,
+    max_age: Option<u64>,
 }
 
 impl<'a> SettingsOptions<'a> {
-    pub const NAMES: [&'static str; 4] = ["MODEL", "TTL", "MAXTOKENS", "MAXMSGS"];
+    pub const NAMES: [&'static str; 5] = ["MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE"];
 
     /// No change: the session's settings, or a new session's.
     pub fn none() -> SettingsOptions<'a> {
-        SettingsOptions { model: None, ttl: None, max_tokens: None, max_msgs: None }
+        SettingsOptions { model: None, ttl: None, max_tokens: None, max_msgs: None, max_age: None }
     }
 
     /// MAXTOKENS/MAXMSGS are bounded by `mem.max-tokens-limit` /
@@ -96,6 +100,8 @@ impl<'a> SettingsOptions<'a> {
             ttl: opts.seconds("TTL", 0)?,
             max_tokens: opts.u64_at_most("MAXTOKENS", 1, cfg.max_tokens_limit, "mem.max-tokens-limit")?,
             max_msgs: opts.u64_at_most("MAXMSGS", 1, cfg.max_messages_limit, "mem.max-messages-limit")?,
+            // Bounded like TTL, so now - maxage never nears an overflow.
+            max_age: opts.seconds("MAXAGE", 0)?,
         })
     }
 
@@ -115,6 +121,7 @@ impl<'a> SettingsOptions<'a> {
             ttl: self.ttl,
             max_tokens: self.max_tokens,
             max_msgs: self.max_msgs,
+            max_age: self.max_age,
         }
     }
 
@@ -129,6 +136,7 @@ impl<'a> SettingsOptions<'a> {
         settings.ttl = self.ttl.unwrap_or(settings.ttl);
         settings.max_tokens = self.max_tokens.unwrap_or(settings.max_tokens);
         settings.max_msgs = self.max_msgs.unwrap_or(settings.max_msgs);
+        settings.max_age = self.max_age.unwrap_or(settings.max_age);
         settings
     }
 }
@@ -140,6 +148,8 @@ pub enum Write {
     Import,
     Summarize,
     ExtSet,
+    AttrSet,
+    AttrDel,
 }
 
 /// The keyspace events of a write, counted in INFO mem as they are added;
@@ -156,6 +166,8 @@ impl Events {
             Write::Import => ("mem.import", &stats::IMPORTS),
             Write::Summarize => ("mem.summarize", &stats::SUMMARIES_APPLIED),
             Write::ExtSet => ("mem.extset", &stats::EXT_SETS),
+            Write::AttrSet => ("mem.attrset", &stats::ATTR_SETS),
+            Write::AttrDel => ("mem.attrdel", &stats::ATTR_DELS),
         };
         stats::add(counter, 1);
         self.0.push(event);

@@ -28,7 +28,10 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(_) => return Err(err("ERR FORMAT must be RESP or JSON".to_owned())),
     };
     let key = SessionKey::open(ctx, &args[1], false)?;
-    let session = key.session();
+    // Messages past the session's maxage are never shown, even before the
+    // next write evicts them.
+    let live = key.session().map(|s| s.live(now_ms()));
+    let session = live.as_deref();
     let (summary, a, b) = match session {
         Some(s) => s.select(sel),
         None => (None, &[][..], &[][..]),
@@ -87,7 +90,8 @@ pub fn summarize_check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
     let key = SessionKey::open(ctx, &args[1], false)?;
     let empty;
-    let session: &Session = match key.session() {
+    let live = key.session().map(|s| s.live(now_ms()));
+    let session: &Session = match live.as_deref() {
         Some(s) => s,
         None => {
             empty = Session::new(default_settings(&cfg), now_ms());
@@ -119,10 +123,11 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(redis_module::RedisError::WrongArity);
     }
     let key = SessionKey::open(ctx, &args[1], false)?;
-    let Some(s) = key.session() else {
+    let now = now_ms();
+    let Some(live) = key.session().map(|s| s.live(now)) else {
         return Ok(RedisValue::Null);
     };
-    let now = now_ms();
+    let s: &Session = &live;
     let live: Vec<&String> = s
         .external
         .iter()

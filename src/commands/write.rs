@@ -142,7 +142,8 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
         stats::add(&stats::SUMMARIES_REJECTED, 1);
         error::session(e)
     };
-    session.check_summary_upto(upto).map_err(refused)?;
+    // Against what a read shows: an upto past maxage is no longer a message.
+    session.live(now_ms()).check_summary_upto(upto).map_err(refused)?;
     let encoding = session.settings.encoding;
     // A large summary is checked and counted by a worker, as a large message.
     let large = raw_text.len() as u64 >= cfg.async_threshold_bytes;

@@ -29,7 +29,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 use super::parse_iso8601;
-use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// What an import made: the session (trimmed, with the document's other
@@ -120,6 +120,7 @@ pub fn import<E>(
         index: 0,
         trimmed: 0,
         most_held: 0,
+        previous_aged: false,
         failed: None,
     };
     let mut de = serde_json::Deserializer::from_str(history.get());
@@ -461,6 +462,9 @@ struct Builder<'a, C, E> {
     index: usize,
     trimmed: u64,
     most_held: usize,
+    /// Whether the previous message was past `maxage` (a tool result right
+    /// after it goes too, as `Session::evict_aged` decides on a whole list).
+    previous_aged: bool,
     /// Why a message was refused (serde_json only sees that it was).
     failed: Option<ImportError<E>>,
 }
@@ -493,7 +497,17 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             ts: m.ts.unwrap_or(self.now),
             meta: m.meta.map(Box::from),
         };
+        // Past maxage goes before the caps are applied (what evict_aged and
+        // then trim_imported would do on the whole list).
+        let cutoff = self.session.age_cutoff(self.now);
+        let aged = cutoff.is_some_and(|c| message.ts < c) || (self.previous_aged && &*message.role == TOOL_ROLE);
         self.session.push_message(message).map_err(|e| e.to_string())?;
+        self.previous_aged = aged;
+        if aged {
+            self.session.evict_newest();
+            self.trimmed += 1;
+            return Ok(());
+        }
         self.most_held = self.most_held.max(self.session.messages.len());
         self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 1);
         Ok(())

@@ -11,6 +11,9 @@ fn settings(encoding: Encoding) -> Settings {
         ttl: 3600,
         max_tokens: 80_000,
         max_msgs: 30,
+        // 0 (none): what a format-1 payload decodes to, so the v1 golden
+        // bytes decode to these same values.
+        max_age: 0,
     }
 }
 
@@ -94,7 +97,7 @@ fn unhex(s: &str) -> Vec<u8> {
 // ---- golden bytes: these fail whenever the format drifts ----------------
 
 /// `sample()` in format 2 (docs/FORMAT.md, section "Session, format 2").
-const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e  08 23 b090abfef962 8ea0abfef962
+const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e 00  08 23 b090abfef962 8ea0abfef962
     01 13 4561726c6965723a206772656574696e67732e 09 03 e8a7abfef962
     03
       04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00
@@ -102,12 +105,12 @@ const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e  08 23 b090abfef962
       07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d
     02 04 64696679 06 636f6e762d31 80e0998dcc6e  03 6e386e 06 657865632d39 09
     01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d";
-const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00";
+const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00 00";
 /// `sample_ops()` in format 2, in order (kinds 1, 2, 3).
 const V2_OPS: [&str; 3] = [
-    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d",
+    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 00 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d",
     "02 02 94a0abfef962 03 73756d 07 09 94a0abfef962",
-    "02 03 96a0abfef962 066770742d346f 02 901c 80f104 1e 04 64696679 02 6331 96bff4fef962",
+    "02 03 96a0abfef962 066770742d346f 02 901c 80f104 1e 00 04 64696679 02 6331 96bff4fef962",
 ];
 
 /// The same values as release 0.1 wrote them: postcard 1.2's encoding of
@@ -146,6 +149,35 @@ fn format_2_golden_bytes_decode() {
     for (op, bytes) in sample_ops().into_iter().zip(V2_OPS) {
         assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
     }
+}
+
+/// `Op::AttrSet` (kind 6: now, settings, name, value) and `Op::AttrDel`
+/// (kind 7: now, name), and a settings layout whose `max_age` (its last
+/// field) is set: 604800 s, seven days.
+const V2_ATTRSET: &str = "02 06 92a0abfef962 066770742d346f 01 901c 80f104 1e 80f524 07 636f6e74657874 0b 7b22746f706963223a317d";
+const V2_ATTRDEL: &str = "02 07 94a0abfef962 07 636f6e74657874";
+
+fn sample_attr_ops() -> [Op; 2] {
+    [
+        Op::AttrSet {
+            now: 1_700_000_000_009,
+            settings: Settings { max_age: 604_800, ..settings(Encoding::O200kBase) },
+            name: "context".into(),
+            value: r#"{"topic":1}"#.into(),
+        },
+        Op::AttrDel { now: 1_700_000_000_010, name: "context".into() },
+    ]
+}
+
+#[test]
+fn format_2_golden_bytes_of_attribute_ops_and_max_age() {
+    for (op, want) in sample_attr_ops().into_iter().zip([V2_ATTRSET, V2_ATTRDEL]) {
+        assert_eq!(hex(&encode_op(&op)), hex(&unhex(want)), "{op:?}");
+        assert_eq!(decode_op(&unhex(want)).unwrap(), op);
+    }
+    let mut s = sample();
+    s.settings.max_age = 604_800;
+    assert_eq!(decode_session(&encode_session(&s)).unwrap(), s);
 }
 
 /// `Op::Recount` (kind 4): now, encoding code, summary tokens (option),
@@ -213,8 +245,12 @@ fn ops_round_trip_with_extreme_values() {
     ops.push(Op::ExtSet { now: i64::MAX, settings: settings(Encoding::O200kBase), system: "s".into(), external: ExternalId { id: String::new(), expires_at: i64::MIN } });
     for op in ops {
         assert_eq!(decode_op(&encode_op(&op)).unwrap(), op);
-        // What MEM._APPLY receives: the header, then the content put back.
-        let content = match &op { Op::Append { message, .. } => message.content.to_string(), _ => String::new() };
+        // What MEM._APPLY receives: the header, then the text put back.
+        let content = match &op {
+            Op::Append { message, .. } => message.content.to_string(),
+            Op::Summarize { summary, .. } => summary.text.clone(),
+            _ => String::new(),
+        };
         assert_eq!(decode_op(&encode_op(&op.header())).unwrap().with_content(content), op);
     }
 }
@@ -340,7 +376,7 @@ fn format_2_refuses_what_its_encoder_never_writes() {
     b.splice(9..11, [0x90, 0x9c, 0x00]);
     assert!(decode_session(&b).unwrap_err().contains("varint"));
     // Encoding code 0 and 3; option tag 2 (summary).
-    for (at, value) in [(8, 0u8), (8, 3), (19, 2)] {
+    for (at, value) in [(8, 0u8), (8, 3), (20, 2)] {
         let mut b = good.clone();
         b[at] = value;
         assert!(decode_session(&b).is_err(), "byte {at} = {value}");
@@ -351,7 +387,8 @@ fn format_2_refuses_what_its_encoder_never_writes() {
         let s = bare();
         w.str(&s.settings.model);
         w.u8(1); // o200k_base
-        for v in [3600u64, 80_000, 30, 0, 0, 0, 0] {
+        // ttl, caps, max_age, last_id, total, created, updated
+        for v in [3600u64, 80_000, 30, 0, 0, 0, 0, 0] {
             w.u64(v);
         }
         w.u8(0);
@@ -429,7 +466,7 @@ fn format_1_built_by_hand_decodes() {
     assert_eq!(s.messages.len(), 2);
     assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
     assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
-    assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10 });
+    assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10, max_age: 0 });
     assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });
     assert_eq!((s.last_id, s.total_tokens, s.created, s.updated, s.extra), (9, 12, -7, 3_000, None));
 

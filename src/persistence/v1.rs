@@ -106,6 +106,8 @@ fn settings(r: &mut Reader) -> Result<Settings> {
         ttl: r.u64("ttl")?,
         max_tokens: r.u64("max_tokens")?,
         max_msgs: r.u64("max_msgs")?,
+        // Release 0.1 had no age limit.
+        max_age: 0,
     })
 }
 

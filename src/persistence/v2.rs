@@ -29,6 +29,9 @@ const OP_APPEND: u8 = 1;
 const OP_SUMMARIZE: u8 = 2;
 const OP_EXTSET: u8 = 3;
 const OP_RECOUNT: u8 = 4;
+// 5 is taken by another branch's op (leases); attributes are 6 and 7.
+const OP_ATTRSET: u8 = 6;
+const OP_ATTRDEL: u8 = 7;
 /// Fewest bytes of a re-count entry (id, tokens).
 const MIN_COUNT_BYTES: usize = 2;
 
@@ -119,6 +122,18 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
                 w.u64(*tokens);
             }
         }
+        Op::AttrSet { now, settings, name, value } => {
+            w.u8(OP_ATTRSET);
+            w.i64(*now);
+            put_settings(&mut w, settings);
+            w.str(name);
+            w.str(value);
+        }
+        Op::AttrDel { now, name } => {
+            w.u8(OP_ATTRDEL);
+            w.i64(*now);
+            w.str(name);
+        }
     }
     w.into_bytes()
 }
@@ -129,6 +144,8 @@ fn put_settings(w: &mut Writer, s: &Settings) {
     w.u64(s.ttl);
     w.u64(s.max_tokens);
     w.u64(s.max_msgs);
+    // Appended to the layout (format 2 had not shipped when it was added).
+    w.u64(s.max_age);
 }
 
 fn put_summary(w: &mut Writer, s: &Summary) {
@@ -225,6 +242,13 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             }
             Ok(Op::Recount { now, encoding, summary_tokens, counts })
         }
+        OP_ATTRSET => Ok(Op::AttrSet {
+            now,
+            settings: settings(r)?,
+            name: r.string("attribute name")?,
+            value: r.string("attribute value")?,
+        }),
+        OP_ATTRDEL => Ok(Op::AttrDel { now, name: r.string("attribute name")? }),
         k => Err(format!("corrupt payload: unknown op kind {k}")),
     }
 }
@@ -236,6 +260,7 @@ fn settings(r: &mut Reader) -> Result<Settings> {
         ttl: r.u64("ttl")?,
         max_tokens: r.u64("max_tokens")?,
         max_msgs: r.u64("max_msgs")?,
+        max_age: r.u64("max_age")?,
     })
 }
 

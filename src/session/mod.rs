@@ -85,6 +85,9 @@ pub struct Settings {
     pub ttl: u64,
     pub max_tokens: u64,
     pub max_msgs: u64,
+    /// Messages older than this many seconds are evicted by every write and
+    /// hidden from every read ("keep only the last N days"); 0 = no limit.
+    pub max_age: u64,
 }
 
 /// The caps a session is trimmed to.
@@ -155,6 +158,16 @@ pub enum Op {
         summary_tokens: Option<u64>,
         counts: Vec<(u64, u64)>,
     },
+    /// Set an attribute (creating the session when missing, with `settings`).
+    /// `value` is the JSON text the client gave, checked.
+    AttrSet {
+        now: i64,
+        settings: Settings,
+        name: String,
+        value: String,
+    },
+    /// Remove every member of an attribute's name.
+    AttrDel { now: i64, name: String },
 }
 
 impl Op {
@@ -194,10 +207,10 @@ impl Op {
     /// The session an op starts from when its key does not exist yet.
     pub fn new_session(&self) -> Option<Session> {
         match self {
-            Op::Append { now, settings, .. } | Op::ExtSet { now, settings, .. } => {
-                Some(Session::new(settings.clone(), *now))
-            }
-            Op::Summarize { .. } | Op::Recount { .. } => None,
+            Op::Append { now, settings, .. }
+            | Op::ExtSet { now, settings, .. }
+            | Op::AttrSet { now, settings, .. } => Some(Session::new(settings.clone(), *now)),
+            Op::Summarize { .. } | Op::Recount { .. } | Op::AttrDel { .. } => None,
         }
     }
 }
@@ -233,6 +246,8 @@ pub enum SessionError {
     /// A re-count that does not cover exactly the session's summary and
     /// messages, or gives a count its text cannot have.
     RecountMismatch,
+    /// An attribute op whose value is not JSON (commands check it first).
+    BadAttrValue,
 }
 
 impl std::fmt::Display for SessionError {
@@ -264,6 +279,7 @@ impl std::fmt::Display for SessionError {
             SessionError::IdNotIncreasing { id, last_id } => {
                 write!(f, "message id {id} is not above the session's last id {last_id}")
             }
+            SessionError::BadAttrValue => write!(f, "the attribute value is not valid JSON"),
             SessionError::SummaryOverMessages { upto } => {
                 write!(f, "a summary up to {upto} cannot be installed over the messages it covers")
             }
@@ -299,7 +315,9 @@ impl Session {
     }
 
     /// Applies `op` (moving its message or summary in). Fails without
-    /// changing anything.
+    /// changing anything. Every op but a re-count (the first half of an
+    /// append, which evicts) also evicts the messages older than `maxage`
+    /// at the op's `now`, counted in the outcome's `trimmed`.
     pub fn apply(&mut self, op: Op) -> Result<Outcome, SessionError> {
         match op {
             Op::Append {
@@ -314,9 +332,12 @@ impl Session {
                 system,
                 external,
             } => {
+                let aged = self.evict_aged(now, false);
                 self.ext_set(now, system, external);
-                Ok(self.outcome(0, 0, 0))
+                Ok(self.outcome(0, 0, aged))
             }
+            Op::AttrSet { now, settings: _, name, value } => self.apply_attr_set(now, &name, value),
+            Op::AttrDel { now, name } => Ok(self.apply_attr_del(now, &name)),
             Op::Recount {
                 now: _,
                 encoding,
@@ -350,7 +371,9 @@ impl Session {
         self.settings = settings;
         self.updated = now;
         self.purge_external(now);
-        let trimmed = self.trim(self.settings.caps(), true);
+        // After the settings: a MAXAGE given with this append applies to it.
+        let aged = self.evict_aged(now, true);
+        let trimmed = aged + self.trim(self.settings.caps(), true);
         Ok(self.outcome(id, tokens, trimmed))
     }
 
@@ -491,6 +514,24 @@ impl Session {
     /// Replaces the summary and every message with `id <= summary.upto`.
     /// Nothing else is evicted: a summary that does not fit is refused.
     fn summarize(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
+        // Messages too old are gone before the summary is checked (an upto
+        // among them is refused, as a read no longer shows it). Evicted on
+        // a copy when any is old, so a refused summary changes nothing.
+        let evicted = match self.live(now) {
+            std::borrow::Cow::Owned(view) => Some(view),
+            std::borrow::Cow::Borrowed(_) => None,
+        };
+        if let Some(mut next) = evicted {
+            let aged = self.message_count() - next.message_count();
+            let mut outcome = next.summarize_live(now, summary)?;
+            outcome.trimmed = aged;
+            *self = next;
+            return Ok(outcome);
+        }
+        self.summarize_live(now, summary)
+    }
+
+    fn summarize_live(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
         let pos = self.check_summary(&summary)?;
         for m in self.messages.drain(..=pos) {
             self.total_tokens -= m.tokens;
@@ -558,12 +599,17 @@ impl Session {
     }
 }
 
+mod age;
+mod attrs;
 mod read;
 mod recount;
 mod validate;
+pub use attrs::{check_attr_name, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Recounted, Snapshot};
-pub use validate::{check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
+pub use validate::{check_attr_value, check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod age_tests;

@@ -10,6 +10,7 @@ pub fn settings() -> Settings {
         ttl: 100,
         max_tokens: 1_000,
         max_msgs: 5,
+        max_age: 0,
     }
 }
 

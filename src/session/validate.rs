@@ -38,12 +38,24 @@ pub fn check_members(text: &str) -> Result<(), String> {
     check_json_object("imported members", text, MAX_MEMBERS_DEPTH)
 }
 
+/// An attribute's value (MEM.ATTRSET): any JSON value that `FORMAT JSON`
+/// gives back to MEM.IMPORT intact, as META must be. It is a member of the
+/// document, so one container less deep than the document may go.
+pub fn check_attr_value(text: &str) -> Result<(), String> {
+    check_json("attribute value", text, super::attrs::MAX_ATTR_DEPTH, false)
+}
+
 /// A JSON object that parses fully (no lone surrogate, no number out of
 /// range: serde_json refuses both), nested at most `max_depth` deep. What
 /// passes here comes back through `FORMAT JSON` and MEM.IMPORT. Walked as it
 /// is parsed, building no tree: the check holds no more than the text does
 /// (a `Value` of a large array of small numbers was tens of times its text).
 fn check_json_object(what: &str, text: &str, max_depth: usize) -> Result<(), String> {
+    check_json(what, text, max_depth, true)
+}
+
+/// [`check_json_object`], or any JSON value unless `object`.
+fn check_json(what: &str, text: &str, max_depth: usize, object: bool) -> Result<(), String> {
     let too_deep = || format!("{what} is nested deeper than {max_depth} levels");
     let mut de = serde_json::Deserializer::from_str(text);
     let shape = Walk.deserialize(&mut de).and_then(|shape| de.end().map(|()| shape));
@@ -54,7 +66,7 @@ fn check_json_object(what: &str, text: &str, max_depth: usize) -> Result<(), Str
             format!("{what} is not valid JSON: {e}")
         }
     })?;
-    if !shape.object {
+    if object && !shape.object {
         return Err(format!("{what} must be a JSON object"));
     }
     if shape.depth > max_depth {
@@ -191,6 +203,9 @@ impl Settings {
         if !(1..=MAX_STORED).contains(&self.max_msgs) || !(1..=MAX_STORED).contains(&self.max_tokens) {
             return Err(format!("caps must be 1 to {MAX_STORED}"));
         }
+        if self.max_age > MAX_STORED {
+            return Err(format!("max_age {} is above {MAX_STORED}", self.max_age));
+        }
         if self.ttl > MAX_STORED {
             return Err(format!("ttl {} is above {MAX_STORED}", self.ttl));
         }
@@ -216,6 +231,20 @@ impl Op {
                 check_clock(*now)?;
                 settings.validate()?;
                 check_external(system, external)
+            }
+            Op::AttrSet { now, settings, name, value } => {
+                check_clock(*now)?;
+                settings.validate()?;
+                check_stored_name(name)?;
+                // What a client set was held to check_attr_value; a stored
+                // one must at least be JSON, as every stored member is.
+                serde_json::from_str::<&serde_json::value::RawValue>(value)
+                    .map(drop)
+                    .map_err(|e| format!("attribute value is not valid JSON: {e}"))
+            }
+            Op::AttrDel { now, name } => {
+                check_clock(*now)?;
+                check_stored_name(name)
             }
             // Matched against the session's own messages when applied.
             Op::Recount { now, counts, .. } => {
@@ -265,6 +294,11 @@ impl Session {
             .iter()
             .try_for_each(|(system, external)| check_external(system, external))
     }
+}
+
+/// An attribute name a replicated op may carry: what ATTRSET accepts.
+fn check_stored_name(name: &str) -> Result<(), String> {
+    super::attrs::check_attr_name(name)
 }
 
 /// Any expiry is structurally fine (earlier releases stored up to i64::MAX;

@@ -51,13 +51,15 @@ impl Pc {
 pub const O200K_BASE: u8 = 1;
 pub const CL100K_BASE: u8 = 2;
 
-/// Settings { model, encoding (a format-2 code), ttl, max_tokens, max_msgs }.
+/// Settings { model, encoding (a format-2 code), ttl, max_tokens, max_msgs,
+/// max_age (format 2 only: appended at the end of its layout) }.
 pub struct PSettings<'a> {
     pub model: &'a [u8],
     pub encoding: u8,
     pub ttl: u64,
     pub max_tokens: u64,
     pub max_msgs: u64,
+    pub max_age: u64,
 }
 
 pub struct PMessage<'a> {
@@ -72,7 +74,7 @@ pub struct PMessage<'a> {
 // ---- format 2 ---------------------------------------------------------
 
 pub fn put_settings(pc: &mut Pc, s: &PSettings) {
-    pc.str(s.model).u8(s.encoding).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs);
+    pc.str(s.model).u8(s.encoding).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs).varint(s.max_age);
 }
 
 pub fn put_message(pc: &mut Pc, m: &PMessage) {
@@ -111,6 +113,7 @@ pub fn default_psettings() -> PSettings<'static> {
         ttl: 0,
         max_tokens: 80_000,
         max_msgs: 30,
+        max_age: 0,
     }
 }
 

@@ -225,9 +225,11 @@ class RedisMemClient:
         ttl: Optional[int] = None,
         maxtokens: Optional[int] = None,
         maxmsgs: Optional[int] = None,
+        maxage: Optional[int] = None,
     ) -> AppendResult:
         """MEM.APPEND. ``ts`` in Unix ms; ``meta`` a dict (sent as JSON) or a
-        JSON object text."""
+        JSON object text; ``maxage`` in seconds: messages older than that
+        leave the session (0 = no limit; a session setting)."""
         args = ["MEM.APPEND", key, role, content]
         args += self._opt("TS", ts)
         args += self._opt("META", _meta_arg(meta))
@@ -235,6 +237,7 @@ class RedisMemClient:
         args += self._opt("TTL", ttl)
         args += self._opt("MAXTOKENS", maxtokens)
         args += self._opt("MAXMSGS", maxmsgs)
+        args += self._opt("MAXAGE", maxage)
         return AppendResult.from_reply(self._cmd(*args))
 
     def append_batch(
@@ -245,6 +248,7 @@ class RedisMemClient:
         ttl: Optional[int] = None,
         maxtokens: Optional[int] = None,
         maxmsgs: Optional[int] = None,
+        maxage: Optional[int] = None,
     ) -> List[AppendResult]:
         """MEM.APPENDBATCH: several messages (dicts with ``role``, ``content``
         and optional ``ts``, ``meta``) appended in one atomic command, as
@@ -263,6 +267,7 @@ class RedisMemClient:
         args += self._opt("TTL", ttl)
         args += self._opt("MAXTOKENS", maxtokens)
         args += self._opt("MAXMSGS", maxmsgs)
+        args += self._opt("MAXAGE", maxage)
         return [AppendResult.from_reply(r) for r in self._cmd(*args)]
 
     def summarize(self, key: str, upto: int, text: str) -> AppendResult:
@@ -274,6 +279,19 @@ class RedisMemClient:
         """MEM.EXTSET; True on OK."""
         reply = self._cmd("MEM.EXTSET", key, system, conversation_id, *self._opt("EX", ex))
         return _text(reply) == "OK" or reply is True
+
+    def attrset(self, key: str, name: str, value: Any, raw: bool = False) -> bool:
+        """MEM.ATTRSET: store ``value`` (any JSON-serializable value, sent as
+        JSON; with ``raw=True`` a JSON text sent as is) as the session's
+        ``name`` member (``user_profile``, ``context``, ...), returned at the
+        top level of :meth:`get_json`. Creates the session, refreshes its TTL."""
+        text = value if raw else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        reply = self._cmd("MEM.ATTRSET", key, name, text)
+        return _text(reply) == "OK" or reply is True
+
+    def attrdel(self, key: str, name: str) -> bool:
+        """MEM.ATTRDEL: True when the member was set."""
+        return int(self._cmd("MEM.ATTRDEL", key, name)) == 1
 
     def import_json(
         self,
@@ -344,6 +362,15 @@ class RedisMemClient:
         args += self._opt("CONTEXT", context)
         args += self._opt("KEEP", keep)
         return SummarizeCheck.from_reply(self._cmd(*args))
+
+    def attrget(self, key: str, name: Optional[str] = None, raw: bool = False) -> Any:
+        """MEM.ATTRGET. With ``name``: the member's value parsed (its JSON text
+        with ``raw=True``), None when absent. Without: a dict of every member."""
+        decode = _text if raw else (lambda v: json.loads(_text(v)))
+        if name is not None:
+            reply = self._cmd("MEM.ATTRGET", key, name)
+            return None if reply is None else decode(reply)
+        return {k: decode(v) for k, v in _to_map(self._cmd("MEM.ATTRGET", key)).items()}
 
     def extget(self, key: str, system: str) -> Optional[str]:
         """MEM.EXTGET: the stored id, or None when unknown or expired."""

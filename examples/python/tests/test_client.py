@@ -266,3 +266,37 @@ def test_from_url(clean):
         assert mem.info(KEY) is None
     finally:
         mem.redis.close()
+
+
+def test_attributes_round_trip_and_show_in_the_document(mem):
+    assert mem.attrget(KEY, "user_profile") is None
+    assert mem.attrget(KEY) == {}
+    assert mem.attrset(KEY, "user_profile", {"name": "Ann", "langs": ["fr", "é"]})
+    assert mem.attrset(KEY, "context", {"topic": "trip"})
+    assert mem.attrset(KEY, "raw", '{"a": 1.50}', raw=True)
+    assert mem.attrget(KEY, "user_profile") == {"name": "Ann", "langs": ["fr", "é"]}
+    assert mem.attrget(KEY, "raw", raw=True) == '{"a": 1.50}'
+    assert list(mem.attrget(KEY)) == ["user_profile", "context", "raw"]
+    mem.append(KEY, "user", "hi")
+    doc = mem.get_json(KEY)
+    assert doc["user_profile"]["name"] == "Ann" and doc["context"] == {"topic": "trip"}
+    assert mem.attrdel(KEY, "raw") is True
+    assert mem.attrdel(KEY, "raw") is False
+    with pytest.raises(redis.ResponseError):
+        mem.attrset(KEY, "model", "x")
+    with pytest.raises(redis.ResponseError):
+        mem.attrset(KEY, "bad", "{", raw=True)
+    assert list(mem.attrget(KEY)) == ["user_profile", "context"]
+
+
+def test_maxage_evicts_old_messages(mem):
+    now = int(time.time() * 1000)
+    mem.append(KEY, "user", "recent", ts=now, maxage=3600)
+    mem.append(KEY, "user", "old", ts=now - 2 * 3600 * 1000)
+    r = mem.append(KEY, "user", "now", ts=now)
+    assert (r.trimmed, r.messages) == (1, 2)
+    assert [m.content for m in mem.get(KEY)] == ["recent", "now"]
+    rs = mem.append_batch(KEY, [{"role": "user", "content": "a", "ts": now - 7200_000},
+                                {"role": "user", "content": "b", "ts": now}], maxage=3600)
+    assert rs[-1].trimmed == 1
+    assert [m.content for m in mem.get(KEY)] == ["recent", "now", "b"]

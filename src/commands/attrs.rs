@@ -1,0 +1,97 @@
+//! MEM.ATTRSET, MEM.ATTRGET, MEM.ATTRDEL: the seed document's other members
+//! (`user_profile`, `context`, ...), kept with the session and returned at
+//! the top level of `FORMAT JSON`, editable one by one instead of by
+//! re-importing the whole session.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::reply::Reply;
+use super::{args, error, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
+use crate::config::Config;
+use crate::key::SessionKey;
+use crate::session::{check_attr_name, check_attr_value, Op};
+
+/// The name argument, checked as ATTRSET/ATTRDEL require.
+fn attr_name<'a>(arg: &'a RedisString) -> Result<&'a str, RedisError> {
+    let name = args::utf8("name", arg)?;
+    check_attr_name(name).map_err(error::bad_attr_name)?;
+    Ok(name)
+}
+
+/// MEM.ATTRSET key name json
+pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let keyname = &args[1];
+    let name = attr_name(&args[2])?;
+    let cfg = Config::current();
+    // Limits as for META: the size first, so a huge value is not parsed.
+    args::check_size("json", args[3].len(), cfg.max_message_bytes)?;
+    let value = args::utf8("json", &args[3])?;
+    check_attr_value(value).map_err(error::bad_attr_value)?;
+
+    let mut key = SessionKey::open(ctx, keyname, true)?;
+    let now = now_ms();
+    let settings = SettingsOptions::none().merge(key.session(), &cfg);
+    // Stored as the client wrote it (numbers, key order and all), without
+    // the whitespace around it.
+    let op = Op::AttrSet { now, settings, name: name.to_owned(), value: value.trim().to_owned() };
+    let header = op.header();
+    let session = key.session_or_create(|| op.new_session())?;
+    let outcome = session.apply(op).map_err(error::session)?;
+    // Sliding expiry, as every turn of the seed's cache refreshed it.
+    let expiry = session.key_expiry(now);
+    let mut events = Events::default();
+    events.add(Write::AttrSet, outcome.trimmed, false);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// MEM.ATTRGET key [name]
+pub fn attr_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 2 && args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = SessionKey::open(ctx, &args[1], false)?;
+    let session = key.session();
+    if let Some(arg) = args.get(2) {
+        // Any name may be asked for; a name ATTRSET refuses is never set.
+        let name = args::utf8("name", arg)?;
+        let value = session.and_then(|s| s.attr(name));
+        return Ok(value.map_or(RedisValue::Null, RedisValue::BulkString));
+    }
+    let all = session.map_or_else(Vec::new, |s| s.attrs());
+    let reply = Reply::new(ctx);
+    reply.map(all.len());
+    for (name, value) in &all {
+        reply.field_str(name, value);
+    }
+    Ok(RedisValue::NoReply)
+}
+
+/// MEM.ATTRDEL key name
+pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let keyname = &args[1];
+    let name = attr_name(&args[2])?;
+    let mut key = SessionKey::open(ctx, keyname, true)?;
+    // Nothing to delete: no write, nothing replicated, no event.
+    if key.session().and_then(|s| s.attr(name)).is_none() {
+        return Ok(RedisValue::Integer(0));
+    }
+    let Some(session) = key.session_mut() else {
+        return Ok(RedisValue::Integer(0));
+    };
+    let now = now_ms();
+    let op = Op::AttrDel { now, name: name.to_owned() };
+    let header = op.header();
+    let outcome = session.apply(op).map_err(error::session)?;
+    let expiry = session.key_expiry(now);
+    let mut events = Events::default();
+    events.add(Write::AttrDel, outcome.trimmed, false);
+    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    Ok(RedisValue::Integer(1))
+}

@@ -1,0 +1,107 @@
+//! Age truncation ("keep only the last N days"): the messages whose `ts` is
+//! older than `now - maxage` leave the session on every write and are never
+//! shown by a read, even before the next write.
+//!
+//! Writes evict with the op's own `now`, so a replica or an AOF replay
+//! evicts exactly what the master did. Reads filter with the server's clock
+//! through [`Session::live`], which leaves the session itself untouched (a
+//! read-only command must not change what replicas hold).
+
+use std::borrow::Cow;
+
+use super::{Session, TOOL_ROLE};
+
+impl Session {
+    /// The earliest `ts` a message may have at `now` and stay, or `None`
+    /// when the session has no age limit.
+    pub fn age_cutoff(&self, now: i64) -> Option<i64> {
+        if self.settings.max_age == 0 {
+            return None;
+        }
+        // max_age is bounded (100 years from clients; loaded values are
+        // clamped here), so the product cannot overflow.
+        let age_ms = i64::try_from(self.settings.max_age).unwrap_or(i64::MAX).saturating_mul(1000);
+        Some(now.saturating_sub(age_ms))
+    }
+
+    /// Which messages an eviction at `now` removes (true = evicted), or
+    /// `None` when none goes. A message goes when it is older than the
+    /// cutoff, wherever it is (timestamps may be mixed: TS option); a run of
+    /// tool results right after an evicted message goes with it (its call
+    /// is gone). When `protect_newest` (an append never evicts its own
+    /// message) the newest message is spared, and when it is a tool result
+    /// so is its call and the results before it: evicting the call would
+    /// leave the result without it, in the middle of the history where no
+    /// later rule finds it. The next write takes them together.
+    fn aged(&self, now: i64, protect_newest: bool) -> Option<Vec<bool>> {
+        let cutoff = self.age_cutoff(now)?;
+        // The common case, nothing old: one pass, no allocation.
+        if !self.messages.iter().any(|m| m.ts < cutoff) {
+            return None;
+        }
+        let len = self.messages.len();
+        let mut spared_from = len;
+        if protect_newest && len > 0 {
+            spared_from = len - 1;
+            while spared_from > 0
+                && self.messages.get(spared_from).is_some_and(|m| &*m.role == TOOL_ROLE)
+            {
+                spared_from -= 1;
+            }
+        }
+        let mut previous_gone = false;
+        let gone: Vec<bool> = self
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let go = i < spared_from && (m.ts < cutoff || (previous_gone && &*m.role == TOOL_ROLE));
+                previous_gone = go;
+                go
+            })
+            .collect();
+        gone.contains(&true).then_some(gone)
+    }
+
+    /// Evicts the newest message (a streaming import that finds it past
+    /// `maxage`: its id stays used, as if it had been appended and evicted).
+    pub fn evict_newest(&mut self) {
+        if let Some(m) = self.messages.pop_back() {
+            self.total_tokens -= m.tokens;
+        }
+    }
+
+    /// Evicts the messages older than the session's `maxage` at `now` (see
+    /// [`Session::aged`]), then any tool result left first. Returns the
+    /// messages evicted.
+    pub fn evict_aged(&mut self, now: i64, protect_newest: bool) -> u64 {
+        let Some(gone) = self.aged(now, protect_newest) else {
+            return 0;
+        };
+        let mut evicted = 0u64;
+        let mut tokens = 0u64;
+        let mut flags = gone.into_iter();
+        self.messages.retain(|m| {
+            let go = flags.next().unwrap_or(false);
+            if go {
+                evicted += 1;
+                tokens += m.tokens;
+            }
+            !go
+        });
+        self.total_tokens -= tokens;
+        evicted + self.drop_orphan_tool_results(usize::from(protect_newest))
+    }
+
+    /// The session as a read at `now` must show it: without the messages a
+    /// write at `now` would evict by age. Borrowed (no copy) unless some
+    /// message is old, which lasts only until the session's next write.
+    pub fn live(&self, now: i64) -> Cow<'_, Session> {
+        if self.aged(now, false).is_none() {
+            return Cow::Borrowed(self);
+        }
+        let mut view = self.clone();
+        view.evict_aged(now, false);
+        Cow::Owned(view)
+    }
+}

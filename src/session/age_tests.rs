@@ -1,0 +1,196 @@
+//! Unit tests of age truncation (MAXAGE) and attributes (ATTRSET/ATTRDEL).
+
+use super::tests::settings;
+use super::*;
+
+const NOW: i64 = 1_700_000_000_000;
+const DAY_MS: i64 = 86_400_000;
+
+fn msg(id: u64, role: &str, ts: i64) -> Message {
+    Message { id, role: role.into(), content: "x".into(), ts, tokens: 4, meta: None }
+}
+
+/// A session of a seven-day limit holding `(role, ts)` messages, ids from 1.
+fn session(messages: &[(&str, i64)]) -> Session {
+    let cfg = Settings { max_age: 7 * 86_400, max_msgs: 100, ..settings() };
+    let mut s = Session::new(cfg, 0);
+    for (i, (role, ts)) in messages.iter().enumerate() {
+        s.push_message(msg(i as u64 + 1, role, *ts)).unwrap();
+    }
+    s
+}
+
+fn ids(s: &Session) -> Vec<u64> {
+    s.messages.iter().map(|m| m.id).collect()
+}
+
+fn append(s: &mut Session, role: &str, ts: i64, now: i64) -> Outcome {
+    let message = msg(s.last_id + 1, role, ts);
+    s.apply(Op::Append { now, settings: s.settings.clone(), message }).unwrap()
+}
+
+#[test]
+fn an_append_evicts_old_messages_wherever_they_are() {
+    // Mixed timestamps (TS option): old ones in the middle go too.
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", old), ("assistant", NOW - DAY_MS), ("user", old), ("assistant", NOW)]);
+    let out = append(&mut s, "user", NOW, NOW);
+    assert_eq!(ids(&s), vec![2, 4, 5]);
+    assert_eq!((out.trimmed, out.messages, out.total_tokens), (2, 3, 12));
+    assert_eq!(s.total_tokens, 12);
+}
+
+#[test]
+fn the_cutoff_is_exclusive_and_zero_means_none() {
+    let edge = NOW - 7 * DAY_MS;
+    let mut s = session(&[("user", edge), ("user", edge - 1)]);
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 1);
+    assert_eq!(ids(&s), vec![1, 3]);
+    let mut s = session(&[("user", 0)]);
+    s.settings.max_age = 0;
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 0);
+}
+
+#[test]
+fn tool_results_go_with_their_evicted_call() {
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", NOW), ("assistant", old), ("tool", NOW), ("tool", NOW), ("assistant", NOW)]);
+    let out = append(&mut s, "user", NOW, NOW);
+    assert_eq!(ids(&s), vec![1, 5, 6]);
+    assert_eq!(out.trimmed, 3);
+    // A tool result left first goes as well.
+    let mut s = session(&[("user", old), ("tool", NOW), ("user", NOW)]);
+    append(&mut s, "user", NOW, NOW);
+    assert_eq!(ids(&s), vec![3, 4]);
+}
+
+#[test]
+fn an_appended_tool_result_keeps_its_old_call_until_the_next_write() {
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", NOW), ("assistant", old)]);
+    assert_eq!(append(&mut s, "tool", NOW, NOW).trimmed, 0);
+    assert_eq!(ids(&s), vec![1, 2, 3]);
+    // Reads already hide the call and its result together.
+    assert_eq!(ids(&s.live(NOW)), vec![1]);
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 2);
+    assert_eq!(ids(&s), vec![1, 4]);
+}
+
+#[test]
+fn the_newest_message_is_not_evicted_by_its_own_append() {
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", NOW)]);
+    let out = append(&mut s, "user", old, NOW);
+    assert_eq!((ids(&s), out.trimmed), (vec![1, 2], 0));
+    // The next write evicts it; a read already hides it.
+    assert_eq!(ids(&s.live(NOW)), vec![1]);
+    append(&mut s, "user", NOW, NOW);
+    assert_eq!(ids(&s), vec![1, 3]);
+}
+
+#[test]
+fn a_read_hides_old_messages_without_changing_the_session() {
+    let mut s = session(&[("user", NOW - DAY_MS), ("assistant", NOW)]);
+    let before = s.clone();
+    // Borrowed while nothing is old.
+    assert!(matches!(s.live(NOW), std::borrow::Cow::Borrowed(_)));
+    let later = NOW + 6 * DAY_MS + 1;
+    let view = s.live(later);
+    assert_eq!((ids(&view), view.total_tokens, view.first_id()), (vec![2], 4, 2));
+    assert_eq!(s, before);
+    let check = view.summarize_check(Thresholds { tokens: 1, messages: 1 }, 0);
+    assert_eq!((check.messages, check.upto), (1, 2));
+    // A write at that time evicts what the read hid.
+    s.apply(Op::ExtSet {
+        now: later,
+        settings: s.settings.clone(),
+        system: "dify".into(),
+        external: ExternalId { id: "c".into(), expires_at: later + 1 },
+    })
+    .unwrap();
+    assert_eq!(ids(&s), vec![2]);
+}
+
+#[test]
+fn a_summary_cannot_cover_an_evicted_message_and_changes_nothing() {
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", old), ("assistant", NOW), ("user", NOW)]);
+    let before = s.clone();
+    let summary = |upto| Summary { text: "s".into(), tokens: 5, upto, ts: NOW };
+    let e = s.apply(Op::Summarize { now: NOW, summary: summary(1) }).unwrap_err();
+    assert_eq!(e, SessionError::UnknownUpto(1));
+    assert_eq!(s, before);
+    let out = s.apply(Op::Summarize { now: NOW, summary: summary(2) }).unwrap();
+    assert_eq!((ids(&s), out.trimmed, s.total_tokens), (vec![3], 1, 9));
+}
+
+fn raw(text: &str) -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string(text.to_owned()).unwrap()
+}
+
+#[test]
+fn attributes_are_set_replaced_and_deleted_member_by_member() {
+    let mut s = Session::new(settings(), 0);
+    assert_eq!((s.attr("a"), s.attrs()), (None, vec![]));
+    s.attr_set("user_profile", raw(r#"{"name": "Ann", "z": 1.0}"#));
+    s.attr_set("context", raw("[1,2]"));
+    assert_eq!(s.extra.as_deref(), Some(r#"{"user_profile":{"name": "Ann", "z": 1.0},"context":[1,2]}"#));
+    s.attr_set("user_profile", raw("null"));
+    assert_eq!(s.extra.as_deref(), Some(r#"{"user_profile":null,"context":[1,2]}"#));
+    assert_eq!(s.attr("context").as_deref(), Some("[1,2]"));
+    assert!(s.attr_del("user_profile"));
+    assert!(!s.attr_del("user_profile"));
+    assert!(s.attr_del("context"));
+    // No member left: no extra, as a session never given any.
+    assert_eq!(s.extra, None);
+}
+
+#[test]
+fn duplicate_members_of_an_import_read_as_the_last_and_are_replaced_at_the_first() {
+    let mut s = Session::new(settings(), 0);
+    s.extra = Some(r#"{"a":1,"b":2,"a":3,"c":"\u00e9"}"#.into());
+    assert_eq!(s.attr("a").as_deref(), Some("3"));
+    let all = s.attrs();
+    assert_eq!(all, vec![("a".into(), "3".into()), ("b".into(), "2".into()), ("c".into(), r#""\u00e9""#.into())]);
+    s.attr_set("a", raw("4"));
+    assert_eq!(s.extra.as_deref(), Some(r#"{"a":4,"b":2,"c":"\u00e9"}"#));
+    s.extra = Some(r#"{"a":1,"b":2,"a":3}"#.into());
+    assert!(s.attr_del("a"));
+    assert_eq!(s.extra.as_deref(), Some(r#"{"b":2}"#));
+}
+
+#[test]
+fn attribute_names_and_values_are_checked() {
+    assert!(check_attr_name("user_profile").is_ok());
+    for bad in ["", "conversation_history", "summary", "total_tokens", "model"] {
+        assert!(check_attr_name(bad).is_err(), "{bad}");
+    }
+    assert!(check_attr_name(&"n".repeat(MAX_ATTR_NAME_BYTES)).is_ok());
+    assert!(check_attr_name(&"n".repeat(MAX_ATTR_NAME_BYTES + 1)).is_err());
+    for ok in ["1", "\"s\"", "null", "[]", "{\"a\":[true]}"] {
+        assert!(check_attr_value(ok).is_ok(), "{ok}");
+    }
+    for bad in ["", "{", "nul", "\"\\ud800\"", "1e999", "1 2"] {
+        assert!(check_attr_value(bad).is_err(), "{bad}");
+    }
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    assert!(check_attr_value(&deep(attrs::MAX_ATTR_DEPTH)).is_ok());
+    assert!(check_attr_value(&deep(attrs::MAX_ATTR_DEPTH + 1)).is_err());
+}
+
+#[test]
+fn attribute_ops_evict_by_age_and_create_the_session() {
+    let old = NOW - 8 * DAY_MS;
+    let mut s = session(&[("user", old), ("user", NOW)]);
+    let set = Op::AttrSet { now: NOW, settings: s.settings.clone(), name: "p".into(), value: "1".into() };
+    assert!(set.new_session().is_some());
+    assert_eq!(s.apply(set).unwrap().trimmed, 1);
+    assert_eq!(s.attr("p").as_deref(), Some("1"));
+    let out = s.apply(Op::AttrDel { now: NOW, name: "p".into() }).unwrap();
+    assert_eq!(out.id, 1);
+    assert!(Op::AttrDel { now: NOW, name: "p".into() }.new_session().is_none());
+    let bad = Op::AttrSet { now: NOW, settings: s.settings.clone(), name: "p".into(), value: "{".into() };
+    let before = s.clone();
+    assert!(s.apply(bad).is_err());
+    assert_eq!(s, before);
+}
