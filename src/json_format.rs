@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{check_members, check_meta, check_msgid, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// ISO 8601 UTC with milliseconds, e.g. `2025-01-31T12:00:00.000Z`.
@@ -38,6 +38,8 @@ struct MessageOut<'a> {
     tokens: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     meta: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msgid: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -79,6 +81,7 @@ pub fn render<'a>(
                 ts: m.ts,
                 tokens: m.tokens,
                 meta: m.meta.as_deref().and_then(raw_json),
+                msgid: m.msgid.as_deref(),
             })
             .collect(),
         summary: summary.map(|s| SummaryOut {
@@ -126,6 +129,7 @@ pub struct ImportedMessage {
     pub content: String,
     pub ts: Option<i64>,
     pub meta: Option<String>,
+    pub msgid: Option<String>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -153,6 +157,7 @@ pub fn parse_import(text: &str) -> Result<ImportedDoc, String> {
         .enumerate()
         .map(|(i, item)| parse_message(item).map_err(|e| format!("conversation_history[{i}]: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    check_unique_msgids(&messages)?;
     let summary = match root.remove("summary") {
         None | Some(Value::Null) => None,
         Some(Value::Object(s)) => Some(parse_summary(s)?),
@@ -201,13 +206,36 @@ fn parse_message(item: Value) -> Result<ImportedMessage, String> {
         }
         Some(_) => return Err("meta must be an object".to_owned()),
     };
+    let msgid = match m.remove("msgid") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => {
+            check_msgid(&id)?;
+            Some(id)
+        }
+        Some(_) => return Err("msgid must be a string".to_owned()),
+    };
     Ok(ImportedMessage {
         id: optional_id("id", m.get("id"))?,
         role,
         content,
         ts: time_of(&m)?,
         meta,
+        msgid,
     })
+}
+
+/// A msgid names one message: a document that gives two the same one
+/// would make a retry of either ambiguous.
+fn check_unique_msgids(messages: &[ImportedMessage]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        if let Some(msgid) = m.msgid.as_deref() {
+            if !seen.insert(msgid) {
+                return Err(format!("conversation_history[{i}]: msgid {msgid:?} is already the msgid of an earlier message"));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_summary(s: Map<String, Value>) -> Result<ImportedSummary, String> {
@@ -292,6 +320,7 @@ impl ImportedDoc {
                 content: m.content.into(),
                 ts: m.ts.unwrap_or(now),
                 meta: m.meta.map(Box::from),
+                msgid: m.msgid.map(Box::from),
             };
             session.push_message(message).map_err(|e| e.to_string())?;
         }
@@ -394,6 +423,7 @@ mod tests {
             ts: 0,
             tokens: 5,
             meta: Some(meta.into()),
+            msgid: None,
         };
         s.push_message(message).unwrap();
         s
@@ -458,6 +488,32 @@ mod tests {
         }
         let doc = r#"{"conversation_history":[],"profile":{"n":1e400}}"#;
         assert!(parse_import(doc).is_err());
+    }
+
+    #[test]
+    fn msgids_round_trip_through_format_json_and_are_checked() {
+        let mut s = session_with_meta("{}");
+        s.messages[0].msgid = Some("turn-1/user".into());
+        let doc = rendered(&s);
+        let out: Value = serde_json::from_str(&doc).unwrap();
+        assert_eq!(out["conversation_history"][0]["msgid"], "turn-1/user");
+        let back = parse_import(&doc).unwrap();
+        assert_eq!(back.messages[0].msgid.as_deref(), Some("turn-1/user"));
+        // Messages without one render none.
+        s.messages[0].msgid = None;
+        assert!(!rendered(&s).contains("msgid"));
+        let doc = |items: &str| format!(r#"{{"conversation_history":[{items}]}}"#);
+        for (bad, needle) in [
+            (r#"{"role":"user","content":"a","msgid":""}"#.to_owned(), "1 to 128 bytes"),
+            (format!(r#"{{"role":"user","content":"a","msgid":"{}"}}"#, "m".repeat(129)), "1 to 128 bytes"),
+            (r#"{"role":"user","content":"a","msgid":7}"#.to_owned(), "must be a string"),
+            (r#"{"role":"user","content":"a","msgid":"x"},{"role":"user","content":"b","msgid":"x"}"#.to_owned(), "earlier message"),
+        ] {
+            let e = parse_import(&doc(&bad)).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let ok = parse_import(&doc(r#"{"role":"user","content":"a","msgid":null},{"role":"user","content":"b","msgid":"y"}"#)).unwrap();
+        assert_eq!(ok.messages[1].msgid.as_deref(), Some("y"));
     }
 
     #[test]

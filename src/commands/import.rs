@@ -45,6 +45,7 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         total_tokens: session.total_tokens,
         messages: session.message_count(),
         trimmed,
+        duplicate: false,
     };
     let expiry = session.key_expiry(now);
     key.put(session)?;

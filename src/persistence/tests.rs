@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::session::{ExternalId, Message, Settings, Summary};
+use crate::session::{Departed, ExternalId, Lease, Leases, Message, Settings, Summary};
 use crate::tokenizer::Encoding;
 
 fn settings(encoding: Encoding) -> Settings {
@@ -22,12 +22,24 @@ fn message(id: u64, role: &str, content: &str, meta: Option<&str>) -> Message {
         ts: 1_700_000_000_000 + id as i64,
         tokens: 3 + role.len() as u64,
         meta: meta.map(Into::into),
+        msgid: None,
     }
 }
 
-/// A session that uses every field: summary, messages with and without
-/// META, external ids, imported members, the cl100k encoding.
+/// `sample_0_1()` with what format 2 added: a msgid, a lease, a departed
+/// msgid. Every field of format 2 is used.
 fn sample() -> Session {
+    let mut s = sample_0_1();
+    s.messages[0].msgid = Some("c-4".into());
+    s.leases = Leases { current: Some(Lease { token: 3, expires_at: 1_700_000_060_000 }), last_token: 3 };
+    s.departed.0.push_back(Departed { msgid: "c-2".into(), id: 2, tokens: 7 });
+    s
+}
+
+/// A session that uses every field release 0.1 had: summary, messages
+/// with and without META, external ids, imported members, the cl100k
+/// encoding.
+fn sample_0_1() -> Session {
     let messages = vec![
         message(4, "user", "Weather in 東京?", None),
         message(5, "assistant", "", Some(r#"{"tool_calls":[{"id":"c1"}]}"#)),
@@ -54,6 +66,8 @@ fn sample() -> Session {
         created: 1_699_999_999_000,
         updated: 1_700_000_000_007,
         extra: Some(r#"{"user_profile":{"name":"Ann"}}"#.into()),
+        leases: Leases::default(),
+        departed: Default::default(),
     }
 }
 
@@ -82,6 +96,19 @@ fn sample_ops() -> Vec<Op> {
     ]
 }
 
+/// The ops format 2 added, or gave a new field: a lease, an append with a
+/// msgid.
+fn sample_ops_v2() -> Vec<Op> {
+    vec![
+        Op::Lease { now: 1_700_000_000_012, lease: Lease { token: 4, expires_at: 1_700_000_060_000 } },
+        Op::Append {
+            now: 1_700_000_000_012,
+            settings: settings(Encoding::O200kBase),
+            message: Message { msgid: Some("m-9".into()), ..message(9, "user", "hi", None) },
+        },
+    ]
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -97,17 +124,25 @@ fn unhex(s: &str) -> Vec<u8> {
 const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e  08 23 b090abfef962 8ea0abfef962
     01 13 4561726c6965723a206772656574696e67732e 09 03 e8a7abfef962
     03
-      04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00
-      05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d
-      07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d
+      04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00 01 03 632d34
+      05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d 00
+      07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d 00
     02 04 64696679 06 636f6e762d31 80e0998dcc6e  03 6e386e 06 657865632d39 09
-    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d";
-const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00";
+    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d
+    01 03 c0c9b2fef962  03
+    01 03 632d32 02 07";
+const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00 00 00 00";
 /// `sample_ops()` in format 2, in order (kinds 1, 2, 3).
 const V2_OPS: [&str; 3] = [
-    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d",
+    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d 00",
     "02 02 94a0abfef962 03 73756d 07 09 94a0abfef962",
     "02 03 96a0abfef962 066770742d346f 02 901c 80f104 1e 04 64696679 02 6331 96bff4fef962",
+];
+/// `sample_ops_v2()`: kind 5 (Lease), and an append whose message has a
+/// msgid.
+const V2_OPS_ADDED: [&str; 2] = [
+    "02 05 98a0abfef962 04 c0c9b2fef962",
+    "02 01 98a0abfef962 066770742d346f 01 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 00 01 03 6d2d39",
 ];
 
 /// The same values as release 0.1 wrote them: postcard 1.2's encoding of
@@ -137,6 +172,9 @@ fn format_2_golden_bytes() {
     for (op, want) in sample_ops().iter().zip(V2_OPS) {
         assert_eq!(hex(&encode_op(op)), hex(&unhex(want)), "{op:?}");
     }
+    for (op, want) in sample_ops_v2().iter().zip(V2_OPS_ADDED) {
+        assert_eq!(hex(&encode_op(op)), hex(&unhex(want)), "{op:?}");
+    }
 }
 
 #[test]
@@ -146,11 +184,14 @@ fn format_2_golden_bytes_decode() {
     for (op, bytes) in sample_ops().into_iter().zip(V2_OPS) {
         assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
     }
+    for (op, bytes) in sample_ops_v2().into_iter().zip(V2_OPS_ADDED) {
+        assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
+    }
 }
 
 #[test]
 fn format_1_of_release_0_1_decodes() {
-    assert_eq!(decode_session(&unhex(V1_SAMPLE)).unwrap(), sample());
+    assert_eq!(decode_session(&unhex(V1_SAMPLE)).unwrap(), sample_0_1());
     assert_eq!(decode_session(&unhex(V1_BARE)).unwrap(), bare());
     for (op, bytes) in sample_ops().into_iter().zip(V1_OPS) {
         assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
@@ -176,7 +217,7 @@ fn lived_in() -> Session {
 
 #[test]
 fn sessions_round_trip() {
-    for s in [sample(), bare(), lived_in()] {
+    for s in [sample(), sample_0_1(), bare(), lived_in()] {
         s.validate().unwrap();
         assert_eq!(decode_session(&encode_session(&s)).unwrap(), s);
     }
@@ -185,6 +226,8 @@ fn sessions_round_trip() {
 #[test]
 fn ops_round_trip_with_extreme_values() {
     let mut ops = sample_ops();
+    ops.extend(sample_ops_v2());
+    ops.push(Op::Lease { now: i64::MIN, lease: Lease { token: u64::MAX, expires_at: i64::MAX } });
     ops.push(Op::Append {
         now: i64::MIN,
         settings: Settings { ttl: u64::MAX, max_tokens: u64::MAX, max_msgs: 1, ..settings(Encoding::Cl100kBase) },
@@ -210,6 +253,9 @@ fn all_payloads() -> Vec<(String, Vec<u8>, bool)> {
     for (i, op) in sample_ops().iter().enumerate() {
         out.push((format!("v2 op {i}"), encode_op(op), false));
         out.push((format!("v1 op {i}"), unhex(V1_OPS[i]), false));
+    }
+    for (i, op) in sample_ops_v2().iter().enumerate() {
+        out.push((format!("v2 added op {i}"), encode_op(op), false));
     }
     out
 }
@@ -287,7 +333,7 @@ fn rdb_values_need_the_format_of_their_encoding_version() {
     let v1 = unhex(V1_SAMPLE);
     let v2 = encode_session(&sample());
     assert_eq!(RDB_ENCODING_VERSION, 2);
-    assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample());
+    assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample_0_1());
     assert_eq!(decode_rdb_session(2, &v2).unwrap(), sample());
     assert!(decode_rdb_session(1, &v2).unwrap_err().contains("format 2 in a value of encoding version 1"));
     assert!(decode_rdb_session(2, &v1).is_err());
@@ -297,9 +343,9 @@ fn rdb_values_need_the_format_of_their_encoding_version() {
 
 #[test]
 fn impossible_counts_are_refused_before_allocating() {
-    // A bare session whose message count is 2^62 (the rest: 3 bytes).
+    // A bare session whose message count is 2^62 (the rest: 6 bytes).
     let mut b = unhex(V2_BARE);
-    let at = b.len() - 3;
+    let at = b.len() - 6;
     b.splice(at..at + 1, [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
     assert!(decode_session(&b).unwrap_err().contains("messages count"));
     // Format 1: the message count comes first.
@@ -342,11 +388,14 @@ fn format_2_refuses_what_its_encoder_never_writes() {
             w.str("id");
             w.i64(1);
         }
-        w.u8(0);
+        w.u8(0); // extra
+        w.u8(0); // lease
+        w.u64(0); // last lease token
+        w.u64(0); // departed msgids
         assert!(decode_session(&w.into_bytes()).unwrap_err().contains("out of order"), "{systems:?}");
     }
-    // Op kind 0 and 4.
-    for kind in [0u8, 4] {
+    // Op kinds without a meaning (4 is taken by another branch's Recount).
+    for kind in [0u8, 4, 6] {
         let mut b = unhex(V2_OPS[0]);
         b[1] = kind;
         assert!(decode_op(&b).unwrap_err().contains("unknown op kind"));
@@ -407,7 +456,7 @@ fn format_1_built_by_hand_decodes() {
         .raw(&[0]); // extra
     let s = decode_session(&b.0).unwrap();
     assert_eq!(s.messages.len(), 2);
-    assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
+    assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()), msgid: None });
     assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
     assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10 });
     assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });

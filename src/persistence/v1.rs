@@ -50,6 +50,8 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         created: r.i64("created")?,
         updated: r.i64("updated")?,
         extra: r.option("extra", |r| r.string("extra"))?,
+        leases: Default::default(),
+        departed: Default::default(),
     })
 }
 
@@ -85,6 +87,7 @@ fn message(r: &mut Reader) -> Result<Message> {
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
         meta: r.option("meta", |r| r.boxed_str("meta"))?,
+        msgid: None,
     })
 }
 

@@ -13,21 +13,25 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result, Writer};
-use crate::session::{ExternalId, Message, Op, Session, Settings, Summary};
+use crate::session::{Departed, DepartedMsgids, ExternalId, Lease, Leases, Message, Op, Session, Settings, Summary, MAX_DEPARTED};
 use crate::tokenizer::Encoding;
 
 pub const FORMAT: u8 = 2;
 
-/// Fewest bytes a message takes (six fields of at least one byte), to bound
-/// a count by the input before allocating.
-const MIN_MESSAGE_BYTES: usize = 6;
+/// Fewest bytes a message takes (seven fields of at least one byte), to
+/// bound a count by the input before allocating.
+const MIN_MESSAGE_BYTES: usize = 7;
 /// Fewest bytes of an external id entry (system, id, expires_at).
 const MIN_EXTERNAL_BYTES: usize = 3;
+/// Fewest bytes of a departed msgid (msgid, id, tokens).
+const MIN_DEPARTED_BYTES: usize = 3;
 
 /// Stored codes of the op kinds.
 const OP_APPEND: u8 = 1;
 const OP_SUMMARIZE: u8 = 2;
 const OP_EXTSET: u8 = 3;
+// 4 is the lead's Recount.
+const OP_LEASE: u8 = 5;
 
 /// Stored code of an encoding; the match is exhaustive so a new encoding
 /// cannot be stored without being given a code.
@@ -67,6 +71,14 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
         put_external(&mut w, e);
     }
     w.option(s.extra.as_deref(), Writer::str);
+    w.option(s.leases.current.as_ref(), put_lease);
+    w.u64(s.leases.last_token);
+    w.length(s.departed.0.len());
+    for d in &s.departed.0 {
+        w.str(&d.msgid);
+        w.u64(d.id);
+        w.u64(d.tokens);
+    }
     w.into_bytes()
 }
 
@@ -100,6 +112,11 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             w.str(system);
             put_external(&mut w, external);
         }
+        Op::Lease { now, lease } => {
+            w.u8(OP_LEASE);
+            w.i64(*now);
+            put_lease(&mut w, lease);
+        }
     }
     w.into_bytes()
 }
@@ -126,6 +143,12 @@ fn put_message(w: &mut Writer, m: &Message) {
     w.i64(m.ts);
     w.u64(m.tokens);
     w.option(m.meta.as_deref(), Writer::str);
+    w.option(m.msgid.as_deref(), Writer::str);
+}
+
+fn put_lease(w: &mut Writer, l: &Lease) {
+    w.u64(l.token);
+    w.i64(l.expires_at);
 }
 
 fn put_external(w: &mut Writer, e: &ExternalId) {
@@ -164,6 +187,8 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         external.insert(system, external_id(r)?);
     }
     let extra = r.option("extra", |r| r.string("extra"))?;
+    let leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
+    let departed = departed(r)?;
     Ok(Session {
         messages: messages.into(),
         summary,
@@ -174,7 +199,29 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         created,
         updated,
         extra,
+        leases,
+        departed,
     })
+}
+
+fn departed(r: &mut Reader) -> Result<DepartedMsgids> {
+    let count = r.count(MIN_DEPARTED_BYTES, "departed msgids")?;
+    if count > MAX_DEPARTED {
+        return Err(format!("corrupt payload: {count} departed msgids"));
+    }
+    let mut out = DepartedMsgids::default();
+    for _ in 0..count {
+        out.0.push_back(Departed {
+            msgid: r.boxed_str("departed msgid")?,
+            id: r.u64("departed id")?,
+            tokens: r.u64("departed tokens")?,
+        });
+    }
+    Ok(out)
+}
+
+fn lease(r: &mut Reader) -> Result<Lease> {
+    Ok(Lease { token: r.u64("lease token")?, expires_at: r.i64("lease expiry")? })
 }
 
 pub fn op(r: &mut Reader) -> Result<Op> {
@@ -196,6 +243,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             system: r.string("external system")?,
             external: external_id(r)?,
         }),
+        OP_LEASE => Ok(Op::Lease { now, lease: lease(r)? }),
         k => Err(format!("corrupt payload: unknown op kind {k}")),
     }
 }
@@ -227,6 +275,7 @@ fn message(r: &mut Reader) -> Result<Message> {
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
         meta: r.option("meta", |r| r.boxed_str("meta"))?,
+        msgid: r.option("msgid", |r| r.boxed_str("msgid"))?,
     })
 }
 

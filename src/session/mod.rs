@@ -63,6 +63,9 @@ pub struct Message {
     pub tokens: u64,
     /// A JSON object, kept as the client sent it.
     pub meta: Option<Box<str>>,
+    /// The client's own id of the message (MSGID), so a retried append is
+    /// recognised instead of stored twice (retry.rs).
+    pub msgid: Option<Box<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,6 +126,12 @@ pub struct Session {
     /// Other top-level members of an imported document (`user_profile`,
     /// `context`, ...), as the JSON text of an object.
     pub extra: Option<String>,
+    /// The summarizer lease (MEM.SUMMARIZE_BEGIN) and the last token handed
+    /// out (lease.rs).
+    pub leases: Leases,
+    /// The msgids of the last messages that left the session (trimmed or
+    /// summarized), so their retries are still recognised (retry.rs).
+    pub departed: DepartedMsgids,
 }
 
 /// A change to a session, with every value the master decided made explicit.
@@ -144,6 +153,9 @@ pub enum Op {
         system: String,
         external: ExternalId,
     },
+    /// Grant a summarizer lease (MEM.SUMMARIZE_BEGIN): its token and expiry
+    /// travel in the op, so replicas hold the same lease.
+    Lease { now: i64, lease: Lease },
 }
 
 impl Op {
@@ -158,6 +170,7 @@ impl Op {
                     content: Box::default(),
                     meta: message.meta.clone(),
                     role: message.role.clone(),
+                    msgid: message.msgid.clone(),
                     ..*message
                 },
             },
@@ -179,7 +192,7 @@ impl Op {
             Op::Append { now, settings, .. } | Op::ExtSet { now, settings, .. } => {
                 Some(Session::new(settings.clone(), *now))
             }
-            Op::Summarize { .. } => None,
+            Op::Summarize { .. } | Op::Lease { .. } => None,
         }
     }
 }
@@ -192,6 +205,9 @@ pub struct Outcome {
     pub total_tokens: u64,
     pub messages: u64,
     pub trimmed: u64,
+    /// A retried write recognised (MSGID, or the same summary again):
+    /// nothing changed, the reply is the original one's.
+    pub duplicate: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,6 +228,13 @@ pub enum SessionError {
     IdNotIncreasing { id: u64, last_id: u64 },
     /// A summary installed over messages it covers.
     SummaryOverMessages { upto: u64 },
+    /// Another summarizer's lease is live and the summary does not give its
+    /// token.
+    LeaseHeld { expires_in_ms: i64 },
+    /// A lease op whose token is not above the session's last token.
+    LeaseNotIncreasing { token: u64, last: u64 },
+    /// The session has handed out every lease token.
+    LeasesExhausted,
 }
 
 impl std::fmt::Display for SessionError {
@@ -243,6 +266,14 @@ impl std::fmt::Display for SessionError {
             SessionError::SummaryOverMessages { upto } => {
                 write!(f, "a summary up to {upto} cannot be installed over the messages it covers")
             }
+            SessionError::LeaseHeld { expires_in_ms } => write!(
+                f,
+                "another summarizer holds this session's lease for {expires_in_ms} ms more: give its token with LEASE, or wait for it to expire"
+            ),
+            SessionError::LeaseNotIncreasing { token, last } => {
+                write!(f, "lease token {token} is not above the session's last token {last}")
+            }
+            SessionError::LeasesExhausted => write!(f, "the session has used every lease token"),
         }
     }
 }
@@ -259,6 +290,8 @@ impl Session {
             created: now,
             updated: now,
             extra: None,
+            leases: Leases::default(),
+            departed: DepartedMsgids::default(),
         }
     }
 
@@ -293,6 +326,10 @@ impl Session {
                 self.ext_set(now, system, external);
                 Ok(self.outcome(0, 0, 0))
             }
+            Op::Lease { now: _, lease } => {
+                self.grant(lease)?;
+                Ok(self.outcome(0, 0, 0))
+            }
         }
     }
 
@@ -303,6 +340,7 @@ impl Session {
             total_tokens: self.total_tokens,
             messages: self.message_count(),
             trimmed,
+            duplicate: false,
         }
     }
 
@@ -410,6 +448,7 @@ impl Session {
     fn evict_oldest(&mut self) {
         if let Some(m) = self.messages.pop_front() {
             self.total_tokens -= m.tokens;
+            self.departed.remember(m);
         }
     }
 
@@ -451,9 +490,12 @@ impl Session {
         let pos = self.check_summary(&summary)?;
         for m in self.messages.drain(..=pos) {
             self.total_tokens -= m.tokens;
+            self.departed.remember(m);
         }
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
+        // The work a lease was granted for is done: the session is free.
+        self.leases.current = None;
         self.updated = now;
         self.purge_external(now);
         Ok(self.outcome(upto, tokens, 0))
@@ -519,7 +561,9 @@ impl Session {
             + self.extra.as_ref().map_or(0, strings);
         for m in &self.messages {
             bytes += m.role.len() + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
+            bytes += m.msgid.as_ref().map_or(0, |x| x.len());
         }
+        bytes += self.departed.mem_usage();
         if let Some(s) = &self.summary {
             bytes += std::mem::size_of::<Summary>() + strings(&s.text);
         }
@@ -530,10 +574,16 @@ impl Session {
     }
 }
 
+mod lease;
 mod read;
+mod retry;
 mod validate;
+pub use lease::{Lease, Leases, MAX_LEASE_MS};
 pub use read::{Selection, SummarizeCheck, Thresholds};
+pub use retry::{check_msgid, Departed, DepartedMsgids, MAX_DEPARTED, MAX_MSGID_BYTES};
 pub use validate::{check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_retry;

@@ -22,6 +22,7 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
         ts: id as i64,
         tokens,
         meta: None,
+        msgid: None,
     }
 }
 
@@ -158,12 +159,12 @@ fn lowering_a_cap_trims_at_once() {
 fn thresholds_follow_the_spec_examples() {
     let cfg = settings();
     let big = Settings { max_tokens: 80_000, max_msgs: 30, ..cfg };
-    let t = |w| Thresholds::new(w, 15, 15_000, &big).tokens;
+    let t = |w| Thresholds::new(w, 15, 15_000, &big, 0).tokens;
     assert_eq!(t(Some(128_000)), 19_200);
     assert_eq!(t(Some(200_000)), 30_000);
     assert_eq!(t(Some(1_047_576)), 80_000);
     assert_eq!(t(None), 15_000);
-    assert_eq!(Thresholds::new(None, 15, 15_000, &big).messages, 30);
+    assert_eq!(Thresholds::new(None, 15, 15_000, &big, 0).messages, 30);
 }
 
 #[test]

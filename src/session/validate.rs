@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use super::{check_model, ExternalId, Message, Op, Session, Settings, Summary, MAX_ROLE_BYTES, MAX_TS};
+use super::{check_model, check_msgid, ExternalId, Lease, Message, Op, Session, Settings, Summary, MAX_DEPARTED, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
 /// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
@@ -112,6 +112,9 @@ impl Message {
             return Err(format!("bad ts at id {}", self.id));
         }
         check_tokens(self.tokens, self.role.len(), self.content.len())?;
+        if let Some(msgid) = &self.msgid {
+            check_msgid(msgid).map_err(|e| format!("{e} (id {})", self.id))?;
+        }
         match &self.meta {
             Some(meta) => check_stored_object("meta", meta),
             None => Ok(()),
@@ -160,6 +163,10 @@ impl Op {
                 settings.validate()?;
                 check_external(system, external)
             }
+            Op::Lease { now, lease } => {
+                check_clock(*now)?;
+                check_lease(lease)
+            }
         }
     }
 }
@@ -199,10 +206,46 @@ impl Session {
         if let Some(extra) = &self.extra {
             check_stored_object("imported members", extra)?;
         }
+        if let Some(lease) = &self.leases.current {
+            check_lease(lease)?;
+            if lease.token > self.leases.last_token {
+                return Err("lease token above the last one handed out".to_owned());
+            }
+        }
+        if self.leases.last_token > MAX_STORED {
+            return Err(format!("last lease token above {MAX_STORED}"));
+        }
+        self.check_departed()?;
         self.external
             .iter()
             .try_for_each(|(system, external)| check_external(system, external))
     }
+}
+
+impl Session {
+    /// The departed msgids: at most [`MAX_DEPARTED`], each a valid msgid of
+    /// an id the session handed out, in the order they left.
+    fn check_departed(&self) -> Result<(), String> {
+        if self.departed.0.len() > MAX_DEPARTED {
+            return Err(format!("more than {MAX_DEPARTED} departed msgids"));
+        }
+        let mut prev = 0;
+        for d in &self.departed.0 {
+            check_msgid(&d.msgid)?;
+            if d.id <= prev || d.id > self.last_id {
+                return Err(format!("departed msgid of id {} out of order", d.id));
+            }
+            prev = d.id;
+        }
+        Ok(())
+    }
+}
+
+fn check_lease(lease: &Lease) -> Result<(), String> {
+    if !(1..=MAX_STORED).contains(&lease.token) {
+        return Err(format!("lease token {} is outside 1..={MAX_STORED}", lease.token));
+    }
+    Ok(())
 }
 
 /// Any expiry is structurally fine (earlier releases stored up to i64::MAX;
