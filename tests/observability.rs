@@ -157,10 +157,10 @@ fn command_docs_and_key_specs_are_served() {
             a.iter().find(|(k, _)| k == "token").map(|(_, v)| redis::from_redis_value(v).unwrap())
         })
         .collect();
-    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS"]);
+    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MSGID"]);
 
     // Key specs: reads are RO, writes RW (IMPORT: OW), all at argument 1.
-    for (command, flag) in [("mem.get", "RO"), ("mem.append", "RW"), ("mem.import", "OW"), ("mem.info", "RO")] {
+    for (command, flag) in [("mem.get", "RO"), ("mem.append", "RW"), ("mem.import", "OW"), ("mem.info", "RO"), ("mem.summarize_begin", "RW")] {
         let info: Value = redis::cmd("COMMAND").arg("INFO").arg(command).query(&mut con).unwrap();
         let Value::Array(outer) = info else { panic!("{info:?}") };
         let Value::Array(entry) = &outer[0] else { panic!("{outer:?}") };
