@@ -81,7 +81,7 @@ pub fn render<'a>(
                 ts: m.ts,
                 tokens: m.tokens,
                 meta: m.meta.as_deref().and_then(raw_json),
-                msgid: m.msgid.as_deref(),
+                msgid: session.and_then(|s| s.msgids.of(m.id)),
             })
             .collect(),
         summary: summary.map(|s| SummaryOut {
@@ -320,9 +320,11 @@ impl ImportedDoc {
                 content: m.content.into(),
                 ts: m.ts.unwrap_or(now),
                 meta: m.meta.map(Box::from),
-                msgid: m.msgid.map(Box::from),
             };
             session.push_message(message).map_err(|e| e.to_string())?;
+            if let Some(msgid) = m.msgid {
+                session.msgids.attach(id, msgid.into());
+            }
         }
         session.extra = self.extra;
         Ok(session)
@@ -423,7 +425,6 @@ mod tests {
             ts: 0,
             tokens: 5,
             meta: Some(meta.into()),
-            msgid: None,
         };
         s.push_message(message).unwrap();
         s
@@ -493,15 +494,19 @@ mod tests {
     #[test]
     fn msgids_round_trip_through_format_json_and_are_checked() {
         let mut s = session_with_meta("{}");
-        s.messages[0].msgid = Some("turn-1/user".into());
+        s.msgids.attach(1, "turn-1/user".into());
         let doc = rendered(&s);
         let out: Value = serde_json::from_str(&doc).unwrap();
         assert_eq!(out["conversation_history"][0]["msgid"], "turn-1/user");
         let back = parse_import(&doc).unwrap();
         assert_eq!(back.messages[0].msgid.as_deref(), Some("turn-1/user"));
         // Messages without one render none.
-        s.messages[0].msgid = None;
+        s.msgids = Default::default();
         assert!(!rendered(&s).contains("msgid"));
+        // Imported, the session holds it again.
+        let s = back.into_session(crate::session::tests::settings(), 0, |_, _, c| c.len() as u64).unwrap();
+        assert_eq!(s.msgids.of(1), Some("turn-1/user"));
+        assert_eq!(s.find_msgid("turn-1/user"), Some((1, 1)));
         let doc = |items: &str| format!(r#"{{"conversation_history":[{items}]}}"#);
         for (bad, needle) in [
             (r#"{"role":"user","content":"a","msgid":""}"#.to_owned(), "1 to 128 bytes"),

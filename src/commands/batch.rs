@@ -140,9 +140,9 @@ fn steps(messages: Vec<Counted>, session: Option<&Session>, settings: &Settings,
             ts: m.ts.unwrap_or(now),
             tokens: m.tokens,
             meta: m.meta.map(Box::from),
-            msgid: m.msgid.map(Box::from),
         };
-        steps.push(Step::New(Op::Append { now, settings: settings.clone(), message }));
+        let msgid = m.msgid.map(Box::from);
+        steps.push(Step::New(Op::Append { now, settings: settings.clone(), message, msgid }));
     }
     Ok(steps)
 }

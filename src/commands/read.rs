@@ -51,14 +51,14 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             .field_int("tokens", s.tokens);
     }
     for m in a.iter().chain(b) {
-        reply_message(&reply, m);
+        reply_message(&reply, m, session.and_then(|s| s.msgids.of(m.id)));
     }
     Ok(RedisValue::NoReply)
 }
 
-fn reply_message(reply: &Reply, m: &Message) {
+fn reply_message(reply: &Reply, m: &Message, msgid: Option<&str>) {
     reply
-        .map(5 + usize::from(m.meta.is_some()) + usize::from(m.msgid.is_some()))
+        .map(5 + usize::from(m.meta.is_some()) + usize::from(msgid.is_some()))
         .field_int("id", m.id)
         .field_str("role", &m.role)
         .field_str("content", &m.content)
@@ -68,7 +68,7 @@ fn reply_message(reply: &Reply, m: &Message) {
     if let Some(meta) = &m.meta {
         reply.field_str("meta", meta);
     }
-    if let Some(msgid) = &m.msgid {
+    if let Some(msgid) = msgid {
         reply.field_str("msgid", msgid);
     }
 }

@@ -92,9 +92,8 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         ts: ts.map_or(now, |t| t as i64),
         tokens,
         meta: meta.map(Box::from),
-        msgid: msgid.map(Box::from),
     };
-    let op = Op::Append { now, settings, message };
+    let op = Op::Append { now, settings, message, msgid: msgid.map(Box::from) };
 
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;

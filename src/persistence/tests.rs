@@ -22,7 +22,6 @@ fn message(id: u64, role: &str, content: &str, meta: Option<&str>) -> Message {
         ts: 1_700_000_000_000 + id as i64,
         tokens: 3 + role.len() as u64,
         meta: meta.map(Into::into),
-        msgid: None,
     }
 }
 
@@ -30,9 +29,9 @@ fn message(id: u64, role: &str, content: &str, meta: Option<&str>) -> Message {
 /// msgid. Every field of format 2 is used.
 fn sample() -> Session {
     let mut s = sample_0_1();
-    s.messages[0].msgid = Some("c-4".into());
+    s.msgids.attach(4, "c-4".into());
     s.leases = Leases { current: Some(Lease { token: 3, expires_at: 1_700_000_060_000 }), last_token: 3 };
-    s.departed.0.push_back(Departed { msgid: "c-2".into(), id: 2, tokens: 7 });
+    s.msgids.departed.push_back(Departed { msgid: "c-2".into(), id: 2, tokens: 7 });
     s
 }
 
@@ -67,7 +66,7 @@ fn sample_0_1() -> Session {
         updated: 1_700_000_000_007,
         extra: Some(r#"{"user_profile":{"name":"Ann"}}"#.into()),
         leases: Leases::default(),
-        departed: Default::default(),
+        msgids: Default::default(),
     }
 }
 
@@ -82,6 +81,7 @@ fn sample_ops() -> Vec<Op> {
             now: 1_700_000_000_009,
             settings: settings(Encoding::O200kBase),
             message: message(9, "user", "hi", Some("{}")),
+            msgid: None,
         },
         Op::Summarize {
             now: 1_700_000_000_010,
@@ -104,7 +104,8 @@ fn sample_ops_v2() -> Vec<Op> {
         Op::Append {
             now: 1_700_000_000_012,
             settings: settings(Encoding::O200kBase),
-            message: Message { msgid: Some("m-9".into()), ..message(9, "user", "hi", None) },
+            message: message(9, "user", "hi", None),
+            msgid: Some("m-9".into()),
         },
     ]
 }
@@ -124,14 +125,15 @@ fn unhex(s: &str) -> Vec<u8> {
 const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e  08 23 b090abfef962 8ea0abfef962
     01 13 4561726c6965723a206772656574696e67732e 09 03 e8a7abfef962
     03
-      04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00 01 03 632d34
-      05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d 00
-      07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d 00
+      04 04 75736572 12 5765617468657220696e20e69db1e4baac3f 88a0abfef962 07 00
+      05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d
+      07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d
     02 04 64696679 06 636f6e762d31 80e0998dcc6e  03 6e386e 06 657865632d39 09
     01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d
     01 03 c0c9b2fef962  03
+    01 04 03 632d34
     01 03 632d32 02 07";
-const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00 00 00 00";
+const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00 00 00 00 00";
 /// `sample_ops()` in format 2, in order (kinds 1, 2, 3).
 const V2_OPS: [&str; 3] = [
     "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d 00",
@@ -206,7 +208,8 @@ fn lived_in() -> Session {
     s.settings.max_msgs = 4;
     for id in 9..20 {
         let role = if id % 3 == 0 { "tool" } else { "user" };
-        let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None) };
+        let msgid = (id % 2 == 0).then(|| format!("m{id}").into());
+        let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None), msgid };
         s.apply(op).unwrap();
     }
     // Cover up to a message whose successor is not a tool result.
@@ -232,6 +235,7 @@ fn ops_round_trip_with_extreme_values() {
         now: i64::MIN,
         settings: Settings { ttl: u64::MAX, max_tokens: u64::MAX, max_msgs: 1, ..settings(Encoding::Cl100kBase) },
         message: Message { id: u64::MAX, ts: i64::MAX, tokens: u64::MAX, ..message(1, "r", "", None) },
+        msgid: Some("m".repeat(128).into()),
     });
     ops.push(Op::ExtSet { now: i64::MAX, settings: settings(Encoding::O200kBase), system: "s".into(), external: ExternalId { id: String::new(), expires_at: i64::MIN } });
     for op in ops {
@@ -343,9 +347,9 @@ fn rdb_values_need_the_format_of_their_encoding_version() {
 
 #[test]
 fn impossible_counts_are_refused_before_allocating() {
-    // A bare session whose message count is 2^62 (the rest: 6 bytes).
+    // A bare session whose message count is 2^62 (the rest: 7 bytes).
     let mut b = unhex(V2_BARE);
-    let at = b.len() - 6;
+    let at = b.len() - 7;
     b.splice(at..at + 1, [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
     assert!(decode_session(&b).unwrap_err().contains("messages count"));
     // Format 1: the message count comes first.
@@ -391,6 +395,7 @@ fn format_2_refuses_what_its_encoder_never_writes() {
         w.u8(0); // extra
         w.u8(0); // lease
         w.u64(0); // last lease token
+        w.u64(0); // held msgids
         w.u64(0); // departed msgids
         assert!(decode_session(&w.into_bytes()).unwrap_err().contains("out of order"), "{systems:?}");
     }
@@ -456,7 +461,7 @@ fn format_1_built_by_hand_decodes() {
         .raw(&[0]); // extra
     let s = decode_session(&b.0).unwrap();
     assert_eq!(s.messages.len(), 2);
-    assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()), msgid: None });
+    assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
     assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
     assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10 });
     assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });

@@ -51,7 +51,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         updated: r.i64("updated")?,
         extra: r.option("extra", |r| r.string("extra"))?,
         leases: Default::default(),
-        departed: Default::default(),
+        msgids: Default::default(),
     })
 }
 
@@ -63,6 +63,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             now: r.i64("now")?,
             settings: settings(r)?,
             message: message(r)?,
+            msgid: None,
         }),
         1 => Ok(Op::Summarize {
             now: r.i64("now")?,
@@ -87,7 +88,6 @@ fn message(r: &mut Reader) -> Result<Message> {
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
         meta: r.option("meta", |r| r.boxed_str("meta"))?,
-        msgid: None,
     })
 }
 

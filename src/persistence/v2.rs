@@ -13,17 +13,19 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result, Writer};
-use crate::session::{Departed, DepartedMsgids, ExternalId, Lease, Leases, Message, Op, Session, Settings, Summary, MAX_DEPARTED};
+use crate::session::{Departed, ExternalId, Lease, Leases, Message, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
 use crate::tokenizer::Encoding;
 
 pub const FORMAT: u8 = 2;
 
-/// Fewest bytes a message takes (seven fields of at least one byte), to
-/// bound a count by the input before allocating.
-const MIN_MESSAGE_BYTES: usize = 7;
+/// Fewest bytes a message takes (six fields of at least one byte), to bound
+/// a count by the input before allocating.
+const MIN_MESSAGE_BYTES: usize = 6;
 /// Fewest bytes of an external id entry (system, id, expires_at).
 const MIN_EXTERNAL_BYTES: usize = 3;
-/// Fewest bytes of a departed msgid (msgid, id, tokens).
+/// Fewest bytes of a held msgid (id, msgid) and of a departed one (msgid,
+/// id, tokens).
+const MIN_HELD_MSGID_BYTES: usize = 2;
 const MIN_DEPARTED_BYTES: usize = 3;
 
 /// Stored codes of the op kinds.
@@ -73,8 +75,13 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
     w.option(s.extra.as_deref(), Writer::str);
     w.option(s.leases.current.as_ref(), put_lease);
     w.u64(s.leases.last_token);
-    w.length(s.departed.0.len());
-    for d in &s.departed.0 {
+    w.length(s.msgids.held.len());
+    for (id, msgid) in &s.msgids.held {
+        w.u64(*id);
+        w.str(msgid);
+    }
+    w.length(s.msgids.departed.len());
+    for d in &s.msgids.departed {
         w.str(&d.msgid);
         w.u64(d.id);
         w.u64(d.tokens);
@@ -89,11 +96,13 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             now,
             settings,
             message,
+            msgid,
         } => {
             w.u8(OP_APPEND);
             w.i64(*now);
             put_settings(&mut w, settings);
             put_message(&mut w, message);
+            w.option(msgid.as_deref(), Writer::str);
         }
         Op::Summarize { now, summary } => {
             w.u8(OP_SUMMARIZE);
@@ -143,7 +152,6 @@ fn put_message(w: &mut Writer, m: &Message) {
     w.i64(m.ts);
     w.u64(m.tokens);
     w.option(m.meta.as_deref(), Writer::str);
-    w.option(m.msgid.as_deref(), Writer::str);
 }
 
 fn put_lease(w: &mut Writer, l: &Lease) {
@@ -188,7 +196,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
     }
     let extra = r.option("extra", |r| r.string("extra"))?;
     let leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
-    let departed = departed(r)?;
+    let msgids = msgids(r)?;
     Ok(Session {
         messages: messages.into(),
         summary,
@@ -200,18 +208,22 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         updated,
         extra,
         leases,
-        departed,
+        msgids,
     })
 }
 
-fn departed(r: &mut Reader) -> Result<DepartedMsgids> {
+fn msgids(r: &mut Reader) -> Result<Msgids> {
+    let mut out = Msgids::default();
+    let count = r.count(MIN_HELD_MSGID_BYTES, "held msgids")?;
+    for _ in 0..count {
+        out.held.push_back((r.u64("msgid's message id")?, r.boxed_str("msgid")?));
+    }
     let count = r.count(MIN_DEPARTED_BYTES, "departed msgids")?;
     if count > MAX_DEPARTED {
         return Err(format!("corrupt payload: {count} departed msgids"));
     }
-    let mut out = DepartedMsgids::default();
     for _ in 0..count {
-        out.0.push_back(Departed {
+        out.departed.push_back(Departed {
             msgid: r.boxed_str("departed msgid")?,
             id: r.u64("departed id")?,
             tokens: r.u64("departed tokens")?,
@@ -232,6 +244,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             now,
             settings: settings(r)?,
             message: message(r)?,
+            msgid: r.option("msgid", |r| r.boxed_str("msgid"))?,
         }),
         OP_SUMMARIZE => Ok(Op::Summarize {
             now,
@@ -275,7 +288,6 @@ fn message(r: &mut Reader) -> Result<Message> {
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
         meta: r.option("meta", |r| r.boxed_str("meta"))?,
-        msgid: r.option("msgid", |r| r.boxed_str("msgid"))?,
     })
 }
 

@@ -63,9 +63,6 @@ pub struct Message {
     pub tokens: u64,
     /// A JSON object, kept as the client sent it.
     pub meta: Option<Box<str>>,
-    /// The client's own id of the message (MSGID), so a retried append is
-    /// recognised instead of stored twice (retry.rs).
-    pub msgid: Option<Box<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,9 +126,11 @@ pub struct Session {
     /// The summarizer lease (MEM.SUMMARIZE_BEGIN) and the last token handed
     /// out (lease.rs).
     pub leases: Leases,
-    /// The msgids of the last messages that left the session (trimmed or
-    /// summarized), so their retries are still recognised (retry.rs).
-    pub departed: DepartedMsgids,
+    /// The client's ids (MSGID) of the messages held and of the last that
+    /// left (trimmed or summarized), so a retried append is recognised
+    /// (retry.rs). Kept beside the messages, not in each: a message without
+    /// one costs nothing.
+    pub msgids: Msgids,
 }
 
 /// A change to a session, with every value the master decided made explicit.
@@ -143,6 +142,8 @@ pub enum Op {
         now: i64,
         settings: Settings,
         message: Message,
+        /// The client's id of the message (MSGID), if any.
+        msgid: Option<Box<str>>,
     },
     /// Replace the summary and every message with `id <= upto`.
     Summarize { now: i64, summary: Summary },
@@ -163,16 +164,16 @@ impl Op {
     /// own argument (so a large content is not copied again to replicate it).
     pub fn header(&self) -> Op {
         match self {
-            Op::Append { now, settings, message } => Op::Append {
+            Op::Append { now, settings, message, msgid } => Op::Append {
                 now: *now,
                 settings: settings.clone(),
                 message: Message {
                     content: Box::default(),
                     meta: message.meta.clone(),
                     role: message.role.clone(),
-                    msgid: message.msgid.clone(),
                     ..*message
                 },
+                msgid: msgid.clone(),
             },
             other => other.clone(),
         }
@@ -291,7 +292,7 @@ impl Session {
             updated: now,
             extra: None,
             leases: Leases::default(),
-            departed: DepartedMsgids::default(),
+            msgids: Msgids::default(),
         }
     }
 
@@ -315,7 +316,8 @@ impl Session {
                 now,
                 settings,
                 message,
-            } => self.append(now, settings, message),
+                msgid,
+            } => self.append(now, settings, message, msgid),
             Op::Summarize { now, summary } => self.summarize(now, summary),
             Op::ExtSet {
                 now,
@@ -349,9 +351,13 @@ impl Session {
         now: i64,
         settings: Settings,
         message: Message,
+        msgid: Option<Box<str>>,
     ) -> Result<Outcome, SessionError> {
         let (id, tokens) = (message.id, message.tokens);
         self.push_message(message)?;
+        if let Some(msgid) = msgid {
+            self.msgids.attach(id, msgid);
+        }
         self.settings = settings;
         self.updated = now;
         self.purge_external(now);
@@ -448,7 +454,7 @@ impl Session {
     fn evict_oldest(&mut self) {
         if let Some(m) = self.messages.pop_front() {
             self.total_tokens -= m.tokens;
-            self.departed.remember(m);
+            self.msgids.leave(&m);
         }
     }
 
@@ -490,7 +496,7 @@ impl Session {
         let pos = self.check_summary(&summary)?;
         for m in self.messages.drain(..=pos) {
             self.total_tokens -= m.tokens;
-            self.departed.remember(m);
+            self.msgids.leave(&m);
         }
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
@@ -561,9 +567,8 @@ impl Session {
             + self.extra.as_ref().map_or(0, strings);
         for m in &self.messages {
             bytes += m.role.len() + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
-            bytes += m.msgid.as_ref().map_or(0, |x| x.len());
         }
-        bytes += self.departed.mem_usage();
+        bytes += self.msgids.mem_usage();
         if let Some(s) = &self.summary {
             bytes += std::mem::size_of::<Summary>() + strings(&s.text);
         }
@@ -580,7 +585,7 @@ mod retry;
 mod validate;
 pub use lease::{Lease, Leases, MAX_LEASE_MS};
 pub use read::{Selection, SummarizeCheck, Thresholds};
-pub use retry::{check_msgid, Departed, DepartedMsgids, MAX_DEPARTED, MAX_MSGID_BYTES};
+pub use retry::{check_msgid, Departed, Msgids, MAX_DEPARTED, MAX_MSGID_BYTES};
 pub use validate::{check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
 
 #[cfg(test)]

@@ -33,25 +33,52 @@ pub struct Departed {
     pub tokens: u64,
 }
 
-/// The msgids of the last messages that left, oldest first, at most
-/// [`MAX_DEPARTED`].
+/// A session's msgids. Kept beside the messages rather than in each one,
+/// so that a message without a msgid costs nothing (most sessions written
+/// before MSGID existed, or by clients that send none).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DepartedMsgids(pub VecDeque<Departed>);
+pub struct Msgids {
+    /// `(message id, msgid)` of the held messages that have one, oldest
+    /// first: ids strictly increasing, each the id of a held message.
+    /// Messages leave from the front, so entries do too.
+    pub held: VecDeque<(u64, Box<str>)>,
+    /// The last messages with a msgid that left, oldest first, at most
+    /// [`MAX_DEPARTED`].
+    pub departed: VecDeque<Departed>,
+}
 
-impl DepartedMsgids {
-    /// Remembers `m` (leaving the session) if it has a msgid, forgetting
-    /// the oldest beyond [`MAX_DEPARTED`].
-    pub fn remember(&mut self, m: Message) {
-        if let Some(msgid) = m.msgid {
-            if self.0.len() >= MAX_DEPARTED {
-                self.0.pop_front();
+impl Msgids {
+    /// Gives the newest message, `id`, its msgid.
+    pub fn attach(&mut self, id: u64, msgid: Box<str>) {
+        self.held.push_back((id, msgid));
+    }
+
+    /// `m` (the oldest message) leaves the session: its msgid, if it has
+    /// one, is remembered as departed, forgetting the oldest beyond
+    /// [`MAX_DEPARTED`].
+    pub fn leave(&mut self, m: &Message) {
+        if self.held.front().is_some_and(|(id, _)| *id == m.id) {
+            if let Some((id, msgid)) = self.held.pop_front() {
+                if self.departed.len() >= MAX_DEPARTED {
+                    self.departed.pop_front();
+                }
+                self.departed.push_back(Departed { msgid, id, tokens: m.tokens });
             }
-            self.0.push_back(Departed { msgid, id: m.id, tokens: m.tokens });
         }
     }
 
+    /// The msgid of held message `id`, if it has one.
+    pub fn of(&self, id: u64) -> Option<&str> {
+        let at = self.held.partition_point(|(held, _)| *held < id);
+        self.held.get(at).filter(|(held, _)| *held == id).map(|(_, m)| &**m)
+    }
+
     pub fn mem_usage(&self) -> usize {
-        self.0.capacity() * std::mem::size_of::<Departed>() + self.0.iter().map(|d| d.msgid.len()).sum::<usize>()
+        let held = self.held.capacity() * std::mem::size_of::<(u64, Box<str>)>()
+            + self.held.iter().map(|(_, m)| m.len()).sum::<usize>();
+        let departed = self.departed.capacity() * std::mem::size_of::<Departed>()
+            + self.departed.iter().map(|d| d.msgid.len()).sum::<usize>();
+        held + departed
     }
 }
 
@@ -59,11 +86,12 @@ impl Session {
     /// The `(id, tokens)` of the message named `msgid`, held or departed.
     /// Newest first: a retry is almost always of a recent message.
     pub fn find_msgid(&self, msgid: &str) -> Option<(u64, u64)> {
-        let held = self.messages.iter().rev().find(|m| m.msgid.as_deref() == Some(msgid));
-        if let Some(m) = held {
-            return Some((m.id, m.tokens));
+        if let Some((id, _)) = self.msgids.held.iter().rev().find(|(_, m)| &**m == msgid) {
+            // Held: its tokens are the message's (a re-count may have moved them).
+            let at = self.messages.partition_point(|m| m.id < *id);
+            return self.messages.get(at).filter(|m| m.id == *id).map(|m| (m.id, m.tokens));
         }
-        self.departed.0.iter().rev().find(|d| &*d.msgid == msgid).map(|d| (d.id, d.tokens))
+        self.msgids.departed.iter().rev().find(|d| &*d.msgid == msgid).map(|d| (d.id, d.tokens))
     }
 
     /// The reply of a write recognised as a retry of one already applied:

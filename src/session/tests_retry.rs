@@ -6,7 +6,7 @@ use super::read::less_headroom;
 use super::tests::settings;
 use super::*;
 
-fn msg(id: u64, role: &str, tokens: u64, msgid: Option<&str>) -> Message {
+fn msg(id: u64, role: &str, tokens: u64) -> Message {
     Message {
         id,
         role: role.into(),
@@ -14,13 +14,12 @@ fn msg(id: u64, role: &str, tokens: u64, msgid: Option<&str>) -> Message {
         ts: id as i64,
         tokens,
         meta: None,
-        msgid: msgid.map(Into::into),
     }
 }
 
 fn push(s: &mut Session, cfg: &Settings, tokens: u64, msgid: Option<&str>) -> Outcome {
-    let message = msg(s.last_id + 1, "user", tokens, msgid);
-    s.apply(Op::Append { now: 1, settings: cfg.clone(), message }).unwrap()
+    let message = msg(s.last_id + 1, "user", tokens);
+    s.apply(Op::Append { now: 1, settings: cfg.clone(), message, msgid: msgid.map(Into::into) }).unwrap()
 }
 
 fn summarize(s: &mut Session, upto: u64) -> Result<Outcome, SessionError> {
@@ -203,9 +202,13 @@ fn msgids_are_found_held_and_after_they_left() {
     // Summarized: still known.
     summarize(&mut s, 3).unwrap();
     assert_eq!(s.find_msgid("c"), Some((3, 6)));
-    let departed: Vec<&str> = s.departed.0.iter().map(|d| &*d.msgid).collect();
+    let departed: Vec<&str> = s.msgids.departed.iter().map(|d| &*d.msgid).collect();
     assert_eq!(departed, ["a", "c"], "only messages with a msgid are remembered");
+    assert_eq!((s.msgids.of(4), s.msgids.of(2), s.msgids.of(3)), (Some("d"), None, None));
     assert!(s.validate().is_ok());
+    // A re-count moves a held message's tokens: a retry gets the new ones.
+    s.recount(crate::tokenizer::Encoding::Cl100kBase, |_, _, content| content.len() as u64 + 1);
+    assert_eq!(s.find_msgid("d"), Some((4, 8)));
     let o = s.duplicate_outcome(1, 4);
     assert_eq!((o.id, o.tokens, o.total_tokens, o.messages, o.trimmed, o.duplicate), (1, 4, s.total_tokens, 1, 0, true));
 }
@@ -217,18 +220,25 @@ fn the_last_128_departed_msgids_are_remembered() {
     for i in 0..300 {
         push(&mut s, &cfg, 1, Some(&format!("m{i}")));
     }
-    assert_eq!(s.departed.0.len(), MAX_DEPARTED);
+    assert_eq!(s.msgids.departed.len(), MAX_DEPARTED);
+    assert_eq!(s.msgids.held.len(), 1);
     assert_eq!(s.find_msgid("m299"), Some((300, 1)), "held");
     assert_eq!(s.find_msgid("m298"), Some((299, 1)), "the newest departed");
     assert_eq!(s.find_msgid("m171"), Some((172, 1)), "the oldest remembered");
     assert_eq!(s.find_msgid("m170"), None, "forgotten");
     assert!(s.validate().is_ok());
     let mut bad = s.clone();
-    bad.departed.0.push_back(Departed { msgid: "x".into(), id: 300, tokens: 1 });
+    bad.msgids.departed.push_back(Departed { msgid: "x".into(), id: 300, tokens: 1 });
     assert!(bad.validate().is_err(), "more than 128, and out of order");
     let mut bad = s.clone();
-    bad.departed.0[0].msgid = "".into();
+    bad.msgids.departed[0].msgid = "".into();
     assert!(bad.validate().is_err(), "empty msgid");
+    // A held msgid must name a held message, in order.
+    for held in [vec![(299, "x")], vec![(300, "x"), (300, "y")], vec![(301, "x")]] {
+        let mut bad = s.clone();
+        bad.msgids.held = held.into_iter().map(|(id, m)| (id, m.into())).collect();
+        assert!(bad.validate().is_err());
+    }
 }
 
 #[test]
@@ -239,8 +249,11 @@ fn msgid_rules() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     push(&mut s, &cfg, 1, Some("ok"));
-    s.messages[0].msgid = Some("y".repeat(MAX_MSGID_BYTES + 1).into());
+    assert!(s.validate().is_ok());
+    s.msgids.held[0].1 = "y".repeat(MAX_MSGID_BYTES + 1).into();
     assert!(s.validate().is_err());
+    let long = Op::Append { now: 1, settings: cfg, message: msg(2, "user", 1), msgid: Some("".into()) };
+    assert!(long.validate().is_err(), "an op's msgid is checked too");
 }
 
 #[test]

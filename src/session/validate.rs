@@ -112,9 +112,6 @@ impl Message {
             return Err(format!("bad ts at id {}", self.id));
         }
         check_tokens(self.tokens, self.role.len(), self.content.len())?;
-        if let Some(msgid) = &self.msgid {
-            check_msgid(msgid).map_err(|e| format!("{e} (id {})", self.id))?;
-        }
         match &self.meta {
             Some(meta) => check_stored_object("meta", meta),
             None => Ok(()),
@@ -149,9 +146,12 @@ impl Op {
     /// the commands check what clients send.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Op::Append { now, settings, message } => {
+            Op::Append { now, settings, message, msgid } => {
                 check_clock(*now)?;
                 settings.validate()?;
+                if let Some(msgid) = msgid {
+                    check_msgid(msgid)?;
+                }
                 message.validate()
             }
             Op::Summarize { now, summary } => {
@@ -215,7 +215,7 @@ impl Session {
         if self.leases.last_token > MAX_STORED {
             return Err(format!("last lease token above {MAX_STORED}"));
         }
-        self.check_departed()?;
+        self.check_msgids()?;
         self.external
             .iter()
             .try_for_each(|(system, external)| check_external(system, external))
@@ -223,14 +223,24 @@ impl Session {
 }
 
 impl Session {
-    /// The departed msgids: at most [`MAX_DEPARTED`], each a valid msgid of
-    /// an id the session handed out, in the order they left.
-    fn check_departed(&self) -> Result<(), String> {
-        if self.departed.0.len() > MAX_DEPARTED {
+    /// The msgids: each held one names a held message (ids strictly
+    /// increasing, as the messages'); at most [`MAX_DEPARTED`] departed ones,
+    /// of ids the session handed out, in the order they left; every msgid
+    /// 1 to 128 bytes.
+    fn check_msgids(&self) -> Result<(), String> {
+        let mut messages = self.messages.iter().map(|m| m.id);
+        for (id, msgid) in &self.msgids.held {
+            check_msgid(msgid).map_err(|e| format!("{e} (id {id})"))?;
+            // Both in id order: one pass over the messages.
+            if !messages.any(|m| m == *id) {
+                return Err(format!("msgid of id {id}, not a message of the session (or out of order)"));
+            }
+        }
+        if self.msgids.departed.len() > MAX_DEPARTED {
             return Err(format!("more than {MAX_DEPARTED} departed msgids"));
         }
         let mut prev = 0;
-        for d in &self.departed.0 {
+        for d in &self.msgids.departed {
             check_msgid(&d.msgid)?;
             if d.id <= prev || d.id > self.last_id {
                 return Err(format!("departed msgid of id {} out of order", d.id));

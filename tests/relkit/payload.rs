@@ -75,18 +75,18 @@ pub fn put_settings(pc: &mut Pc, s: &PSettings) {
     pc.str(s.model).u8(s.encoding).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs);
 }
 
-/// A message of format 2: the fields of format 1, then msgid (none here).
+/// A message: id, role, content, ts, tokens, meta (both formats).
 pub fn put_message(pc: &mut Pc, m: &PMessage) {
-    put_message_v1(pc, m);
-    pc.opt_str(None);
+    pc.varint(m.id).str(m.role).str(m.content).i64(m.ts).varint(m.tokens).opt_str(m.meta);
 }
 
-/// Op kind 1, Append: now, settings, message.
+/// Op kind 1, Append: now, settings, message, msgid (none here).
 pub fn op_append(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
     let mut pc = Pc::new();
     pc.u8(1).i64(now);
     put_settings(&mut pc, s);
     put_message(&mut pc, m);
+    pc.opt_str(None);
     pc.0
 }
 
@@ -129,17 +129,12 @@ fn put_settings_v1(pc: &mut Pc, s: &PSettings) {
     pc.str(s.model).varint(variant).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs);
 }
 
-/// A message of format 1: id, role, content, ts, tokens, meta.
-fn put_message_v1(pc: &mut Pc, m: &PMessage) {
-    pc.varint(m.id).str(m.role).str(m.content).i64(m.ts).varint(m.tokens).opt_str(m.meta);
-}
-
 /// `Op::Append` in format 1 (variant 0): now, settings, message.
 pub fn op_append_v1(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
     let mut pc = Pc::v1();
     pc.varint(0).i64(now);
     put_settings_v1(&mut pc, s);
-    put_message_v1(&mut pc, m);
+    put_message(&mut pc, m);
     pc.0
 }
 
