@@ -399,7 +399,13 @@ resent append whose reply was not `duplicate 1`. Latency: from the append that m
 session meet its threshold (the first since its last summary) to the commit of its next
 summary. "no leases" and "before" run the worker as it was before leases
 (MEM.SUMMARIZE_CHECK then MEM.SUMMARIZE: every worker that hears an event summarizes)
-and send no MSGID.""")
+and send no MSGID.
+
+Where v2 still evicts (the busier load), it is in bursts: a turn brings up to 7
+messages, more than the 6 of headroom at the default 30-message cap, while all 3
+workers are in LLM calls. A larger headroom does not cure that at this load: each
+summary then covers fewer messages, so the workers need more calls and fall further
+behind; more workers (or a faster LLM) do.""")
     return "\n".join(out)
 
 
