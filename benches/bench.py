@@ -15,6 +15,8 @@ Parts:
   4  MEMORY USAGE of 1,000 sessions of 30 x 600 B vs lists (and streams)
   5  token counting (from the tokenizer bench's output)
   6  PING latency while 1 MB / 4 MB messages are appended (async and inline count)
+  7  load simulation: agents, summarizer workers, client retries (benches/agent_sim.py;
+     headroom / leases / MSGIDs against headroom 0 and without them)
 """
 
 import argparse
@@ -757,6 +759,44 @@ def part6(srv, res, a):
         res.target("PING p99 < 1 ms while 4 MB messages are appended", "not measured", None, "")
 
 
+# --------------------------------------------------------------------------- part 7
+
+def part7(srv, res, a):
+    """The agent/summarizer load simulation (its own servers; benches/agent_sim.py)."""
+    import agent_sim
+    sim = argparse.Namespace(module=a.module, workdir=a.workdir, sessions="12" if a.quick else "24,12",
+                             turns=6 if a.quick else 12, workers=3, scale=0.2, retry_share=0.1)
+    runs = agent_sim.run_loads(sim)
+    res.values["part7"] = agent_sim.section(runs, sim)
+    for sessions, results, errors, _ in runs:
+        for e in errors:
+            res.row("7", f"{sessions} sessions: FAILED", e)
+        v2, before = results.get("v2"), results.get("before")
+        if not v2 or not before:
+            continue
+        res.row("7", f"{sessions} agent sessions: evicted without a summary (v2 / before)",
+                f"{v2['evicted_unsummarized']:,}", f"before: {before['evicted_unsummarized']:,}")
+        res.row("7", f"{sessions} agent sessions: wasted LLM calls per summary (v2 / before)",
+                f"{v2['wasted_per_summary']:.2f}", f"before: {before['wasted_per_summary']:.2f}")
+        res.row("7", f"{sessions} agent sessions: duplicate messages stored (v2 / before)",
+                f"{v2['stored_twice']:,}", f"before: {before['stored_twice']:,}")
+        res.row("7", f"{sessions} agent sessions: summarizer latency p50 / p99, real s (v2)",
+                f"{v2['latency_p50'] / sim.scale:.1f} / {v2['latency_p99'] / sim.scale:.1f}",
+                f"before: {before['latency_p50'] / sim.scale:.1f} / {before['latency_p99'] / sim.scale:.1f}")
+    keeps_up = [r for n, r, _, _ in runs if n == min(x[0] for x in runs)]
+    allv2 = [r["v2"] for _, r, _, _ in runs if "v2" in r]
+    if allv2:
+        dup = sum(r["stored_twice"] for r in allv2)
+        res.target("agents: duplicate messages stored with MSGIDs = 0", f"{dup}", dup == 0)
+        wasted = sum(r["wasted_llm_calls"] for r in allv2)
+        res.target("agents: wasted LLM calls with leases = 0", f"{wasted} of {sum(r['llm_calls'] for r in allv2)}", wasted == 0)
+    if keeps_up and "v2" in keeps_up[0]:
+        v2 = keeps_up[0]["v2"]
+        res.target("agents: evicted without a summary = 0 when the summarizer keeps up",
+                   f"{v2['evicted_unsummarized']} (before: {keeps_up[0].get('before', {}).get('evicted_unsummarized', 'n/a')})",
+                   v2["evicted_unsummarized"] == 0, f"{min(x[0] for x in runs)} sessions, workers in LLM calls {v2['busy']:.0%} of the time")
+
+
 # --------------------------------------------------------------------------- perf (optional)
 
 def maybe_perf(a, srv, name):
@@ -846,6 +886,8 @@ loopback).
 
 {table}
 
+{res.values.get("part7", "")}
+
 ## Token counting (cargo bench --bench tokenizer)
 
 {tok_lines or "(the tokenizer bench did not run)"}
@@ -914,7 +956,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs/PERFORMANCE.md"))
     ap.add_argument("--workdir", default=os.path.join(ROOT, "target/bench"))
     ap.add_argument("--command", default="make bench")
-    ap.add_argument("--parts", default="5,1,2,3,4,6")
+    ap.add_argument("--parts", default="5,1,2,3,4,6,7")
     ap.add_argument("--quick", action="store_true", help="smaller counts (a smoke run)")
     ap.add_argument("--perf", action="store_true", help="perf record the server during part 1")
     ap.add_argument("--tok-secs", dest="tok_secs", default=os.environ.get("BENCH_SECS", "0.6"))
@@ -958,13 +1000,16 @@ def main():
         "3": ["MEM.GET of 30 messages <= 1.0 x XRANGE (server CPU)"],
         "4": ["MEMORY USAGE of a session <= 1.10 x list with the same contents"],
         "6": ["PING p99 < 1 ms while 4 MB messages are appended"],
+        "7": ["agents: duplicate messages stored with MSGIDs = 0",
+              "agents: wasted LLM calls with leases = 0",
+              "agents: evicted without a summary = 0 when the summarizer keeps up"],
     }
     for p in parts:
         for name in target_parts.get(p, []):
             res.target(name, "not measured", None, "the part failed (see the results)")
     try:
         srv.start()
-        funcs = {"1": part1, "2": part2, "3": part3, "4": part4, "6": part6}
+        funcs = {"1": part1, "2": part2, "3": part3, "4": part4, "6": part6, "7": part7}
         for p in parts:
             log(f"== part {p}")
             t = time.time()

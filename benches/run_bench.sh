@@ -7,7 +7,8 @@
 # (target/venv if it exists, else target/venv-bench), runs the tokenizer bench
 # (cargo bench --bench tokenizer), then benches/bench.py, which starts its own
 # redis-server on a free loopback port, prints one table and writes
-# docs/PERFORMANCE.md. About 3-5 minutes on a 2-core machine (plus the first
+# docs/PERFORMANCE.md (part 7, benches/agent_sim.py, simulates agents and summarizer
+# workers for about 45 s). About 3-5 minutes on a 2-core machine (plus the first
 # compilation of the tokenizer bench). Extra arguments go to bench.py.
 set -u -o pipefail
 

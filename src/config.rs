@@ -18,6 +18,8 @@ pub static MAX_MESSAGES: AtomicI64 = AtomicI64::new(30);
 pub static SUMMARIZE_RATIO: AtomicI64 = AtomicI64::new(15);
 pub static SUMMARIZE_FALLBACK_TOKENS: AtomicI64 = AtomicI64::new(15_000);
 pub static SUMMARIZE_KEEP: AtomicI64 = AtomicI64::new(10);
+/// Percent of the caps kept free below the summarize thresholds.
+pub static SUMMARIZE_HEADROOM: AtomicI64 = AtomicI64::new(20);
 pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(4 * 1024 * 1024);
 pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
 /// Testing knob (as Redis's own `key-load-delay`): a worker waits this long
@@ -84,6 +86,7 @@ pub struct Config {
     pub summarize_ratio: u64,
     pub summarize_fallback_tokens: u64,
     pub summarize_keep: u64,
+    pub summarize_headroom: u64,
     pub default_model: String,
     pub default_encoding: Encoding,
     pub max_message_bytes: u64,
@@ -104,6 +107,7 @@ impl Config {
             summarize_ratio: get(&SUMMARIZE_RATIO),
             summarize_fallback_tokens: get(&SUMMARIZE_FALLBACK_TOKENS),
             summarize_keep: get(&SUMMARIZE_KEEP),
+            summarize_headroom: get(&SUMMARIZE_HEADROOM),
             default_model: lock(&DEFAULT_MODEL_CONFIG.0).to_string(),
             default_encoding: match *lock(&DEFAULT_ENCODING) {
                 EncodingConfig::o200k_base => Encoding::O200kBase,

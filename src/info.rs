@@ -18,7 +18,7 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
         let (threads, queued) = crate::pool::gauges();
         let in_flight = crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
-        let fields: [(&str, u64); 20] = [
+        let fields: [(&str, u64); 24] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
             ("tokens_counted", read(&stats::TOKENS_COUNTED)),
@@ -39,6 +39,10 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("resumed_refused", read(&stats::RESUMED_REFUSED)),
             ("encodings_load_usec", read(&stats::ENCODINGS_LOAD_MICROS)),
             ("encodings_memory_bytes", read(&stats::ENCODINGS_MEMORY_BYTES)),
+            ("duplicates", read(&stats::DUPLICATES)),
+            ("leases_granted", read(&stats::LEASES_GRANTED)),
+            ("leases_busy", read(&stats::LEASES_BUSY)),
+            ("summaries_refused_lease", read(&stats::SUMMARIES_REFUSED_LEASE)),
         ];
         for (name, value) in fields {
             raw::add_info_field_unsigned_long_long(ctx, name, value);

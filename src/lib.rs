@@ -142,6 +142,7 @@ command!(mem_append_batch, commands::append_batch);
 command!(mem_get, commands::get);
 command!(mem_summarize_check, commands::summarize_check);
 command!(mem_summarize, commands::summarize);
+command!(mem_summarize_begin, commands::summarize_begin);
 command!(mem_extset, commands::ext_set);
 command!(mem_extget, commands::ext_get);
 command!(mem_import, commands::import);
@@ -174,6 +175,7 @@ redis_module! {
         ["mem.get", mem_get, "readonly", 1, 1, 1, ""],
         ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, ""],
         ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, ""],
+        ["mem.summarize_begin", mem_summarize_begin, "write deny-oom", 1, 1, 1, ""],
         ["mem.extset", mem_extset, "write deny-oom", 1, 1, 1, ""],
         ["mem.extget", mem_extget, "readonly", 1, 1, 1, ""],
         ["mem.import", mem_import, "write deny-oom", 1, 1, 1, ""],
@@ -196,6 +198,7 @@ redis_module! {
             ["summarize-ratio", &config::SUMMARIZE_RATIO, 15, 1, 100, ConfigurationFlags::DEFAULT, None],
             ["summarize-fallback-tokens", &config::SUMMARIZE_FALLBACK_TOKENS, 15_000, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ["summarize-keep", &config::SUMMARIZE_KEEP, 10, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["summarize-headroom", &config::SUMMARIZE_HEADROOM, 20, 0, 90, ConfigurationFlags::DEFAULT, None],
             ["max-message-bytes", &config::MAX_MESSAGE_BYTES, 4_194_304, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
             ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, 65_536, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
             ["count-threads", &config::COUNT_THREADS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| pool::resize()))],

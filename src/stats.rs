@@ -22,6 +22,15 @@ pub static ENCODINGS_LOAD_MICROS: AtomicU64 = AtomicU64::new(0);
 /// replica, OOM).
 pub static RESUMED_REFUSED: AtomicU64 = AtomicU64::new(0);
 pub static ENCODINGS_MEMORY_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Retried writes recognised (MSGID, or the same summary again): answered
+/// as the original, nothing stored.
+pub static DUPLICATES: AtomicU64 = AtomicU64::new(0);
+/// Summarizer leases granted by MEM.SUMMARIZE_BEGIN, and the calls told
+/// `lease 0` because another worker's lease was live.
+pub static LEASES_GRANTED: AtomicU64 = AtomicU64::new(0);
+pub static LEASES_BUSY: AtomicU64 = AtomicU64::new(0);
+/// Summaries refused because another worker's lease was live.
+pub static SUMMARIES_REFUSED_LEASE: AtomicU64 = AtomicU64::new(0);
 
 pub fn add(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Ordering::Relaxed);

@@ -242,7 +242,7 @@ fn map_replies_resp2_flat_arrays_and_resp3_maps() {
         };
         for i in 0..4 {
             let v = ok(con, &["MEM.APPEND", key, "user", &format!("message {i}")]);
-            assert!(is_map(&v, 6), "APPEND resp3={resp3}: {v:?}");
+            assert!(is_map(&v, 7), "APPEND resp3={resp3}: {v:?}");
             assert_eq!(names(&as_fields(v)), OUTCOME_FIELDS);
         }
         let v = ok(con, &["MEM.GET", key]);
@@ -253,7 +253,7 @@ fn map_replies_resp2_flat_arrays_and_resp3_maps() {
         assert!(is_map(&v, 8), "SUMMARIZE_CHECK resp3={resp3}: {v:?}");
         assert_eq!(names(&as_fields(v)), CHECK_FIELDS);
         let v = ok(con, &["MEM.SUMMARIZE", key, "2", "a summary"]);
-        assert!(is_map(&v, 6), "SUMMARIZE resp3={resp3}: {v:?}");
+        assert!(is_map(&v, 7), "SUMMARIZE resp3={resp3}: {v:?}");
         assert_eq!(names(&as_fields(v)), OUTCOME_FIELDS);
         let v = ok(con, &["MEM.GET", key]);
         let Value::Array(items) = &v else { panic!("GET: {v:?}") };
@@ -269,7 +269,7 @@ fn map_replies_resp2_flat_arrays_and_resp3_maps() {
         assert_eq!(ext, ["n8n"]);
         let imported = format!("{key}:imp");
         let v = ok(con, &["MEM.IMPORT", &imported, r#"{"conversation_history":[{"role":"user","content":"hi"}]}"#]);
-        assert!(is_map(&v, 6), "IMPORT resp3={resp3}: {v:?}");
+        assert!(is_map(&v, 7), "IMPORT resp3={resp3}: {v:?}");
         assert_eq!(names(&as_fields(v)), OUTCOME_FIELDS);
         let v = ok(con, &["MEM.GET", key, "AFTER", "2", "FORMAT", "JSON"]);
         assert!(matches!(v, Value::BulkString(_) | Value::VerbatimString { .. }), "FORMAT JSON is one string: {v:?}");

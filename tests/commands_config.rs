@@ -23,6 +23,7 @@ fn config_get_set_every_mem_config() {
         ("mem.summarize-ratio", "15", "50"),
         ("mem.summarize-fallback-tokens", "15000", "999"),
         ("mem.summarize-keep", "10", "0"),
+        ("mem.summarize-headroom", "20", "0"),
         ("mem.default-model", "gpt-4o", "claude-3-5-sonnet"),
         ("mem.default-encoding", "o200k_base", "cl100k_base"),
         ("mem.max-message-bytes", "4194304", "1048576"),
@@ -58,6 +59,8 @@ fn config_get_set_every_mem_config() {
         ("mem.ext-ttl", "0"),
         ("mem.summarize-fallback-tokens", "0"),
         ("mem.summarize-keep", "-1"),
+        ("mem.summarize-headroom", "-1"),
+        ("mem.summarize-headroom", "91"),
         ("mem.default-model", ""),
         ("mem.max-message-bytes", "0"),
     ] {
@@ -88,8 +91,16 @@ fn new_sessions_use_the_config() {
     assert_eq!((int_field(&i, "maxmsgs"), int_field(&i, "maxtokens"), int_field(&i, "ttl"), int_field(&i, "messages")), (3, 5000, 120, 3));
     let p = int(&mut con, &["PTTL", "new"]);
     assert!(p > 115_000 && p <= 120_000, "{p}");
+    // The caps less mem.summarize-headroom (20%), rounded up: 3 stays 3.
+    let c = check(&mut con, "new", &[]);
+    assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (4000, 3));
+    ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "50"]);
+    let c = check(&mut con, "new", &[]);
+    assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (2500, 2));
+    ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "0"]);
     let c = check(&mut con, "new", &[]);
     assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (5000, 3));
+    ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "20"]);
     // Existing sessions keep their own settings.
     let i = info(&mut con, "old");
     assert_eq!((int_field(&i, "maxmsgs"), int_field(&i, "maxtokens"), int_field(&i, "ttl"), int_field(&i, "messages")), (30, 80_000, 86_400, 6));

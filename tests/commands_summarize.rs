@@ -16,10 +16,12 @@ use std::time::Duration;
 fn thresholds_by_model_and_context() {
     let server = Server::start();
     let mut con = server.client();
+    // 15% of the window, never above maxtokens less mem.summarize-headroom
+    // (20%: 64,000 of 80,000).
     let cases = [
         ("gpt-4o", 19_200i64, 128_000i64),
         ("claude-3-5-sonnet", 30_000, 200_000),
-        ("gpt-4.1", 80_000, 1_047_576),
+        ("gpt-4.1", 64_000, 1_047_576),
         ("my-own-llm", 15_000, 0),
     ];
     for (model, threshold, window) in cases {
@@ -29,7 +31,7 @@ fn thresholds_by_model_and_context() {
         let c = check(&mut con, &k, &[]);
         assert_eq!(names(&c), CHECK_FIELDS);
         assert_eq!(int_field(&c, "threshold_tokens"), threshold, "{model}");
-        assert_eq!(int_field(&c, "threshold_messages"), 30);
+        assert_eq!(int_field(&c, "threshold_messages"), 24, "30 less 20%");
         let i = info(&mut con, &k);
         assert_eq!(str_field(&i, "model"), model);
         assert_eq!(int_field(&i, "context_window"), window, "{model}");
@@ -41,16 +43,22 @@ fn thresholds_by_model_and_context() {
         assert_unchanged(&mut con, "base", &before, "SUMMARIZE_CHECK MODEL");
         assert_eq!(str_field(&info(&mut con, "base"), "model"), "gpt-4o");
     }
-    // CONTEXT n: 15% of n, capped by maxtokens.
-    for (ctx, expect) in [(10_000, 1_500), (200_000, 30_000), (10_000_000, 80_000)] {
+    // CONTEXT n: 15% of n, capped by maxtokens less the headroom.
+    for (ctx, expect) in [(10_000, 1_500), (200_000, 30_000), (10_000_000, 64_000)] {
         let c = check(&mut con, "base", &["CONTEXT", &ctx.to_string()]);
         assert_eq!(int_field(&c, "threshold_tokens"), expect, "CONTEXT {ctx}");
     }
-    // The session's maxtokens caps the threshold; maxmsgs is threshold_messages.
+    // The session's caps less the headroom cap the thresholds (12 less 20%
+    // is 9.6, rounded up).
     append(&mut con, "small", "user", "hi", &["MAXTOKENS", "5000", "MAXMSGS", "12"]);
     let c = check(&mut con, "small", &[]);
-    assert_eq!(int_field(&c, "threshold_tokens"), 5_000);
-    assert_eq!(int_field(&c, "threshold_messages"), 12);
+    assert_eq!(int_field(&c, "threshold_tokens"), 4_000);
+    assert_eq!(int_field(&c, "threshold_messages"), 10);
+    // Headroom 0: the rule before it existed, thresholds at the caps.
+    ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "0"]);
+    let c = check(&mut con, "small", &[]);
+    assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (5_000, 12));
+    ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "20"]);
     let c = check(&mut con, "small", &["CONTEXT", "20000"]);
     assert_eq!(int_field(&c, "threshold_tokens"), 3_000);
     // A missing key reads as an empty session.

@@ -294,6 +294,9 @@ impl Gen {
                 opt(&mut c, "MAXTOKENS", mt, &mut self.rng);
                 let mm = self.rng.gen_range(1..40u64).to_string().into_bytes();
                 opt(&mut c, "MAXMSGS", mm, &mut self.rng);
+                // Few msgids, so retries (held and departed) come up.
+                let msgid = format!("m{}", self.rng.gen_range(0..30)).into_bytes();
+                opt(&mut c, "MSGID", msgid, &mut self.rng);
             }
             3 => {
                 c = vec![s("MEM.GET"), key];
@@ -307,7 +310,12 @@ impl Gen {
                 opt(&mut c, "FORMAT", f, &mut self.rng);
             }
             4 => {
-                c = vec![s("MEM.SUMMARIZE_CHECK"), key];
+                c = if self.rng.gen_bool(0.5) {
+                    vec![s("MEM.SUMMARIZE_CHECK"), key]
+                } else {
+                    let lease_ms = s(*self.pick(&["1", "50", "60000", "86400000"]));
+                    vec![s("MEM.SUMMARIZE_BEGIN"), key, lease_ms]
+                };
                 let m = s(*self.pick(&["gpt-4o", "gpt-4.1", "unknown"]));
                 opt(&mut c, "MODEL", m, &mut self.rng);
                 let n = self.number();
@@ -318,6 +326,8 @@ impl Gen {
             5 => {
                 let upto = self.number();
                 c = vec![s("MEM.SUMMARIZE"), key, upto, format!("summary {}", self.rng.gen::<u16>()).into_bytes()];
+                let token = self.rng.gen_range(1..5u64).to_string().into_bytes();
+                opt(&mut c, "LEASE", token, &mut self.rng);
             }
             6 => {
                 let sys = s(*self.pick(&["dify", "n8n", "", "x"]));
@@ -357,7 +367,7 @@ impl Gen {
             // Pure noise after a MEM.* name.
             let name = self.pick(&[
                 "MEM.APPEND", "MEM.GET", "MEM.SUMMARIZE_CHECK", "MEM.SUMMARIZE", "MEM.EXTSET", "MEM.EXTGET",
-                "MEM.IMPORT", "MEM.INFO", "MEM._APPLY", "MEM._PUT", "mem.append",
+                "MEM.IMPORT", "MEM.INFO", "MEM._APPLY", "MEM._PUT", "mem.append", "MEM.SUMMARIZE_BEGIN",
             ]);
             let mut c = vec![name.as_bytes().to_vec()];
             for _ in 0..self.rng.gen_range(0..7) {

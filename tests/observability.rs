@@ -164,7 +164,7 @@ fn command_docs_and_key_specs_are_served() {
             a.iter().find(|(k, _)| k == "token").map(|(_, v)| redis::from_redis_value(v).unwrap())
         })
         .collect();
-    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE"]);
+    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE", "MSGID"]);
 
     // Key specs: reads are RO, writes RW (IMPORT: OW), all at argument 1.
     let commands = [
@@ -172,6 +172,7 @@ fn command_docs_and_key_specs_are_served() {
         ("mem.append", "RW"),
         ("mem.import", "OW"),
         ("mem.info", "RO"),
+        ("mem.summarize_begin", "RW"),
         ("mem.attrset", "update"),
         ("mem.attrset", "RW"),
         ("mem.attrdel", "update"),

@@ -126,6 +126,11 @@ pub fn check_model(model: &str) -> Result<(), RedisError> {
     crate::session::check_model(model).map_err(|e| err(format!("ERR {e}")))
 }
 
+/// MSGID (and a batch item's `msgid`): 1 to 128 bytes.
+pub fn check_msgid(msgid: &str) -> Result<(), RedisError> {
+    crate::session::check_msgid(msgid).map_err(|e| err(format!("ERR {e}")))
+}
+
 /// Content (or summary text) must fit `mem.max-message-bytes`.
 pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
     if len as u64 > max {

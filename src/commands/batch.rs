@@ -3,6 +3,7 @@
 //! which cannot wait for a worker: a large batch is parsed and counted on
 //! the pool like a large MEM.APPEND.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
@@ -13,12 +14,12 @@ use super::args::{err, Options};
 use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
 use super::reply::Reply;
 use super::model_switch;
-use super::{finish_write, Events, now_ms, settings_thresholds, write_outcome, Propagate, SettingsOptions};
+use super::{finish_write, Events, now_ms, session_thresholds, settings_thresholds, write_outcome, Propagate, SettingsOptions};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
-use crate::session::{next_id, Message, Op, Recounted, MAX_ROLE_BYTES, MAX_TS};
-use crate::stats::count_message;
+use crate::session::{next_id, Message, Op, Recounted, Session, Settings, MAX_ROLE_BYTES, MAX_TS};
+use crate::stats::{self, count_message};
 use crate::tokenizer::Encoding;
 
 /// Most messages one batch may carry.
@@ -33,6 +34,8 @@ struct Item<'a> {
     ts: Option<u64>,
     #[serde(default, borrow)]
     meta: Option<&'a RawValue>,
+    #[serde(default)]
+    msgid: Option<String>,
 }
 
 /// A batch message, checked, with its tokens.
@@ -42,6 +45,7 @@ struct Counted {
     content: Arc<str>,
     ts: Option<i64>,
     meta: Option<String>,
+    msgid: Option<String>,
     tokens: u64,
 }
 
@@ -62,7 +66,7 @@ fn parse(bytes: &[u8], encoding: Encoding, max_message_bytes: u64) -> Parsed {
 fn parse_items(bytes: &[u8], max_message_bytes: u64) -> Result<Vec<Counted>, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "messages is not valid UTF-8".to_owned())?;
     let items: Vec<Item> = serde_json::from_str(text).map_err(|e| {
-        format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?}} objects: {e}")
+        format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?,\"msgid\"?}} objects: {e}")
     })?;
     if items.is_empty() || items.len() > MAX_BATCH {
         return Err(format!("a batch holds 1 to {MAX_BATCH} messages"));
@@ -96,7 +100,10 @@ fn check(item: Item, max_message_bytes: u64) -> Result<Counted, String> {
         }
         None => None,
     };
-    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, tokens: 0 })
+    if let Some(msgid) = &item.msgid {
+        crate::session::check_msgid(msgid)?;
+    }
+    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, msgid: item.msgid, tokens: 0 })
 }
 
 fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
@@ -104,6 +111,46 @@ fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
         m.tokens = count_message(encoding, &m.role, &m.content);
     }
     messages
+}
+
+/// One message of a batch: appended, or a retry of a message the session
+/// holds (or held), or of an earlier one of the batch, by msgid.
+enum Step {
+    New(Op),
+    Duplicate { id: u64, tokens: u64 },
+}
+
+/// The steps of a batch: ids from `last_id` up for the new messages.
+fn steps(messages: Vec<Counted>, session: Option<&Session>, settings: &Settings, now: i64) -> Result<Vec<Step>, RedisError> {
+    let mut last_id = session.map_or(0, |s| s.last_id);
+    // msgid -> (id, tokens) of the batch's own new messages (a batch holds
+    // up to MAX_BATCH: a map, not a scan per item).
+    let mut batch_msgids: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut steps = Vec::with_capacity(messages.len());
+    for m in messages {
+        if let Some(msgid) = &m.msgid {
+            let earlier = batch_msgids.get(msgid).copied();
+            if let Some((id, tokens)) = earlier.or_else(|| session.and_then(|s| s.find_msgid(msgid))) {
+                steps.push(Step::Duplicate { id, tokens });
+                continue;
+            }
+        }
+        last_id = next_id(last_id).map_err(super::error::session)?;
+        if let Some(msgid) = &m.msgid {
+            batch_msgids.insert(msgid.clone(), (last_id, m.tokens));
+        }
+        let message = Message {
+            id: last_id,
+            role: m.role.into(),
+            content: m.content,
+            ts: m.ts.unwrap_or(now),
+            tokens: m.tokens,
+            meta: m.meta.map(Box::from),
+        };
+        let msgid = m.msgid.map(Box::from);
+        steps.push(Step::New(Op::Append { now, settings: settings.clone(), message, msgid }));
+    }
+    Ok(steps)
 }
 
 /// MEM.APPENDBATCH key messages [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n]
@@ -161,38 +208,53 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         messages = count(messages, encoding);
     }
     let now = now_ms();
-    let mut last_id = key.session().map_or(0, |s| s.last_id);
-    let ops: Vec<Op> = messages
-        .into_iter()
-        .map(|m| {
-            last_id = next_id(last_id).map_err(super::error::session)?;
-            let message = Message {
-                id: last_id,
-                role: m.role.into(),
-                content: m.content,
-                ts: m.ts.unwrap_or(now),
-                tokens: m.tokens,
-                meta: m.meta.map(Box::from),
-            };
-            Ok(Op::Append { now, settings: settings.clone(), message })
-        })
-        .collect::<Result<_, RedisError>>()?;
-
-    // Everything is validated; from here on the write cannot fail (an op is
-    // refused only for an id that is not increasing, checked above).
-    let session = key.session_or_create(|| ops.first().and_then(Op::new_session))?;
-    // A new tokenizer: the session re-counted first (replicated as an op).
-    model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
-    let how = Propagate::Ops(ops.iter().map(persistence::encode_op).collect());
+    let steps = steps(messages, key.session(), &settings, now)?;
     let thresholds = settings_thresholds(&settings, &cfg);
-    let mut outcomes = Vec::with_capacity(ops.len());
-    for op in ops {
-        let outcome = session.apply(op).map_err(super::error::session)?;
-        outcomes.push((outcome, session.meets(thresholds)));
+    let mut outcomes = Vec::with_capacity(steps.len());
+    if steps.iter().all(|s| matches!(s, Step::Duplicate { .. })) {
+        // A batch retried whole: nothing changes, nothing is replicated.
+        if let Some(session) = key.session() {
+            let threshold = session.meets(session_thresholds(session, &cfg));
+            for step in &steps {
+                if let Step::Duplicate { id, tokens } = step {
+                    outcomes.push((session.duplicate_outcome(*id, *tokens), threshold));
+                }
+            }
+            stats::add(&stats::DUPLICATES, outcomes.len() as u64);
+        }
+    } else {
+        // Everything is validated; from here on the write cannot fail (an
+        // op is refused only for an id that is not increasing, checked above).
+        let first = steps.iter().find_map(|s| match s {
+            Step::New(op) => op.new_session(),
+            Step::Duplicate { .. } => None,
+        });
+        let session = key.session_or_create(|| first)?;
+        // A new tokenizer: the session re-counted first (replicated as an op).
+        model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
+        let how = Propagate::Ops(
+            steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::New(op) => Some(persistence::encode_op(op)),
+                    Step::Duplicate { .. } => None,
+                })
+                .collect(),
+        );
+        for step in steps {
+            let outcome = match step {
+                Step::New(op) => session.apply(op).map_err(super::error::session)?,
+                Step::Duplicate { id, tokens } => {
+                    stats::add(&stats::DUPLICATES, 1);
+                    session.duplicate_outcome(id, tokens)
+                }
+            };
+            outcomes.push((outcome, session.meets(thresholds)));
+        }
+        let expiry = session.key_expiry(now);
+        let events = Events::appends(&outcomes);
+        finish_write(ctx, keyname, &key, how, expiry, now, &events);
     }
-    let expiry = session.key_expiry(now);
-    let events = Events::appends(&outcomes);
-    finish_write(ctx, keyname, &key, how, expiry, now, &events);
     let reply = Reply::new(ctx);
     reply.array(outcomes.len());
     for (outcome, summarize) in &outcomes {

@@ -20,9 +20,15 @@ pub fn internal() -> RedisError {
     RedisError::Str("ERR redis-mem internal error (see the server log)")
 }
 
-/// A rule of the session core refused the write.
+/// A rule of the session core refused the write. Another worker's live
+/// lease has a code of its own (as BUSYKEY or NOSCRIPT), so a summarizer
+/// tells "someone else is on it" from a stale summary without parsing text.
 pub fn session(e: SessionError) -> RedisError {
-    err(format!("ERR {e}"))
+    let code = match e {
+        SessionError::LeaseHeld { .. } => "LEASED",
+        _ => "ERR",
+    };
+    err(format!("{code} {e}"))
 }
 
 /// Error replies are one line of ASCII: an error that echoes client input

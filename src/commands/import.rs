@@ -122,6 +122,7 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
         total_tokens: session.total_tokens,
         messages: session.message_count(),
         trimmed,
+        duplicate: false,
     };
     let expiry = session.key_expiry(now);
     key.put(session)?;

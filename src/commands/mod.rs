@@ -12,6 +12,7 @@ mod ext;
 mod model_switch;
 mod import;
 mod internal;
+mod lease;
 mod read;
 pub mod reply;
 mod write;
@@ -32,6 +33,7 @@ pub use batch::append_batch;
 pub use ext::{ext_get, ext_set};
 pub use import::import;
 pub use internal::{apply, put};
+pub use lease::summarize_begin;
 pub use read::{get, info, summarize_check};
 pub use write::{append, summarize};
 
@@ -182,10 +184,11 @@ impl Events {
         self
     }
 
-    /// The events of appends (each with whether it met the threshold).
+    /// The events of appends (each with whether it met the threshold); a
+    /// retry recognised (`duplicate`) changed nothing and has none.
     pub fn appends(outcomes: &[(Outcome, bool)]) -> Events {
         let mut events = Events::default();
-        for (outcome, threshold) in outcomes {
+        for (outcome, threshold) in outcomes.iter().filter(|(o, _)| !o.duplicate) {
             events.add(Write::Append, outcome.trimmed, *threshold);
         }
         events
@@ -194,7 +197,7 @@ impl Events {
 
 /// The summarization thresholds of `settings` under the current config.
 pub fn thresholds(settings: &Settings, cfg: &Config, window: Option<u64>) -> Thresholds {
-    Thresholds::new(window, cfg.summarize_ratio, cfg.summarize_fallback_tokens, settings)
+    Thresholds::new(window, cfg.summarize_ratio, cfg.summarize_fallback_tokens, settings, cfg.summarize_headroom)
 }
 
 pub fn session_thresholds(session: &Session, cfg: &Config) -> Thresholds {
@@ -241,13 +244,7 @@ pub fn finish_write(
     events: &Events,
 ) {
     match how {
-        Propagate::Op(header, content) => {
-            let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_op(&header));
-            match content {
-                Some(c) => ctx.replicate("MEM._APPLY", &[keyname, &payload, c]),
-                None => ctx.replicate("MEM._APPLY", &[keyname, &payload]),
-            }
-        }
+        Propagate::Op(header, content) => replicate_op(ctx, keyname, &header, content),
         Propagate::Ops(ops) => {
             for op in &ops {
                 let payload = RedisString::create_from_slice(ctx.ctx, op);
@@ -273,6 +270,23 @@ pub fn finish_write(
     }
 }
 
+/// Replicates one op (its [`Op::header`]) and the appended content, if any,
+/// as the client's own argument (not copied).
+pub fn replicate_op(ctx: &Context, keyname: &RedisString, header: &Op, content: Option<&RedisString>) {
+    let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_op(header));
+    match content {
+        Some(c) => ctx.replicate("MEM._APPLY", &[keyname, &payload, c]),
+        None => ctx.replicate("MEM._APPLY", &[keyname, &payload]),
+    }
+}
+
+/// The reply of a write recognised as a retry (`outcome.duplicate`):
+/// nothing changed, so nothing is replicated, notified or refreshed.
+pub fn reply_duplicate(ctx: &Context, session: &Session, outcome: &Outcome, cfg: &Config) -> RedisResult {
+    stats::add(&stats::DUPLICATES, 1);
+    reply_outcome(ctx, outcome, session.meets(session_thresholds(session, cfg)))
+}
+
 /// The reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT.
 pub fn reply_outcome(ctx: &Context, outcome: &Outcome, summarize: bool) -> RedisResult {
     write_outcome(&reply::Reply::new(ctx), outcome, summarize);
@@ -282,13 +296,14 @@ pub fn reply_outcome(ctx: &Context, outcome: &Outcome, summarize: bool) -> Redis
 /// One outcome map (also each element of MEM.APPENDBATCH's reply).
 pub fn write_outcome(reply: &reply::Reply, outcome: &Outcome, summarize: bool) {
     reply
-        .map(6)
+        .map(7)
         .field_int("id", outcome.id)
         .field_int("tokens", outcome.tokens)
         .field_int("total_tokens", outcome.total_tokens)
         .field_int("messages", outcome.messages)
         .field_int("trimmed", outcome.trimmed)
-        .field_int("summarize", u64::from(summarize));
+        .field_int("summarize", u64::from(summarize))
+        .field_int("duplicate", u64::from(outcome.duplicate));
 }
 
 /// Positional arguments: exactly `min` or more (options follow).

@@ -9,7 +9,7 @@ use super::{arity, default_settings, now_ms, thresholds};
 use crate::config::Config;
 use crate::json_format;
 use crate::key::SessionKey;
-use crate::session::{Message, Selection, Session};
+use crate::session::{Message, Selection, Session, SummarizeCheck, Thresholds};
 use crate::tokenizer;
 
 /// MEM.GET key [LAST n] [AFTER id] [BUDGET tokens] [FORMAT RESP|JSON]
@@ -54,14 +54,14 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             .field_int("tokens", s.tokens);
     }
     for m in a.iter().chain(b) {
-        reply_message(&reply, m);
+        reply_message(&reply, m, session.and_then(|s| s.msgids.of(m.id)));
     }
     Ok(RedisValue::NoReply)
 }
 
-fn reply_message(reply: &Reply, m: &Message) {
+fn reply_message(reply: &Reply, m: &Message, msgid: Option<&str>) {
     reply
-        .map(5 + usize::from(m.meta.is_some()))
+        .map(5 + usize::from(m.meta.is_some()) + usize::from(msgid.is_some()))
         .field_int("id", m.id)
         .field_str("role", &m.role)
         .field_str("content", &m.content)
@@ -71,22 +71,69 @@ fn reply_message(reply: &Reply, m: &Message) {
     if let Some(meta) = &m.meta {
         reply.field_str("meta", meta);
     }
+    if let Some(msgid) = msgid {
+        reply.field_str("msgid", msgid);
+    }
+}
+
+/// The options of MEM.SUMMARIZE_CHECK and MEM.SUMMARIZE_BEGIN:
+/// `[MODEL name | CONTEXT tokens] [KEEP n]`.
+pub struct CheckOptions<'a> {
+    model: Option<&'a str>,
+    context: Option<u64>,
+    pub keep: u64,
+}
+
+impl<'a> CheckOptions<'a> {
+    pub const NAMES: [&'static str; 3] = ["MODEL", "CONTEXT", "KEEP"];
+
+    pub fn parse(opts: &Options<'a>, cfg: &Config) -> Result<CheckOptions<'a>, redis_module::RedisError> {
+        if opts.has("MODEL") && opts.has("CONTEXT") {
+            return Err(err("ERR MODEL and CONTEXT options at the same time are not compatible".to_owned()));
+        }
+        let model = opts.str("MODEL")?;
+        if let Some(m) = model {
+            args::check_model(m)?;
+        }
+        let context = opts.u64("CONTEXT", 1)?;
+        let keep = opts.u64("KEEP", 0)?.unwrap_or(cfg.summarize_keep);
+        Ok(CheckOptions { model, context, keep })
+    }
+
+    /// The thresholds of `session` for the window these options name (the
+    /// session's model's by default).
+    pub fn thresholds(&self, session: &Session, cfg: &Config) -> Thresholds {
+        let window = match (self.model, self.context) {
+            (_, Some(tokens)) => Some(tokens),
+            (Some(m), None) => tokenizer::context_window(m),
+            (None, None) => tokenizer::context_window(&session.settings.model),
+        };
+        thresholds(&session.settings, cfg, window)
+    }
+}
+
+/// The fields of the MEM.SUMMARIZE_CHECK map, after `map(n)` announced
+/// them (MEM.SUMMARIZE_BEGIN adds its own after these).
+pub const CHECK_FIELDS: usize = 8;
+
+pub fn write_check(reply: &Reply, check: &SummarizeCheck) {
+    reply
+        .field_int("summarize", u64::from(check.summarize))
+        .field_int("total_tokens", check.total_tokens)
+        .field_int("messages", check.messages)
+        .field_int("threshold_tokens", check.thresholds.tokens)
+        .field_int("threshold_messages", check.thresholds.messages)
+        .field_int("keep", check.keep)
+        .field_int("upto", check.upto)
+        .field_int("upto_tokens", check.upto_tokens);
 }
 
 /// MEM.SUMMARIZE_CHECK key [MODEL name | CONTEXT tokens] [KEEP n]
 pub fn summarize_check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 2)?;
-    let opts = Options::parse(&args[2..], &["MODEL", "CONTEXT", "KEEP"], &[])?;
-    if opts.has("MODEL") && opts.has("CONTEXT") {
-        return Err(err("ERR MODEL and CONTEXT options at the same time are not compatible".to_owned()));
-    }
-    let model = opts.str("MODEL")?;
-    if let Some(m) = model {
-        args::check_model(m)?;
-    }
-    let context = opts.u64("CONTEXT", 1)?;
+    let opts = Options::parse(&args[2..], &CheckOptions::NAMES, &[])?;
     let cfg = Config::current();
-    let keep = opts.u64("KEEP", 0)?.unwrap_or(cfg.summarize_keep);
+    let options = CheckOptions::parse(&opts, &cfg)?;
 
     let key = SessionKey::open(ctx, &args[1], false)?;
     let empty;
@@ -98,22 +145,10 @@ pub fn summarize_check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             &empty
         }
     };
-    let window = match (model, context) {
-        (_, Some(tokens)) => Some(tokens),
-        (Some(m), None) => tokenizer::context_window(m),
-        (None, None) => tokenizer::context_window(&session.settings.model),
-    };
-    let check = session.summarize_check(thresholds(&session.settings, &cfg, window), keep);
-    Reply::new(ctx)
-        .map(8)
-        .field_int("summarize", u64::from(check.summarize))
-        .field_int("total_tokens", check.total_tokens)
-        .field_int("messages", check.messages)
-        .field_int("threshold_tokens", check.thresholds.tokens)
-        .field_int("threshold_messages", check.thresholds.messages)
-        .field_int("keep", check.keep)
-        .field_int("upto", check.upto)
-        .field_int("upto_tokens", check.upto_tokens);
+    let check = session.summarize_check(options.thresholds(session, &cfg), options.keep);
+    let reply = Reply::new(ctx);
+    reply.map(CHECK_FIELDS);
+    write_check(&reply, &check);
     Ok(RedisValue::NoReply)
 }
 

@@ -1,13 +1,13 @@
 //! MEM.APPEND and MEM.SUMMARIZE.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
 use std::sync::Arc;
 
 use super::error;
 use super::model_switch;
-use super::{arity, Events, Write, finish_write, now_ms, reply_outcome, session_thresholds, Propagate, SettingsOptions};
+use super::{arity, Events, Write, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Propagate, SettingsOptions};
 use super::async_count::{can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
@@ -16,7 +16,7 @@ use crate::stats::{self, count_message};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
-///   [MAXTOKENS n] [MAXMSGS n]
+///   [MAXTOKENS n] [MAXMSGS n] [MSGID id]
 pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     append_counted(ctx, args, None)
 }
@@ -30,7 +30,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let role = args::utf8("role", &args[2])?;
     args::check_role(role)?;
     let raw_content = &args[3];
-    let opts = Options::parse(&args[4..], &[&["TS", "META"][..], &SettingsOptions::NAMES].concat(), &[])?;
+    let opts = Options::parse(&args[4..], &[&["TS", "META", "MSGID"][..], &SettingsOptions::NAMES].concat(), &[])?;
     let cfg = Config::current();
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
@@ -43,8 +43,20 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         args::check_meta(meta)?;
     }
     let changes = SettingsOptions::parse(&opts, &cfg)?;
+    let msgid = opts.str("MSGID")?;
+    if let Some(msgid) = msgid {
+        args::check_msgid(msgid)?;
+    }
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
+    // A retry of an append already stored (or already evicted): answered as
+    // the original was, before anything is counted. A resumed large append
+    // checks again, so of two copies in flight at once only one is stored.
+    if let Some(session) = key.session() {
+        if let Some((id, tokens)) = msgid.and_then(|m| session.find_msgid(m)) {
+            return reply_duplicate(ctx, session, &session.duplicate_outcome(id, tokens), &cfg);
+        }
+    }
     let settings = changes.merge(key.session(), &cfg);
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
@@ -100,7 +112,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         tokens,
         meta: meta.map(Box::from),
     };
-    let op = Op::Append { now, settings, message };
+    let op = Op::Append { now, settings, message, msgid: msgid.map(Box::from) };
 
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
@@ -115,16 +127,15 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     reply_outcome(ctx, &outcome, summarize)
 }
 
-/// MEM.SUMMARIZE key upto summary
+/// MEM.SUMMARIZE key upto summary [LEASE token]
 pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     summarize_counted(ctx, args, None)
 }
 
 /// MEM.SUMMARIZE, resumed with the summary counted off the main thread.
 fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
-    if args.len() != 4 {
-        return Err(RedisError::WrongArity);
-    }
+    arity(&args, 4)?;
+    let lease = Options::parse(&args[4..], &["LEASE"], &[])?.u64("LEASE", 1)?;
     let resumed = output.is_some();
     let counted = output.and_then(|o| o.downcast::<CountedSummary>().ok());
     let keyname = &args[1];
@@ -137,6 +148,16 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     let Some(session) = key.session_mut() else {
         return Err(error::no_such_key());
     };
+    // A retry of a summary already committed (the reply was lost): the
+    // same summary is in place; answered so, not refused as stale.
+    if let Some(outcome) = session.summary_retried(upto, raw_text.as_slice()) {
+        return reply_duplicate(ctx, session, &outcome, &cfg);
+    }
+    // Another worker's live lease: its summary is on the way.
+    session.check_lease(lease, now_ms()).map_err(|e| {
+        stats::add(&stats::SUMMARIES_REFUSED_LEASE, 1);
+        error::session(e)
+    })?;
     // Refused before the text is counted when upto alone rules it out.
     let refused = |e| {
         stats::add(&stats::SUMMARIES_REJECTED, 1);

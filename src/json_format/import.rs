@@ -29,7 +29,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 use super::parse_iso8601;
-use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
+use crate::session::{check_members, check_meta, check_msgid, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// What an import made: the session (trimmed, with the document's other
@@ -310,7 +310,7 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
     }
 }
 
-const MESSAGE_FIELDS: [&str; 6] = ["role", "content", "meta", "id", "ts", "timestamp"];
+const MESSAGE_FIELDS: [&str; 7] = ["role", "content", "meta", "id", "ts", "timestamp", "msgid"];
 const SUMMARY_FIELDS: [&str; 5] = ["content", "text", "upto", "ts", "timestamp"];
 
 /// A failure inside one message: of its shape (reported with the
@@ -423,10 +423,11 @@ struct ImportedMessage {
     content: String,
     ts: Option<i64>,
     meta: Option<String>,
+    msgid: Option<String>,
 }
 
-fn parse_message(doc: &str, fields: Raw<'_, 6>) -> Result<ImportedMessage, Bad> {
-    let [role, content, meta, id, ts, timestamp] = fields;
+fn parse_message(doc: &str, fields: Raw<'_, 7>) -> Result<ImportedMessage, Bad> {
+    let [role, content, meta, id, ts, timestamp, msgid] = fields;
     let role = match role {
         Some(r) => string(doc, r)?,
         None => None,
@@ -447,7 +448,15 @@ fn parse_message(doc: &str, fields: Raw<'_, 6>) -> Result<ImportedMessage, Bad> 
         }
         Some(_) => return Err("meta must be an object".to_owned().into()),
     };
-    Ok(ImportedMessage { id: optional_id("id", id)?, role, content, ts: time_of(doc, ts, timestamp)?, meta })
+    let msgid = match msgid.filter(|m| m.get() != "null") {
+        None => None,
+        Some(m) => {
+            let msgid = string(doc, m)?.ok_or_else(|| "msgid must be a string".to_owned())?;
+            check_msgid(&msgid)?;
+            Some(msgid)
+        }
+    };
+    Ok(ImportedMessage { id: optional_id("id", id)?, role, content, ts: time_of(doc, ts, timestamp)?, meta, msgid })
 }
 
 /// The session being built as the history streams by.
@@ -470,7 +479,7 @@ struct Builder<'a, C, E> {
 }
 
 impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
-    fn push(&mut self, fields: Option<Raw<'_, 6>>) -> Result<(), ImportError<E>> {
+    fn push(&mut self, fields: Option<Raw<'_, 7>>) -> Result<(), ImportError<E>> {
         let i = self.index;
         self.index += 1;
         let at = |e: Bad| match e {
@@ -501,7 +510,19 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         // then trim_imported would do on the whole list).
         let cutoff = self.session.age_cutoff(self.now);
         let aged = cutoff.is_some_and(|c| message.ts < c) || (self.previous_aged && &*message.role == TOOL_ROLE);
+        // A msgid names one message: two with the same one would make a
+        // retry of either ambiguous (checked against those still held and
+        // the last departed: the parse holds no more than the caps).
+        if let Some(msgid) = m.msgid.as_deref() {
+            if self.session.find_msgid(msgid).is_some() {
+                return Err(format!("conversation_history[{i}]: msgid {msgid:?} is already the msgid of an earlier message").into());
+            }
+        }
+        let id = message.id;
         self.session.push_message(message).map_err(|e| e.to_string())?;
+        if let Some(msgid) = m.msgid {
+            self.session.msgids.attach(id, msgid.into());
+        }
         self.previous_aged = aged;
         if aged {
             self.session.evict_newest();

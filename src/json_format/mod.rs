@@ -44,6 +44,8 @@ struct MessageOut<'a> {
     tokens: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     meta: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msgid: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -85,6 +87,7 @@ pub fn render<'a>(
                 ts: m.ts,
                 tokens: m.tokens,
                 meta: m.meta.as_deref().and_then(raw_json),
+                msgid: session.and_then(|s| s.msgids.of(m.id)),
             })
             .collect(),
         summary: summary.map(|s| SummaryOut {

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::session::{ExternalId, Message, Settings, Summary};
+use crate::session::{Departed, ExternalId, Lease, Leases, Message, Settings, Summary};
 use crate::tokenizer::Encoding;
 
 fn settings(encoding: Encoding) -> Settings {
@@ -28,9 +28,20 @@ fn message(id: u64, role: &str, content: &str, meta: Option<&str>) -> Message {
     }
 }
 
-/// A session that uses every field: summary, messages with and without
-/// META, external ids, imported members, the cl100k encoding.
+/// `sample_0_1()` with what format 2 added: a msgid, a lease, a departed
+/// msgid. Every field of format 2 is used.
 fn sample() -> Session {
+    let mut s = sample_0_1();
+    s.msgids.attach(4, "c-4".into());
+    s.leases = Leases { current: Some(Lease { token: 3, expires_at: 1_700_000_060_000 }), last_token: 3 };
+    s.msgids.departed.push_back(Departed { msgid: "c-2".into(), id: 2, tokens: 7 });
+    s
+}
+
+/// A session that uses every field release 0.1 had: summary, messages
+/// with and without META, external ids, imported members, the cl100k
+/// encoding.
+fn sample_0_1() -> Session {
     let messages = vec![
         message(4, "user", "Weather in 東京?", None),
         message(5, "assistant", "", Some(r#"{"tool_calls":[{"id":"c1"}]}"#)),
@@ -57,6 +68,8 @@ fn sample() -> Session {
         created: 1_699_999_999_000,
         updated: 1_700_000_000_007,
         extra: Some(r#"{"user_profile":{"name":"Ann"}}"#.into()),
+        leases: Leases::default(),
+        msgids: Default::default(),
     }
 }
 
@@ -71,6 +84,7 @@ fn sample_ops() -> Vec<Op> {
             now: 1_700_000_000_009,
             settings: settings(Encoding::O200kBase),
             message: message(9, "user", "hi", Some("{}")),
+            msgid: None,
         },
         Op::Summarize {
             now: 1_700_000_000_010,
@@ -81,6 +95,20 @@ fn sample_ops() -> Vec<Op> {
             settings: settings(Encoding::Cl100kBase),
             system: "dify".into(),
             external: ExternalId { id: "c1".into(), expires_at: 1_700_000_600_011 },
+        },
+    ]
+}
+
+/// The ops format 2 added, or gave a new field: a lease, an append with a
+/// msgid.
+fn sample_ops_v2() -> Vec<Op> {
+    vec![
+        Op::Lease { now: 1_700_000_000_012, lease: Lease { token: 4, expires_at: 1_700_000_060_000 } },
+        Op::Append {
+            now: 1_700_000_000_012,
+            settings: settings(Encoding::O200kBase),
+            message: message(9, "user", "hi", None),
+            msgid: Some("m-9".into()),
         },
     ]
 }
@@ -104,13 +132,22 @@ const V2_SAMPLE: &str = "02 066770742d346f 02 901c 80f104 1e 00  08 23 b090abfef
       05 09 617373697374616e74 00 8aa0abfef962 0c 01 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d
       07 04 746f6f6c 03 313843 8ea0abfef962 07 01 15 7b22746f6f6c5f63616c6c5f6964223a226331227d
     02 04 64696679 06 636f6e762d31 80e0998dcc6e  03 6e386e 06 657865632d39 09
-    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d";
-const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00 00";
+    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d
+    01 03 c0c9b2fef962  03
+    01 04 03 632d34
+    01 03 632d32 02 07";
+const V2_BARE: &str = "02 066770742d346f 01 901c 80f104 1e 00 00 00 00 00 00 00 00 00 00 00 00 00";
 /// `sample_ops()` in format 2, in order (kinds 1, 2, 3).
 const V2_OPS: [&str; 3] = [
-    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 00 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d",
+    "02 01 92a0abfef962 066770742d346f 01 901c 80f104 1e 00 09 04 75736572 02 6869 92a0abfef962 07 01 02 7b7d 00",
     "02 02 94a0abfef962 03 73756d 07 09 94a0abfef962",
     "02 03 96a0abfef962 066770742d346f 02 901c 80f104 1e 00 04 64696679 02 6331 96bff4fef962",
+];
+/// `sample_ops_v2()`: kind 5 (Lease), and an append whose message has a
+/// msgid.
+const V2_OPS_ADDED: [&str; 2] = [
+    "02 05 98a0abfef962 04 c0c9b2fef962",
+    "02 01 98a0abfef962 066770742d346f 01 901c 80f104 1e 00 09 04 75736572 02 6869 92a0abfef962 07 00 01 03 6d2d39",
 ];
 
 /// The same values as release 0.1 wrote them: postcard 1.2's encoding of
@@ -140,6 +177,9 @@ fn format_2_golden_bytes() {
     for (op, want) in sample_ops().iter().zip(V2_OPS) {
         assert_eq!(hex(&encode_op(op)), hex(&unhex(want)), "{op:?}");
     }
+    for (op, want) in sample_ops_v2().iter().zip(V2_OPS_ADDED) {
+        assert_eq!(hex(&encode_op(op)), hex(&unhex(want)), "{op:?}");
+    }
 }
 
 #[test]
@@ -147,6 +187,9 @@ fn format_2_golden_bytes_decode() {
     assert_eq!(decode_session(&unhex(V2_SAMPLE)).unwrap(), sample());
     assert_eq!(decode_session(&unhex(V2_BARE)).unwrap(), bare());
     for (op, bytes) in sample_ops().into_iter().zip(V2_OPS) {
+        assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
+    }
+    for (op, bytes) in sample_ops_v2().into_iter().zip(V2_OPS_ADDED) {
         assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
     }
 }
@@ -202,7 +245,7 @@ fn format_2_golden_bytes_of_a_recount() {
 
 #[test]
 fn format_1_of_release_0_1_decodes() {
-    assert_eq!(decode_session(&unhex(V1_SAMPLE)).unwrap(), sample());
+    assert_eq!(decode_session(&unhex(V1_SAMPLE)).unwrap(), sample_0_1());
     assert_eq!(decode_session(&unhex(V1_BARE)).unwrap(), bare());
     for (op, bytes) in sample_ops().into_iter().zip(V1_OPS) {
         assert_eq!(decode_op(&unhex(bytes)).unwrap(), op);
@@ -217,7 +260,8 @@ fn lived_in() -> Session {
     s.settings.max_msgs = 4;
     for id in 9..20 {
         let role = if id % 3 == 0 { "tool" } else { "user" };
-        let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None) };
+        let msgid = (id % 2 == 0).then(|| format!("m{id}").into());
+        let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None), msgid };
         s.apply(op).unwrap();
     }
     // Cover up to a message whose successor is not a tool result.
@@ -228,7 +272,7 @@ fn lived_in() -> Session {
 
 #[test]
 fn sessions_round_trip() {
-    for s in [sample(), bare(), lived_in()] {
+    for s in [sample(), sample_0_1(), bare(), lived_in()] {
         s.validate().unwrap();
         assert_eq!(decode_session(&encode_session(&s)).unwrap(), s);
     }
@@ -237,10 +281,13 @@ fn sessions_round_trip() {
 #[test]
 fn ops_round_trip_with_extreme_values() {
     let mut ops = sample_ops();
+    ops.extend(sample_ops_v2());
+    ops.push(Op::Lease { now: i64::MIN, lease: Lease { token: u64::MAX, expires_at: i64::MAX } });
     ops.push(Op::Append {
         now: i64::MIN,
         settings: Settings { ttl: u64::MAX, max_tokens: u64::MAX, max_msgs: 1, ..settings(Encoding::Cl100kBase) },
         message: Message { id: u64::MAX, ts: i64::MAX, tokens: u64::MAX, ..message(1, "r", "", None) },
+        msgid: Some("m".repeat(128).into()),
     });
     ops.push(Op::ExtSet { now: i64::MAX, settings: settings(Encoding::O200kBase), system: "s".into(), external: ExternalId { id: String::new(), expires_at: i64::MIN } });
     for op in ops {
@@ -266,6 +313,9 @@ fn all_payloads() -> Vec<(String, Vec<u8>, bool)> {
     for (i, op) in sample_ops().iter().enumerate() {
         out.push((format!("v2 op {i}"), encode_op(op), false));
         out.push((format!("v1 op {i}"), unhex(V1_OPS[i]), false));
+    }
+    for (i, op) in sample_ops_v2().iter().enumerate() {
+        out.push((format!("v2 added op {i}"), encode_op(op), false));
     }
     out
 }
@@ -343,7 +393,7 @@ fn rdb_values_need_the_format_of_their_encoding_version() {
     let v1 = unhex(V1_SAMPLE);
     let v2 = encode_session(&sample());
     assert_eq!(RDB_ENCODING_VERSION, 2);
-    assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample());
+    assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample_0_1());
     assert_eq!(decode_rdb_session(2, &v2).unwrap(), sample());
     assert!(decode_rdb_session(1, &v2).unwrap_err().contains("format 2 in a value of encoding version 1"));
     assert!(decode_rdb_session(2, &v1).is_err());
@@ -353,9 +403,9 @@ fn rdb_values_need_the_format_of_their_encoding_version() {
 
 #[test]
 fn impossible_counts_are_refused_before_allocating() {
-    // A bare session whose message count is 2^62 (the rest: 3 bytes).
+    // A bare session whose message count is 2^62 (the rest: 7 bytes).
     let mut b = unhex(V2_BARE);
-    let at = b.len() - 3;
+    let at = b.len() - 7;
     b.splice(at..at + 1, [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
     assert!(decode_session(&b).unwrap_err().contains("messages count"));
     // Format 1: the message count comes first.
@@ -399,7 +449,11 @@ fn format_2_refuses_what_its_encoder_never_writes() {
             w.str("id");
             w.i64(1);
         }
-        w.u8(0);
+        w.u8(0); // extra
+        w.u8(0); // lease
+        w.u64(0); // last lease token
+        w.u64(0); // held msgids
+        w.u64(0); // departed msgids
         assert!(decode_session(&w.into_bytes()).unwrap_err().contains("out of order"), "{systems:?}");
     }
     // Op kinds no format-2 encoder writes.

@@ -50,6 +50,8 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         created: r.i64("created")?,
         updated: r.i64("updated")?,
         extra: r.option("extra", |r| r.string("extra"))?,
+        leases: Default::default(),
+        msgids: Default::default(),
     })
 }
 
@@ -61,6 +63,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             now: r.i64("now")?,
             settings: settings(r)?,
             message: message(r)?,
+            msgid: None,
         }),
         1 => Ok(Op::Summarize {
             now: r.i64("now")?,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result, Writer};
-use crate::session::{ExternalId, Message, Op, Session, Settings, Summary};
+use crate::session::{Departed, ExternalId, Lease, Leases, Message, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
 use crate::tokenizer::Encoding;
 
 pub const FORMAT: u8 = 2;
@@ -23,13 +23,17 @@ pub const FORMAT: u8 = 2;
 const MIN_MESSAGE_BYTES: usize = 6;
 /// Fewest bytes of an external id entry (system, id, expires_at).
 const MIN_EXTERNAL_BYTES: usize = 3;
+/// Fewest bytes of a held msgid (id, msgid) and of a departed one (msgid,
+/// id, tokens).
+const MIN_HELD_MSGID_BYTES: usize = 2;
+const MIN_DEPARTED_BYTES: usize = 3;
 
 /// Stored codes of the op kinds.
 const OP_APPEND: u8 = 1;
 const OP_SUMMARIZE: u8 = 2;
 const OP_EXTSET: u8 = 3;
 const OP_RECOUNT: u8 = 4;
-// 5 is taken by another branch's op (leases); attributes are 6 and 7.
+const OP_LEASE: u8 = 5;
 const OP_ATTRSET: u8 = 6;
 const OP_ATTRDEL: u8 = 7;
 /// Fewest bytes of a re-count entry (id, tokens).
@@ -73,6 +77,19 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
         put_external(&mut w, e);
     }
     w.option(s.extra.as_deref(), Writer::str);
+    w.option(s.leases.current.as_ref(), put_lease);
+    w.u64(s.leases.last_token);
+    w.length(s.msgids.held.len());
+    for (id, msgid) in &s.msgids.held {
+        w.u64(*id);
+        w.str(msgid);
+    }
+    w.length(s.msgids.departed.len());
+    for d in &s.msgids.departed {
+        w.str(&d.msgid);
+        w.u64(d.id);
+        w.u64(d.tokens);
+    }
     w.into_bytes()
 }
 
@@ -83,11 +100,13 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             now,
             settings,
             message,
+            msgid,
         } => {
             w.u8(OP_APPEND);
             w.i64(*now);
             put_settings(&mut w, settings);
             put_message(&mut w, message);
+            w.option(msgid.as_deref(), Writer::str);
         }
         Op::Summarize { now, summary } => {
             w.u8(OP_SUMMARIZE);
@@ -134,6 +153,11 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             w.i64(*now);
             w.str(name);
         }
+        Op::Lease { now, lease } => {
+            w.u8(OP_LEASE);
+            w.i64(*now);
+            put_lease(&mut w, lease);
+        }
     }
     w.into_bytes()
 }
@@ -162,6 +186,11 @@ fn put_message(w: &mut Writer, m: &Message) {
     w.i64(m.ts);
     w.u64(m.tokens);
     w.option(m.meta.as_deref(), Writer::str);
+}
+
+fn put_lease(w: &mut Writer, l: &Lease) {
+    w.u64(l.token);
+    w.i64(l.expires_at);
 }
 
 fn put_external(w: &mut Writer, e: &ExternalId) {
@@ -200,6 +229,8 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         external.insert(system, external_id(r)?);
     }
     let extra = r.option("extra", |r| r.string("extra"))?;
+    let leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
+    let msgids = msgids(r)?;
     Ok(Session {
         messages: messages.into(),
         summary,
@@ -210,7 +241,33 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         created,
         updated,
         extra,
+        leases,
+        msgids,
     })
+}
+
+fn msgids(r: &mut Reader) -> Result<Msgids> {
+    let mut out = Msgids::default();
+    let count = r.count(MIN_HELD_MSGID_BYTES, "held msgids")?;
+    for _ in 0..count {
+        out.held.push_back((r.u64("msgid's message id")?, r.boxed_str("msgid")?));
+    }
+    let count = r.count(MIN_DEPARTED_BYTES, "departed msgids")?;
+    if count > MAX_DEPARTED {
+        return Err(format!("corrupt payload: {count} departed msgids"));
+    }
+    for _ in 0..count {
+        out.departed.push_back(Departed {
+            msgid: r.boxed_str("departed msgid")?,
+            id: r.u64("departed id")?,
+            tokens: r.u64("departed tokens")?,
+        });
+    }
+    Ok(out)
+}
+
+fn lease(r: &mut Reader) -> Result<Lease> {
+    Ok(Lease { token: r.u64("lease token")?, expires_at: r.i64("lease expiry")? })
 }
 
 pub fn op(r: &mut Reader) -> Result<Op> {
@@ -221,6 +278,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             now,
             settings: settings(r)?,
             message: message(r)?,
+            msgid: r.option("msgid", |r| r.boxed_str("msgid"))?,
         }),
         OP_SUMMARIZE => Ok(Op::Summarize {
             now,
@@ -249,6 +307,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             value: r.string("attribute value")?,
         }),
         OP_ATTRDEL => Ok(Op::AttrDel { now, name: r.string("attribute name")? }),
+        OP_LEASE => Ok(Op::Lease { now, lease: lease(r)? }),
         k => Err(format!("corrupt payload: unknown op kind {k}")),
     }
 }

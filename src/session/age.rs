@@ -68,6 +68,7 @@ impl Session {
     pub fn evict_newest(&mut self) {
         if let Some(m) = self.messages.pop_back() {
             self.total_tokens -= m.tokens;
+            self.msgids.leave_id(m.id, m.tokens);
         }
     }
 
@@ -78,18 +79,22 @@ impl Session {
         let Some(gone) = self.aged(now, protect_newest) else {
             return 0;
         };
-        let mut evicted = 0u64;
         let mut tokens = 0u64;
+        let mut left = Vec::new();
         let mut flags = gone.into_iter();
         self.messages.retain(|m| {
             let go = flags.next().unwrap_or(false);
             if go {
-                evicted += 1;
                 tokens += m.tokens;
+                left.push((m.id, m.tokens));
             }
             !go
         });
         self.total_tokens -= tokens;
+        let evicted = left.len() as u64;
+        for (id, tokens) in left {
+            self.msgids.leave_id(id, tokens);
+        }
         evicted + self.drop_orphan_tool_results(usize::from(protect_newest))
     }
 

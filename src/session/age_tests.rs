@@ -26,7 +26,7 @@ fn ids(s: &Session) -> Vec<u64> {
 
 fn append(s: &mut Session, role: &str, ts: i64, now: i64) -> Outcome {
     let message = msg(s.last_id + 1, role, ts);
-    s.apply(Op::Append { now, settings: s.settings.clone(), message }).unwrap()
+    s.apply(Op::Append { now, settings: s.settings.clone(), message, msgid: None }).unwrap()
 }
 
 #[test]

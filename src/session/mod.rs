@@ -129,6 +129,14 @@ pub struct Session {
     /// Other top-level members of an imported document (`user_profile`,
     /// `context`, ...), as the JSON text of an object.
     pub extra: Option<String>,
+    /// The summarizer lease (MEM.SUMMARIZE_BEGIN) and the last token handed
+    /// out (lease.rs).
+    pub leases: Leases,
+    /// The client's ids (MSGID) of the messages held and of the last that
+    /// left (trimmed or summarized), so a retried append is recognised
+    /// (retry.rs). Kept beside the messages, not in each: a message without
+    /// one costs nothing.
+    pub msgids: Msgids,
 }
 
 /// A change to a session, with every value the master decided made explicit.
@@ -140,6 +148,8 @@ pub enum Op {
         now: i64,
         settings: Settings,
         message: Message,
+        /// The client's id of the message (MSGID), if any.
+        msgid: Option<Box<str>>,
     },
     /// Replace the summary and every message with `id <= upto`.
     Summarize { now: i64, summary: Summary },
@@ -168,6 +178,9 @@ pub enum Op {
     },
     /// Remove every member of an attribute's name.
     AttrDel { now: i64, name: String },
+    /// Grant a summarizer lease (MEM.SUMMARIZE_BEGIN): its token and expiry
+    /// travel in the op, so replicas hold the same lease.
+    Lease { now: i64, lease: Lease },
 }
 
 impl Op {
@@ -176,7 +189,7 @@ impl Op {
     /// string, so a large text is not copied again to replicate it.
     pub fn header(&self) -> Op {
         match self {
-            Op::Append { now, settings, message } => Op::Append {
+            Op::Append { now, settings, message, msgid } => Op::Append {
                 now: *now,
                 settings: settings.clone(),
                 message: Message {
@@ -185,6 +198,7 @@ impl Op {
                     role: message.role.clone(),
                     ..*message
                 },
+                msgid: msgid.clone(),
             },
             Op::Summarize { now, summary } => Op::Summarize {
                 now: *now,
@@ -210,7 +224,7 @@ impl Op {
             Op::Append { now, settings, .. }
             | Op::ExtSet { now, settings, .. }
             | Op::AttrSet { now, settings, .. } => Some(Session::new(settings.clone(), *now)),
-            Op::Summarize { .. } | Op::Recount { .. } | Op::AttrDel { .. } => None,
+            Op::Summarize { .. } | Op::Recount { .. } | Op::AttrDel { .. } | Op::Lease { .. } => None,
         }
     }
 }
@@ -223,6 +237,9 @@ pub struct Outcome {
     pub total_tokens: u64,
     pub messages: u64,
     pub trimmed: u64,
+    /// A retried write recognised (MSGID, or the same summary again):
+    /// nothing changed, the reply is the original one's.
+    pub duplicate: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -248,6 +265,13 @@ pub enum SessionError {
     RecountMismatch,
     /// An attribute op whose value is not JSON (commands check it first).
     BadAttrValue,
+    /// Another summarizer's lease is live and the summary does not give its
+    /// token.
+    LeaseHeld { expires_in_ms: i64 },
+    /// A lease op whose token is not above the session's last token.
+    LeaseNotIncreasing { token: u64, last: u64 },
+    /// The session has handed out every lease token.
+    LeasesExhausted,
 }
 
 impl std::fmt::Display for SessionError {
@@ -283,6 +307,14 @@ impl std::fmt::Display for SessionError {
             SessionError::SummaryOverMessages { upto } => {
                 write!(f, "a summary up to {upto} cannot be installed over the messages it covers")
             }
+            SessionError::LeaseHeld { expires_in_ms } => write!(
+                f,
+                "another summarizer holds this session's lease for {expires_in_ms} ms more: give its token with LEASE, or wait for it to expire"
+            ),
+            SessionError::LeaseNotIncreasing { token, last } => {
+                write!(f, "lease token {token} is not above the session's last token {last}")
+            }
+            SessionError::LeasesExhausted => write!(f, "the session has used every lease token"),
         }
     }
 }
@@ -299,6 +331,8 @@ impl Session {
             created: now,
             updated: now,
             extra: None,
+            leases: Leases::default(),
+            msgids: Msgids::default(),
         }
     }
 
@@ -324,7 +358,8 @@ impl Session {
                 now,
                 settings,
                 message,
-            } => self.append(now, settings, message),
+                msgid,
+            } => self.append(now, settings, message, msgid),
             Op::Summarize { now, summary } => self.summarize(now, summary),
             Op::ExtSet {
                 now,
@@ -347,6 +382,10 @@ impl Session {
                 self.apply_recount(encoding, summary_tokens, &counts)?;
                 Ok(self.outcome(0, 0, 0))
             }
+            Op::Lease { now: _, lease } => {
+                self.grant(lease)?;
+                Ok(self.outcome(0, 0, 0))
+            }
         }
     }
 
@@ -357,6 +396,7 @@ impl Session {
             total_tokens: self.total_tokens,
             messages: self.message_count(),
             trimmed,
+            duplicate: false,
         }
     }
 
@@ -365,9 +405,13 @@ impl Session {
         now: i64,
         settings: Settings,
         message: Message,
+        msgid: Option<Box<str>>,
     ) -> Result<Outcome, SessionError> {
         let (id, tokens) = (message.id, message.tokens);
         self.push_message(message)?;
+        if let Some(msgid) = msgid {
+            self.msgids.attach(id, msgid);
+        }
         self.settings = settings;
         self.updated = now;
         self.purge_external(now);
@@ -476,6 +520,7 @@ impl Session {
     fn evict_oldest(&mut self) {
         if let Some(m) = self.messages.pop_front() {
             self.total_tokens -= m.tokens;
+            self.msgids.leave(&m);
         }
     }
 
@@ -535,9 +580,12 @@ impl Session {
         let pos = self.check_summary(&summary)?;
         for m in self.messages.drain(..=pos) {
             self.total_tokens -= m.tokens;
+            self.msgids.leave(&m);
         }
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
+        // The work a lease was granted for is done: the session is free.
+        self.leases.current = None;
         self.updated = now;
         self.purge_external(now);
         Ok(self.outcome(upto, tokens, 0))
@@ -589,6 +637,7 @@ impl Session {
             // The content's shared allocation carries two counters.
             bytes += m.role.len() + 16 + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
         }
+        bytes += self.msgids.mem_usage();
         if let Some(s) = &self.summary {
             bytes += std::mem::size_of::<Summary>() + strings(&s.text);
         }
@@ -601,15 +650,21 @@ impl Session {
 
 mod age;
 mod attrs;
+mod lease;
 mod read;
 mod recount;
+mod retry;
 mod validate;
 pub use attrs::{check_attr_name, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
+pub use lease::{Lease, Leases, MAX_LEASE_MS};
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Recounted, Snapshot};
+pub use retry::{check_msgid, Departed, Msgids, MAX_DEPARTED, MAX_MSGID_BYTES};
 pub use validate::{check_attr_value, check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
 
 #[cfg(test)]
 pub(crate) mod tests;
 #[cfg(test)]
 mod age_tests;
+#[cfg(test)]
+mod tests_retry;

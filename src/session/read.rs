@@ -12,22 +12,37 @@ pub struct Thresholds {
 
 impl Thresholds {
     /// `ratio_percent` of the context window (or `fallback_tokens` when the
-    /// window is unknown), never above the session's token cap.
+    /// window is unknown), never above the session's token cap less
+    /// `headroom_percent` of it; the message cap less the headroom. The caps
+    /// are a safety net: the summarize signal must come before they evict
+    /// anything (what a cap evicts is lost), so a summarizer has the
+    /// headroom's worth of appends to act. Headroom 0 is the rule of the
+    /// releases before it existed (thresholds at the caps).
     pub fn new(
         context_window: Option<u64>,
         ratio_percent: u64,
         fallback_tokens: u64,
         settings: &Settings,
+        headroom_percent: u64,
     ) -> Thresholds {
         let by_window = match context_window {
             Some(window) => window.saturating_mul(ratio_percent) / 100,
             None => fallback_tokens,
         };
         Thresholds {
-            tokens: by_window.min(settings.max_tokens),
-            messages: settings.max_msgs,
+            tokens: by_window.min(less_headroom(settings.max_tokens, headroom_percent)),
+            messages: less_headroom(settings.max_msgs, headroom_percent),
         }
     }
+}
+
+/// `cap` less `headroom_percent` of it, rounded up (30 less 20% is 24; 6
+/// less 20% is 5), so a threshold is never 0 while the cap is not.
+pub fn less_headroom(cap: u64, headroom_percent: u64) -> u64 {
+    let kept = u128::from(100 - headroom_percent.min(100));
+    let value = (u128::from(cap) * kept).div_ceil(100);
+    // value <= cap: it fits.
+    u64::try_from(value).unwrap_or(cap)
 }
 
 /// The answer of MEM.SUMMARIZE_CHECK.

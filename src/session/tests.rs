@@ -29,7 +29,7 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
 /// Appends a message with the next id and `tokens`, under `settings`.
 fn push(s: &mut Session, settings: &Settings, role: &str, tokens: u64) -> Outcome {
     let message = msg(s.last_id + 1, role, tokens);
-    s.apply(Op::Append { now: 1, settings: settings.clone(), message }).unwrap()
+    s.apply(Op::Append { now: 1, settings: settings.clone(), message, msgid: None }).unwrap()
 }
 
 fn ids(s: &Session) -> Vec<u64> {
@@ -58,7 +58,7 @@ fn ids_must_increase() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     push(&mut s, &cfg, "user", 1);
-    let stale = Op::Append { now: 1, settings: cfg, message: msg(1, "user", 1) };
+    let stale = Op::Append { now: 1, settings: cfg, message: msg(1, "user", 1), msgid: None };
     assert_eq!(
         s.apply(stale),
         Err(SessionError::IdNotIncreasing { id: 1, last_id: 1 })
@@ -159,12 +159,12 @@ fn lowering_a_cap_trims_at_once() {
 fn thresholds_follow_the_spec_examples() {
     let cfg = settings();
     let big = Settings { max_tokens: 80_000, max_msgs: 30, ..cfg };
-    let t = |w| Thresholds::new(w, 15, 15_000, &big).tokens;
+    let t = |w| Thresholds::new(w, 15, 15_000, &big, 0).tokens;
     assert_eq!(t(Some(128_000)), 19_200);
     assert_eq!(t(Some(200_000)), 30_000);
     assert_eq!(t(Some(1_047_576)), 80_000);
     assert_eq!(t(None), 15_000);
-    assert_eq!(Thresholds::new(None, 15, 15_000, &big).messages, 30);
+    assert_eq!(Thresholds::new(None, 15, 15_000, &big, 0).messages, 30);
 }
 
 #[test]
@@ -435,17 +435,17 @@ fn ids_stop_at_max_id() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     let before = s.clone();
-    let too_big = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1) };
+    let too_big = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1), msgid: None };
     assert_eq!(s.apply(too_big), Err(SessionError::IdAboveMax(MAX_STORED_ID + 1)));
     assert_eq!(s, before);
     let last = Message { ts: 1, ..msg(MAX_ID, "user", 1) };
-    s.apply(Op::Append { now: 1, settings: cfg.clone(), message: last }).unwrap();
+    s.apply(Op::Append { now: 1, settings: cfg.clone(), message: last, msgid: None }).unwrap();
     assert_eq!(s.last_id, MAX_ID);
     assert!(s.validate().is_ok());
     // An earlier release imported ids up to 2^63-1: such a session loads and
     // replicates, and it takes no new id.
     let old = Message { ts: 1, ..msg(MAX_STORED_ID, "user", 1) };
-    s.apply(Op::Append { now: 1, settings: cfg, message: old }).unwrap();
+    s.apply(Op::Append { now: 1, settings: cfg, message: old, msgid: None }).unwrap();
     assert!(s.validate().is_ok());
     assert_eq!(next_id(s.last_id), Err(SessionError::IdsExhausted));
 }
@@ -528,8 +528,8 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
     // Ops (from an older master, or an old AOF) are held to the same rules.
     let mut huge_ttl = cfg.clone();
     huge_ttl.ttl = i64::MAX as u64;
-    assert!(Op::Append { now: 1, settings: huge_ttl, message: msg(9, "user", 1) }.validate().is_ok());
-    let op = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1) };
+    assert!(Op::Append { now: 1, settings: huge_ttl, message: msg(9, "user", 1), msgid: None }.validate().is_ok());
+    let op = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1), msgid: None };
     assert!(op.validate().is_err());
     let summary = Summary { text: "s".into(), tokens: 1, upto: MAX_STORED_ID + 1, ts: 0 };
     assert!(Op::Summarize { now: 1, summary }.validate().is_err());

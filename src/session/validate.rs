@@ -12,7 +12,7 @@
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{check_model, ExternalId, Message, Op, Session, Settings, Summary, MAX_ROLE_BYTES, MAX_TS};
+use super::{check_model, check_msgid, ExternalId, Lease, Message, Op, Session, Settings, Summary, MAX_DEPARTED, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
 /// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
@@ -218,9 +218,12 @@ impl Op {
     /// the commands check what clients send.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Op::Append { now, settings, message } => {
+            Op::Append { now, settings, message, msgid } => {
                 check_clock(*now)?;
                 settings.validate()?;
+                if let Some(msgid) = msgid {
+                    check_msgid(msgid)?;
+                }
                 message.validate()
             }
             Op::Summarize { now, summary } => {
@@ -250,6 +253,10 @@ impl Op {
             Op::Recount { now, counts, .. } => {
                 check_clock(*now)?;
                 counts.iter().try_for_each(|(id, _)| check_id("re-count id", *id))
+            }
+            Op::Lease { now, lease } => {
+                check_clock(*now)?;
+                check_lease(lease)
             }
         }
     }
@@ -290,6 +297,16 @@ impl Session {
         if let Some(extra) = &self.extra {
             check_stored_object("imported members", extra)?;
         }
+        if let Some(lease) = &self.leases.current {
+            check_lease(lease)?;
+            if lease.token > self.leases.last_token {
+                return Err("lease token above the last one handed out".to_owned());
+            }
+        }
+        if self.leases.last_token > MAX_STORED {
+            return Err(format!("last lease token above {MAX_STORED}"));
+        }
+        self.check_msgids()?;
         self.external
             .iter()
             .try_for_each(|(system, external)| check_external(system, external))
@@ -299,6 +316,42 @@ impl Session {
 /// An attribute name a replicated op may carry: what ATTRSET accepts.
 fn check_stored_name(name: &str) -> Result<(), String> {
     super::attrs::check_attr_name(name)
+}
+
+impl Session {
+    /// The msgids: each held one names a held message (ids strictly
+    /// increasing, as the messages'); at most [`MAX_DEPARTED`] departed ones,
+    /// of ids the session handed out, in the order they left; every msgid
+    /// 1 to 128 bytes.
+    fn check_msgids(&self) -> Result<(), String> {
+        let mut messages = self.messages.iter().map(|m| m.id);
+        for (id, msgid) in &self.msgids.held {
+            check_msgid(msgid).map_err(|e| format!("{e} (id {id})"))?;
+            // Both in id order: one pass over the messages.
+            if !messages.any(|m| m == *id) {
+                return Err(format!("msgid of id {id}, not a message of the session (or out of order)"));
+            }
+        }
+        if self.msgids.departed.len() > MAX_DEPARTED {
+            return Err(format!("more than {MAX_DEPARTED} departed msgids"));
+        }
+        let mut prev = 0;
+        for d in &self.msgids.departed {
+            check_msgid(&d.msgid)?;
+            if d.id <= prev || d.id > self.last_id {
+                return Err(format!("departed msgid of id {} out of order", d.id));
+            }
+            prev = d.id;
+        }
+        Ok(())
+    }
+}
+
+fn check_lease(lease: &Lease) -> Result<(), String> {
+    if !(1..=MAX_STORED).contains(&lease.token) {
+        return Err(format!("lease token {} is outside 1..={MAX_STORED}", lease.token));
+    }
+    Ok(())
 }
 
 /// Any expiry is structurally fine (earlier releases stored up to i64::MAX;

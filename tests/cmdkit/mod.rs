@@ -84,7 +84,7 @@ pub fn names(fields: &[(String, Value)]) -> Vec<&str> {
     fields.iter().map(|(k, _)| k.as_str()).collect()
 }
 
-pub const OUTCOME_FIELDS: [&str; 6] = ["id", "tokens", "total_tokens", "messages", "trimmed", "summarize"];
+pub const OUTCOME_FIELDS: [&str; 7] = ["id", "tokens", "total_tokens", "messages", "trimmed", "summarize", "duplicate"];
 pub const CHECK_FIELDS: [&str; 8] = [
     "summarize",
     "total_tokens",

@@ -77,16 +77,18 @@ pub fn put_settings(pc: &mut Pc, s: &PSettings) {
     pc.str(s.model).u8(s.encoding).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs).varint(s.max_age);
 }
 
+/// A message: id, role, content, ts, tokens, meta (both formats).
 pub fn put_message(pc: &mut Pc, m: &PMessage) {
     pc.varint(m.id).str(m.role).str(m.content).i64(m.ts).varint(m.tokens).opt_str(m.meta);
 }
 
-/// Op kind 1, Append: now, settings, message.
+/// Op kind 1, Append: now, settings, message, msgid (none here).
 pub fn op_append(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
     let mut pc = Pc::new();
     pc.u8(1).i64(now);
     put_settings(&mut pc, s);
     put_message(&mut pc, m);
+    pc.opt_str(None);
     pc.0
 }
 
@@ -130,8 +132,7 @@ fn put_settings_v1(pc: &mut Pc, s: &PSettings) {
     pc.str(s.model).varint(variant).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs);
 }
 
-/// `Op::Append` in format 1 (variant 0): now, settings, message (the message
-/// fields are laid out as in format 2).
+/// `Op::Append` in format 1 (variant 0): now, settings, message.
 pub fn op_append_v1(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
     let mut pc = Pc::v1();
     pc.varint(0).i64(now);

@@ -7,6 +7,7 @@ from .client import (
     Message,
     RedisMemClient,
     SessionInfo,
+    SummarizeBegin,
     SummarizeCheck,
 )
 
@@ -16,5 +17,6 @@ __all__ = [
     "Message",
     "RedisMemClient",
     "SessionInfo",
+    "SummarizeBegin",
     "SummarizeCheck",
 ]

@@ -11,6 +11,10 @@ field/value arrays) or RESP3 (real maps), with ``decode_responses`` on or off.
     r = mem.append("mem:{alice}", "user", "Hello!", meta={"lang": "en"})
     if r.summarize:
         ...  # time to summarize (see summarizer_worker.py)
+
+Every append carries a MSGID (the caller's, or a fresh one), so a command
+that redis-py resends after a timeout (``retry_on_timeout``) or that the
+application sends again is stored once: the reply says ``duplicate``.
     for m in mem.get("mem:{alice}", budget=4000):
         print(m.role, m.content)
 """
@@ -18,6 +22,7 @@ field/value arrays) or RESP3 (real maps), with ``decode_responses`` on or off.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
@@ -28,6 +33,7 @@ __all__ = [
     "AppendResult",
     "Message",
     "SummarizeCheck",
+    "SummarizeBegin",
     "SessionInfo",
     "RedisMemClient",
     "SUMMARY_ROLE",
@@ -88,7 +94,10 @@ def _meta_arg(meta: Union[None, str, bytes, Mapping[str, Any]]) -> Optional[Unio
 
 @dataclass(frozen=True)
 class AppendResult:
-    """Reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT."""
+    """Reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT. ``duplicate``: the
+    write was a retry of one already applied (same MSGID, or the same summary):
+    nothing changed and ``id``/``tokens`` are the original message's.
+    ``msgid``: the MSGID this client sent (None for other commands)."""
 
     id: int
     tokens: int
@@ -96,11 +105,19 @@ class AppendResult:
     messages: int
     trimmed: int
     summarize: bool
+    duplicate: bool = False
+    msgid: Optional[str] = None
 
     @classmethod
-    def from_reply(cls, reply: Any) -> "AppendResult":
+    def from_reply(cls, reply: Any, msgid: Optional[str] = None) -> "AppendResult":
         m = _to_map(reply)
-        return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
+        return _from_map(
+            cls,
+            m,
+            summarize=bool(int(m.get("summarize", 0))),
+            duplicate=bool(int(m.get("duplicate", 0))),
+            msgid=msgid,
+        )
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,8 @@ class Message:
     ts: int
     tokens: int
     meta: Optional[JsonObject] = None
+    #: The client's id of the message (MSGID), when it was given one.
+    msgid: Optional[str] = None
 
     @property
     def is_summary(self) -> bool:
@@ -135,6 +154,7 @@ class Message:
             ts=int(m["ts"]),
             tokens=int(m["tokens"]),
             meta=json.loads(meta) if meta is not None else None,
+            msgid=_text(m.get("msgid")),
         )
 
 
@@ -153,6 +173,22 @@ class SummarizeCheck:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SummarizeCheck":
+        m = _to_map(reply)
+        return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
+
+
+@dataclass(frozen=True)
+class SummarizeBegin(SummarizeCheck):
+    """Reply of MEM.SUMMARIZE_BEGIN: the check, plus ``lease`` (the token to
+    give MEM.SUMMARIZE, 0 when not granted: nothing to do, or another worker
+    holds the session) and ``lease_expires`` (Unix ms of the live lease's
+    end, this one's or the other worker's; 0 when none)."""
+
+    lease: int = 0
+    lease_expires: int = 0
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "SummarizeBegin":
         m = _to_map(reply)
         return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
 
@@ -196,8 +232,11 @@ class RedisMemClient:
     """Thin wrapper over a ``redis.Redis`` connection (any protocol, decoded
     or not). Errors of the module surface as ``redis.ResponseError``."""
 
-    def __init__(self, client: "redis.Redis"):
+    def __init__(self, client: "redis.Redis", auto_msgid: bool = True):
         self.redis = client
+        #: Give every append without a ``msgid`` a fresh one, so that the
+        #: same command sent twice (a retry) is stored once.
+        self.auto_msgid = auto_msgid
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> "RedisMemClient":
@@ -211,6 +250,11 @@ class RedisMemClient:
     @staticmethod
     def _opt(name: str, value: Any) -> List[Any]:
         return [] if value is None else [name, value]
+
+    def _msgid(self, msgid: Optional[str]) -> Optional[str]:
+        if msgid is None and self.auto_msgid:
+            return uuid.uuid4().hex
+        return msgid
 
     # -- writes ------------------------------------------------------------
 
@@ -226,10 +270,15 @@ class RedisMemClient:
         maxtokens: Optional[int] = None,
         maxmsgs: Optional[int] = None,
         maxage: Optional[int] = None,
+        msgid: Optional[str] = None,
     ) -> AppendResult:
         """MEM.APPEND. ``ts`` in Unix ms; ``meta`` a dict (sent as JSON) or a
         JSON object text; ``maxage`` in seconds: messages older than that
-        leave the session (0 = no limit; a session setting)."""
+        leave the session (0 = no limit; a session setting); ``msgid``
+        (1-128 bytes) the message's own id, so a retry of this append is
+        recognised (one is made up when None and ``auto_msgid``; the result's
+        ``msgid`` says which)."""
+        msgid = self._msgid(msgid)
         args = ["MEM.APPEND", key, role, content]
         args += self._opt("TS", ts)
         args += self._opt("META", _meta_arg(meta))
@@ -238,7 +287,8 @@ class RedisMemClient:
         args += self._opt("MAXTOKENS", maxtokens)
         args += self._opt("MAXMSGS", maxmsgs)
         args += self._opt("MAXAGE", maxage)
-        return AppendResult.from_reply(self._cmd(*args))
+        args += self._opt("MSGID", msgid)
+        return AppendResult.from_reply(self._cmd(*args), msgid)
 
     def append_batch(
         self,
@@ -251,8 +301,9 @@ class RedisMemClient:
         maxage: Optional[int] = None,
     ) -> List[AppendResult]:
         """MEM.APPENDBATCH: several messages (dicts with ``role``, ``content``
-        and optional ``ts``, ``meta``) appended in one atomic command, as
-        consecutive MEM.APPENDs; one result per message."""
+        and optional ``ts``, ``meta``, ``msgid``) appended in one atomic
+        command, as consecutive MEM.APPENDs; one result per message (a
+        message whose msgid the session already has: ``duplicate``)."""
         items = []
         for m in messages:
             item = {"role": m["role"], "content": m["content"]}
@@ -261,6 +312,9 @@ class RedisMemClient:
             meta = m.get("meta")
             if meta is not None:
                 item["meta"] = json.loads(meta) if isinstance(meta, (str, bytes)) else meta
+            msgid = self._msgid(m.get("msgid"))
+            if msgid is not None:
+                item["msgid"] = msgid
             items.append(item)
         args = ["MEM.APPENDBATCH", key, json.dumps(items, ensure_ascii=False, separators=(",", ":"))]
         args += self._opt("MODEL", model)
@@ -268,12 +322,31 @@ class RedisMemClient:
         args += self._opt("MAXTOKENS", maxtokens)
         args += self._opt("MAXMSGS", maxmsgs)
         args += self._opt("MAXAGE", maxage)
-        return [AppendResult.from_reply(r) for r in self._cmd(*args)]
+        return [AppendResult.from_reply(r, item.get("msgid")) for r, item in zip(self._cmd(*args), items)]
 
-    def summarize(self, key: str, upto: int, text: str) -> AppendResult:
+    def summarize(self, key: str, upto: int, text: str, lease: Optional[int] = None) -> AppendResult:
         """MEM.SUMMARIZE: replace the summary and every message with
-        ``id <= upto`` by ``text``."""
-        return AppendResult.from_reply(self._cmd("MEM.SUMMARIZE", key, upto, text))
+        ``id <= upto`` by ``text``. ``lease``: the token MEM.SUMMARIZE_BEGIN
+        granted (a summary without it is refused, ``LEASED``, while another
+        worker's lease is live)."""
+        args = ["MEM.SUMMARIZE", key, upto, text] + self._opt("LEASE", lease or None)
+        return AppendResult.from_reply(self._cmd(*args))
+
+    def summarize_begin(
+        self,
+        key: str,
+        lease_ms: int,
+        model: Optional[str] = None,
+        context: Optional[int] = None,
+        keep: Optional[int] = None,
+    ) -> "SummarizeBegin":
+        """MEM.SUMMARIZE_BEGIN: the check, and a lease of ``lease_ms`` when
+        the session is due and no other worker holds it (``lease`` > 0)."""
+        args = ["MEM.SUMMARIZE_BEGIN", key, lease_ms]
+        args += self._opt("MODEL", model)
+        args += self._opt("CONTEXT", context)
+        args += self._opt("KEEP", keep)
+        return SummarizeBegin.from_reply(self._cmd(*args))
 
     def extset(self, key: str, system: str, conversation_id: str, ex: Optional[int] = None) -> bool:
         """MEM.EXTSET; True on OK."""

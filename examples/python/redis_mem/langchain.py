@@ -8,6 +8,11 @@
     history.messages                      # every message (summary first)
     history.context_for_budget(8000)      # what fits an 8k-token prompt
 
+Each message is sent with a MSGID: its LangChain ``id`` when it has one
+(hashed when longer than the module's 128 bytes), else a fresh one per
+call, so a retried add_messages (redis-py's ``retry_on_timeout``, or the
+application sending the same messages again) stores each message once.
+
 Each LangChain message becomes one MEM.APPEND. The role column gets the
 OpenAI-style role (human -> user, ai -> assistant, tool -> tool, system ->
 system, function -> function, ChatMessage -> its own role), the content column
@@ -19,6 +24,7 @@ message comes back equal to what was added. Messages written by other clients
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -45,6 +51,7 @@ __all__ = [
     "RedisMemChatMessageHistory",
     "message_to_mem",
     "message_from_mem",
+    "msgid_of",
     "DEFAULT_SUMMARY_PREFIX",
 ]
 
@@ -108,6 +115,23 @@ def message_to_mem(msg: BaseMessage) -> tuple:
         meta[_CONTENT] = data.get("content")
         content = msg.text if isinstance(getattr(msg, "text", None), str) else msg.text()
     return _role_of(msg), content, meta
+
+
+#: The module's longest MSGID, in bytes.
+MAX_MSGID_BYTES = 128
+
+
+def msgid_of(msg: BaseMessage) -> Optional[str]:
+    """The MSGID of a LangChain message: its ``id`` (a provider's message
+    id, or one the application set), hashed when too long; None when it
+    has none (the client then makes one up)."""
+    mid = getattr(msg, "id", None)
+    if not mid:
+        return None
+    mid = str(mid)
+    if len(mid.encode("utf-8")) > MAX_MSGID_BYTES:
+        return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
+    return mid
 
 
 def message_from_mem(m: Message) -> BaseMessage:
@@ -217,11 +241,12 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
         """Appends the messages in one MEM.APPENDBATCH: atomic and contiguous,
         so a tool call and its results are never interleaved with another
         writer's messages (and, unlike MULTI/EXEC, large ones are counted off
-        the server's main thread)."""
+        the server's main thread). Each carries a MSGID (:func:`msgid_of`, or
+        a fresh one), so a retried call stores nothing twice."""
         items = []
         for m in messages:
             role, content, meta = message_to_mem(m)
-            items.append({"role": role, "content": content, "meta": meta})
+            items.append({"role": role, "content": content, "meta": meta, "msgid": msgid_of(m)})
         if not items:
             self.last_results = []
             return

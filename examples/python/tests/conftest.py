@@ -69,6 +69,8 @@ def _start(module: str, workdir: str) -> Server:
                 "--dir", workdir,
                 "--logfile", logfile,
                 "--daemonize", "no",
+                # DEBUG SLEEP: a server stall, to time a client out.
+                "--enable-debug-command", "yes",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

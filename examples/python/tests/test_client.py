@@ -4,13 +4,14 @@ decode_responses on and off (the `conn` fixture runs each test 4 times)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import datetime, timezone
 
 import pytest
 import redis
 
-from redis_mem import AppendResult, Message, RedisMemClient, SessionInfo, SummarizeCheck
+from redis_mem import AppendResult, Message, RedisMemClient, SessionInfo, SummarizeBegin, SummarizeCheck
 
 KEY = "mem:{alice}"
 
@@ -24,8 +25,8 @@ def test_append_creates_session_and_counts_tokens(mem):
     r1 = mem.append(KEY, "user", "")
     assert isinstance(r1, AppendResult)
     # tokens = 3 + count("user") + count(""): "user" is one token.
-    assert (r1.id, r1.tokens, r1.total_tokens, r1.messages, r1.trimmed, r1.summarize) == (
-        1, 4, 4, 1, 0, False)
+    assert (r1.id, r1.tokens, r1.total_tokens, r1.messages, r1.trimmed, r1.summarize, r1.duplicate) == (
+        1, 4, 4, 1, 0, False, False)
     r2 = mem.append(KEY, "user", "hello there")  # "hello", " there"
     assert (r2.id, r2.tokens, r2.total_tokens, r2.messages) == (2, 6, 10, 2)
     r3 = mem.append(KEY, "assistant", "Hi! How can I help you today?")
@@ -172,11 +173,12 @@ def test_summarize_check(mem):
     empty = mem.summarize_check("mem:{nobody}")
     assert isinstance(empty, SummarizeCheck)
     assert (empty.summarize, empty.messages, empty.upto) == (False, 0, 0)
-    assert (empty.threshold_tokens, empty.threshold_messages, empty.keep) == (19200, 30, 10)
+    # mem.summarize-headroom (20%) below the caps: 24 of 30 messages.
+    assert (empty.threshold_tokens, empty.threshold_messages, empty.keep) == (19200, 24, 10)
     for i in range(1, 7):
         mem.append(KEY, "user", f"message {i}", maxmsgs=6)
     c = mem.summarize_check(KEY, keep=2)
-    assert (c.summarize, c.messages, c.threshold_messages, c.keep, c.upto) == (True, 6, 6, 2, 4)
+    assert (c.summarize, c.messages, c.threshold_messages, c.keep, c.upto) == (True, 6, 5, 2, 4)
     msgs = mem.get(KEY)
     assert c.upto_tokens == sum(m.tokens for m in msgs[:4])
     assert c.total_tokens == sum(m.tokens for m in msgs)
@@ -186,6 +188,55 @@ def test_summarize_check(mem):
     assert mem.summarize_check(KEY, context=10000).threshold_tokens == 1500
     with pytest.raises(redis.ResponseError):
         mem.summarize_check(KEY, model="gpt-4o", context=1000)
+
+
+def test_append_msgid_and_retries(mem, conn):
+    r = mem.append(KEY, "user", "Book a table.", msgid="turn-1")
+    assert (r.id, r.duplicate, r.msgid) == (1, False, "turn-1")
+    again = mem.append(KEY, "user", "Book a table.", msgid="turn-1")
+    assert (again.id, again.tokens, again.duplicate, again.trimmed) == (1, r.tokens, True, 0)
+    # Without a msgid the client makes one up: two calls, two messages.
+    a = mem.append(KEY, "user", "same text")
+    b = mem.append(KEY, "user", "same text")
+    assert a.msgid and b.msgid and a.msgid != b.msgid
+    assert (a.id, b.id, a.duplicate, b.duplicate) == (2, 3, False, False)
+    # The same command sent twice (what a retrying redis client does) is
+    # stored once.
+    args = ["MEM.APPEND", KEY, "user", "resent", "MSGID", "turn-9"]
+    first = AppendResult.from_reply(conn.execute_command(*args))
+    second = AppendResult.from_reply(conn.execute_command(*args))
+    assert (first.duplicate, second.duplicate, first.id, second.id) == (False, True, 4, 4)
+    got = mem.get(KEY)
+    assert [m.msgid for m in got] == ["turn-1", a.msgid, b.msgid, "turn-9"]
+    assert mem.get_json(KEY)["conversation_history"][0]["msgid"] == "turn-1"
+    # Batches too, item by item.
+    res = mem.append_batch(KEY, [{"role": "user", "content": "x", "msgid": "turn-1"},
+                                 {"role": "assistant", "content": "y"}])
+    assert [(x.id, x.duplicate) for x in res] == [(1, True), (5, False)]
+    assert res[1].msgid is not None
+    with pytest.raises(redis.ResponseError, match="128 bytes"):
+        mem.append(KEY, "user", "x", msgid="m" * 129)
+    plain = RedisMemClient(conn, auto_msgid=False)
+    assert plain.append(KEY, "user", "no id").msgid is None
+    assert mem.get(KEY)[-1].msgid is None
+
+
+def test_summarize_begin_and_lease(mem):
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"message {i}", maxmsgs=6)
+    b = mem.summarize_begin(KEY, 10_000, keep=2)
+    assert isinstance(b, SummarizeBegin)
+    assert (b.summarize, b.upto, b.lease) == (True, 4, 1)
+    assert b.lease_expires > time.time() * 1000
+    other = mem.summarize_begin(KEY, 10_000, keep=2)
+    assert (other.lease, other.lease_expires) == (0, b.lease_expires)
+    with pytest.raises(redis.ResponseError, match="LEASED"):
+        mem.summarize(KEY, 4, "not mine")
+    r = mem.summarize(KEY, 4, "mine", lease=b.lease)
+    assert (r.id, r.duplicate) == (4, False)
+    # Resent after its reply was lost: recognised.
+    assert mem.summarize(KEY, 4, "mine", lease=b.lease).duplicate is True
+    assert mem.summarize_begin(KEY, 10_000, keep=2).lease == 0  # nothing due
 
 
 def test_summarize_check_keeps_tool_result_with_its_call(mem):
@@ -300,3 +351,24 @@ def test_maxage_evicts_old_messages(mem):
                                 {"role": "user", "content": "b", "ts": now}], maxage=3600)
     assert rs[-1].trimmed == 1
     assert [m.content for m in mem.get(KEY)] == ["recent", "now", "b"]
+
+
+@pytest.mark.parametrize("auto_msgid,stored", [(True, 1), (False, 2)])
+def test_a_request_resent_after_a_timeout_is_stored_once(clean, auto_msgid, stored):
+    """The server stalls while an append is in flight; redis-py times out and
+    resends it (its Retry covers timeouts). Both copies reach the server: with the
+    client's MSGID one is recognised; without, the message is stored twice."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    flaky = redis.Redis(host="127.0.0.1", port=clean.port, decode_responses=True, socket_timeout=0.3,
+                        retry=Retry(NoBackoff(), 3))  # redis-py 6+: timeouts are retried
+    flaky.ping()
+    stall = threading.Thread(target=lambda: clean.client().execute_command("DEBUG", "SLEEP", "0.8"))
+    stall.start()
+    time.sleep(0.1)
+    RedisMemClient(flaky, auto_msgid=auto_msgid).append(KEY, "user", "Please book the 8pm table.")
+    stall.join()
+    got = RedisMemClient(clean.client()).get(KEY)
+    assert [m.content for m in got] == ["Please book the 8pm table."] * stored
+    flaky.close()

@@ -219,3 +219,24 @@ def test_runnable_with_message_history(clean):
     assert [(m.role, m.content) for m in stored] == [
         ("user", "I am Ann."), ("assistant", "Hello Ann."),
         ("user", "Who am I?"), ("assistant", "Your name is Ann.")]
+
+
+def test_messages_are_sent_with_msgids_and_a_retried_call_stores_nothing_twice(clean):
+    r = clean.client()
+    h = RedisMemChatMessageHistory(KEY, r)
+    long_id = "run-" + "x" * 200
+    turn = [HumanMessage("book it", id="msg-7"), AIMessage("booked", id=long_id), AIMessage("no id")]
+    h.add_messages(turn)
+    first = h.last_results
+    assert [(x.id, x.duplicate) for x in first] == [(1, False), (2, False), (3, False)]
+    stored = RedisMemClient(r).get(KEY)
+    assert stored[0].msgid == "msg-7"
+    assert stored[1].msgid.startswith("sha256:") and len(stored[1].msgid) <= 128
+    assert stored[2].msgid == first[2].msgid and stored[2].msgid  # made up by the client
+    # The application retries the turn (its first call timed out): the
+    # messages with an id are recognised, not stored again.
+    h.add_messages(turn[:2])
+    assert [(x.id, x.duplicate) for x in h.last_results] == [(1, True), (2, True)]
+    assert [m.content for m in h.messages] == ["book it", "booked", "no id"]
+    # They still come back equal to what was added.
+    assert h.messages == turn

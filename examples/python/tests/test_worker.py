@@ -1,7 +1,9 @@
 """summarizer_worker.py against the real module: keyspace notifications,
-MEM.SUMMARIZE_CHECK / MEM.SUMMARIZE, concurrent appends during a slow
-summary, the OpenAI-compatible summarizer (against a local HTTP stub) and
-the offline default."""
+MEM.SUMMARIZE_BEGIN leases / MEM.SUMMARIZE, concurrent appends during a slow
+summary, several workers on one event (one LLM call), an LLM call that
+fails or times out (nothing lost, another worker takes over), the
+OpenAI-compatible summarizer (against a local HTTP stub) and the offline
+default."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+import redis
 
 import summarizer_worker as sw
 from redis_mem import RedisMemClient
@@ -63,9 +66,10 @@ def test_worker_summarizes_when_threshold_event_arrives(clean, protocol, decode)
     thread, done = start_worker(worker, max_events=1, timeout=30)
     flags = notify_flags(r)
     assert "d" in flags and "E" in flags
+    # MAXMSGS 7: the threshold is 6 (7 less mem.summarize-headroom, 20%).
     results = [mem.append(KEY, "user" if i % 2 else "assistant",
                           f"Message {i} talks about topic {i}. More detail follows here.",
-                          maxmsgs=6) for i in range(1, 7)]
+                          maxmsgs=7) for i in range(1, 7)]
     assert [x.summarize for x in results] == [False] * 5 + [True]
     thread.join(30)
     assert not thread.is_alive()
@@ -97,19 +101,21 @@ def test_messages_appended_during_summarization_are_kept(clean):
 
     worker = sw.SummarizerWorker(clean.client(), summarize_fn=slow_summary, keep=2)
     thread, done = start_worker(worker, max_events=1, timeout=30)
-    for i in range(1, 7):
-        mem.append(KEY, "user", f"m{i}", maxmsgs=6)
+    # MAXMSGS 10: the threshold (8) comes with two appends of room, which
+    # the conversation uses while the summary is made: nothing is evicted.
+    for i in range(1, 9):
+        mem.append(KEY, "user", f"m{i}", maxmsgs=10)
     thread.join(30)
     assert not thread.is_alive()
-    assert seen["ids"] == [1, 2, 3, 4]
-    assert done and done[0].upto == 4
+    assert seen["ids"] == [1, 2, 3, 4, 5, 6]
+    assert done and done[0].upto == 6
     entries = mem.get(KEY)
-    assert (entries[0].role, entries[0].id, entries[0].content) == ("summary", 4, "SUMMARY of 1,2,3,4")
+    assert (entries[0].role, entries[0].id, entries[0].content) == ("summary", 6, "SUMMARY of 1,2,3,4,5,6")
     assert [(m.id, m.content) for m in entries[1:]] == [
-        (5, "m5"),
-        (6, "m6"),
-        (7, "written during the summary"),
-        (8, "also written during the summary"),
+        (7, "m7"),
+        (8, "m8"),
+        (9, "written during the summary"),
+        (10, "also written during the summary"),
     ]
     assert mem.info(KEY).total_tokens == sum(m.tokens for m in entries)
 
@@ -119,8 +125,8 @@ def test_run_once(clean):
     mem = RedisMemClient(r)
     assert sw.run_once(KEY, client=r, keep=2) is None  # no session
     for i in range(1, 5):
-        mem.append(KEY, "user", f"m{i}", maxmsgs=5)
-    assert sw.run_once(KEY, client=r, keep=2) is None  # below the threshold
+        mem.append(KEY, "user", f"m{i}", maxmsgs=6)
+    assert sw.run_once(KEY, client=r, keep=2) is None  # below the threshold (5)
     mem.append(KEY, "user", "m5")
     res = sw.run_once(KEY, client=r, keep=2, summarize_fn=sw.extractive_summarize)
     assert (res.upto, res.summarized, res.messages) == (3, 3, 2)
@@ -134,20 +140,107 @@ def test_run_once(clean):
     assert summary.id == 7 and "- user: m1" in summary.content and "- assistant: m7" in summary.content
 
 
-def test_run_once_loses_race_without_damage(clean):
+def test_a_second_worker_is_kept_out_by_the_lease(clean):
     r = clean.client()
     mem = RedisMemClient(r)
     for i in range(1, 7):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
+    other = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: "other's", keep=2)
+    calls = []
 
-    def racing(previous, messages):
-        mem.summarize(KEY, 5, "the other worker's summary")  # got there first
-        return "late summary"
+    def first(previous, messages):
+        calls.append([m.id for m in messages])
+        # Another worker heard the same event meanwhile: no lease for it,
+        # and a summary without the lease is refused.
+        assert other.run_once(KEY) is None
+        with pytest.raises(redis.ResponseError, match="LEASED"):
+            mem.summarize(KEY, 4, "a summary without the lease")
+        return "the holder's summary"
 
-    assert sw.SummarizerWorker(r, summarize_fn=racing, keep=2).run_once(KEY) is None
+    res = sw.SummarizerWorker(r, summarize_fn=first, keep=2).run_once(KEY)
+    assert res is not None and res.upto == 4 and calls == [[1, 2, 3, 4]]
+    assert other.stats["busy"] == 1 and other.stats["llm_calls"] == 0
     entries = mem.get(KEY)
-    assert (entries[0].id, entries[0].content) == (5, "the other worker's summary")
-    assert [m.id for m in entries[1:]] == [6]
+    assert (entries[0].id, entries[0].content) == (4, "the holder's summary")
+    assert [m.id for m in entries[1:]] == [5, 6]
+
+
+def test_several_workers_make_one_llm_call_per_summary(clean):
+    r = clean.client()
+    mem = RedisMemClient(r)
+    calls = []
+    lock = threading.Lock()
+
+    def llm(previous, messages):
+        with lock:
+            calls.append([m.id for m in messages])
+        time.sleep(0.3)  # every worker hears the events meanwhile
+        return f"summary of {messages[0].id}..{messages[-1].id}"
+
+    workers = [sw.SummarizerWorker(clean.client(), summarize_fn=llm, keep=2) for _ in range(3)]
+    threads = [start_worker(w, timeout=4)[0] for w in workers]
+    for i in range(1, 9):
+        mem.append(KEY, "user", f"m{i}", maxmsgs=10)  # threshold 8: one event, heard by all
+    for t in threads:
+        t.join(30)
+    assert calls == [[1, 2, 3, 4, 5, 6]], "one LLM call for the one summary"
+    assert sum(w.stats["committed"] for w in workers) == 1
+    assert sum(w.stats["refused"] for w in workers) == 0
+    assert mem.get(KEY)[0].content == "summary of 1..6"
+
+
+def test_a_failed_llm_call_loses_nothing_and_is_retried_after_the_lease(clean):
+    r = clean.client()
+    mem = RedisMemClient(r)
+    calls = []
+
+    def flaky(previous, messages):
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise RuntimeError("503 from the LLM")
+        return "second try"
+
+    worker = sw.SummarizerWorker(clean.client(), summarize_fn=flaky, keep=2, lease_ms=400)
+    thread, done = start_worker(worker, max_events=1, timeout=20)
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"m{i}", maxmsgs=7)  # one event, at the 6th
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(calls) == 2 and calls[1] - calls[0] >= 0.35, "retried once the lease ran out"
+    assert worker.stats["llm_failures"] == 1 and worker.stats["committed"] == 1
+    assert done and done[0].upto == 4
+    entries = mem.get(KEY)
+    assert (entries[0].id, entries[0].content) == (4, "second try")
+    assert [m.id for m in entries[1:]] == [5, 6]
+
+
+def test_a_timed_out_llm_call_is_taken_over_by_another_worker(clean):
+    r = clean.client()
+    mem = RedisMemClient(r)
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"m{i}", maxmsgs=6)
+    late = threading.Event()
+
+    def hung(previous, messages):
+        time.sleep(1.5)
+        late.set()
+        return "too late"
+
+    stuck = sw.SummarizerWorker(clean.client(), summarize_fn=hung, keep=2, lease_ms=500, llm_timeout=0.2)
+    assert stuck.run_once(KEY) is None
+    assert stuck.stats["llm_failures"] == 1
+    helper = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: "taken over", keep=2, lease_ms=500)
+    assert helper.run_once(KEY) is None  # the stuck worker's lease is still live
+    assert helper.stats["busy"] == 1
+    # Every message is still there meanwhile.
+    assert [m.id for m in mem.get(KEY)] == [1, 2, 3, 4, 5, 6]
+    time.sleep(0.6)
+    res = helper.run_once(KEY)
+    assert res is not None and res.upto == 4
+    late.wait(5)
+    entries = mem.get(KEY)
+    assert (entries[0].id, entries[0].content) == (4, "taken over")
+    assert [m.id for m in entries[1:]] == [5, 6]
 
 
 def test_run_stops_on_timeout_without_events(clean):

@@ -1,0 +1,89 @@
+//! Summarizer leases (MEM.SUMMARIZE_BEGIN). `mem.threshold` is pub/sub:
+//! every subscribed worker hears it, on every append while the session is
+//! over its threshold. A lease lets one worker at a time summarize a
+//! session: the others are told `lease 0` and a summary that does not give
+//! the live lease's token is refused, so no LLM call is made twice. A lease
+//! is only time: a worker that dies blocks no one once it expires.
+//!
+//! The master decides the token and the expiry and replicates them in an
+//! `Op::Lease`, so a replica (or an AOF reload) holds the same lease whatever
+//! its own clock says; expiry is judged against each op's `now`.
+
+use super::{Session, SessionError, SummarizeCheck, Thresholds, MAX_ID};
+
+/// Longest lease a worker may ask for: a day. A summary takes seconds to
+/// minutes; a longer lease would only block the session after a crash.
+pub const MAX_LEASE_MS: u64 = 86_400_000;
+
+/// One worker's right to summarize a session until `expires_at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Unique within the session (strictly increasing), never 0.
+    pub token: u64,
+    /// Unix ms; the lease is live while the clock is below it.
+    pub expires_at: i64,
+}
+
+/// The lease state a session keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leases {
+    /// The last lease granted, until a summary ends it (it may have expired).
+    pub current: Option<Lease>,
+    /// The last token handed out (0: none yet); the next one is above it.
+    pub last_token: u64,
+}
+
+impl Session {
+    /// The lease that is live at `now`, if any.
+    pub fn live_lease(&self, now: i64) -> Option<Lease> {
+        self.leases.current.filter(|l| l.expires_at > now)
+    }
+
+    /// Whether a summary that gives `token` (None: no LEASE) may be committed
+    /// at `now`: refused only while another worker's lease is live. An
+    /// expired lease, an unknown token or no lease at all conflict with no
+    /// one, so a worker whose lease ran out can still commit when nobody
+    /// took over.
+    pub fn check_lease(&self, token: Option<u64>, now: i64) -> Result<(), SessionError> {
+        match self.live_lease(now) {
+            Some(live) if Some(live.token) != token => Err(SessionError::LeaseHeld {
+                expires_in_ms: live.expires_at.saturating_sub(now),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// MEM.SUMMARIZE_BEGIN: the check, and the lease to grant for
+    /// `lease_ms` when the session meets its threshold, there is something
+    /// to summarize and no lease is live (None: `lease 0`).
+    pub fn begin(
+        &self,
+        thresholds: Thresholds,
+        keep: u64,
+        now: i64,
+        lease_ms: u64,
+    ) -> Result<(SummarizeCheck, Option<Lease>), SessionError> {
+        let check = self.summarize_check(thresholds, keep);
+        if !check.summarize || check.upto == 0 || self.live_lease(now).is_some() {
+            return Ok((check, None));
+        }
+        let token = match self.leases.last_token.checked_add(1) {
+            Some(t) if t <= MAX_ID => t,
+            _ => return Err(SessionError::LeasesExhausted),
+        };
+        // lease_ms <= MAX_LEASE_MS (the command checks it); min() keeps
+        // the cast and the sum far from overflow anyway.
+        let expires_at = now.saturating_add(lease_ms.min(MAX_LEASE_MS) as i64);
+        Ok((check, Some(Lease { token, expires_at })))
+    }
+
+    /// Installs a granted lease (from `Op::Lease`); its token must be above
+    /// every earlier one. On error nothing changes.
+    pub(super) fn grant(&mut self, lease: Lease) -> Result<(), SessionError> {
+        if lease.token <= self.leases.last_token {
+            return Err(SessionError::LeaseNotIncreasing { token: lease.token, last: self.leases.last_token });
+        }
+        self.leases = Leases { current: Some(lease), last_token: lease.token };
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! Retried appends (MSGID). A client that times out and resends MEM.APPEND
+//! (every Redis client library can be set to retry) must not store the
+//! message twice: the LLM would then see the user say everything twice. The
+//! client names each message (MSGID); an append whose msgid the session
+//! holds, or one of the last [`MAX_DEPARTED`] msgids that left it (trimmed
+//! or summarized: a retry can come after the original was already evicted),
+//! is answered as the original was, and changes nothing.
+
+use std::collections::VecDeque;
+
+use super::{Message, Outcome, Session};
+
+/// Longest accepted msgid, in bytes.
+pub const MAX_MSGID_BYTES: usize = 128;
+/// Msgids of departed messages a session remembers. A retry comes seconds
+/// after its original; 128 covers more appends than any client retries over.
+pub const MAX_DEPARTED: usize = 128;
+
+/// The msgid rule shared by MSGID, MEM.APPENDBATCH items, imports and
+/// load-time validation.
+pub fn check_msgid(msgid: &str) -> Result<(), String> {
+    if msgid.is_empty() || msgid.len() > MAX_MSGID_BYTES {
+        return Err(format!("msgid must be 1 to {MAX_MSGID_BYTES} bytes"));
+    }
+    Ok(())
+}
+
+/// What a retry of a departed message is answered with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Departed {
+    pub msgid: Box<str>,
+    pub id: u64,
+    pub tokens: u64,
+}
+
+/// A session's msgids. Kept beside the messages rather than in each one,
+/// so that a message without a msgid costs nothing (most sessions written
+/// before MSGID existed, or by clients that send none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Msgids {
+    /// `(message id, msgid)` of the held messages that have one, oldest
+    /// first: ids strictly increasing, each the id of a held message.
+    /// Messages leave from the front, so entries do too.
+    pub held: VecDeque<(u64, Box<str>)>,
+    /// The last messages with a msgid that left, oldest first, at most
+    /// [`MAX_DEPARTED`].
+    pub departed: VecDeque<Departed>,
+}
+
+impl Msgids {
+    /// Gives the newest message, `id`, its msgid.
+    pub fn attach(&mut self, id: u64, msgid: Box<str>) {
+        self.held.push_back((id, msgid));
+    }
+
+    /// `m` (the oldest message) leaves the session: its msgid, if it has
+    /// one, is remembered as departed, forgetting the oldest beyond
+    /// [`MAX_DEPARTED`].
+    pub fn leave(&mut self, m: &Message) {
+        self.leave_id(m.id, m.tokens);
+    }
+
+    /// Message `id` (of `tokens`) leaves from anywhere in the session (by
+    /// age, or the newest one): as [`Msgids::leave`], the departed kept in
+    /// id order.
+    pub fn leave_id(&mut self, id: u64, tokens: u64) {
+        let at = self.held.partition_point(|(held, _)| *held < id);
+        if !self.held.get(at).is_some_and(|(held, _)| *held == id) {
+            return;
+        }
+        if let Some((id, msgid)) = self.held.remove(at) {
+            let pos = self.departed.partition_point(|d| d.id < id);
+            self.departed.insert(pos, Departed { msgid, id, tokens });
+            if self.departed.len() > MAX_DEPARTED {
+                self.departed.pop_front();
+            }
+        }
+    }
+
+    /// The msgid of held message `id`, if it has one.
+    pub fn of(&self, id: u64) -> Option<&str> {
+        let at = self.held.partition_point(|(held, _)| *held < id);
+        self.held.get(at).filter(|(held, _)| *held == id).map(|(_, m)| &**m)
+    }
+
+    pub fn mem_usage(&self) -> usize {
+        let held = self.held.capacity() * std::mem::size_of::<(u64, Box<str>)>()
+            + self.held.iter().map(|(_, m)| m.len()).sum::<usize>();
+        let departed = self.departed.capacity() * std::mem::size_of::<Departed>()
+            + self.departed.iter().map(|d| d.msgid.len()).sum::<usize>();
+        held + departed
+    }
+}
+
+impl Session {
+    /// The `(id, tokens)` of the message named `msgid`, held or departed.
+    /// Newest first: a retry is almost always of a recent message.
+    pub fn find_msgid(&self, msgid: &str) -> Option<(u64, u64)> {
+        if let Some((id, _)) = self.msgids.held.iter().rev().find(|(_, m)| &**m == msgid) {
+            // Held: its tokens are the message's (a re-count may have moved them).
+            let at = self.messages.partition_point(|m| m.id < *id);
+            return self.messages.get(at).filter(|m| m.id == *id).map(|m| (m.id, m.tokens));
+        }
+        self.msgids.departed.iter().rev().find(|d| &*d.msgid == msgid).map(|d| (d.id, d.tokens))
+    }
+
+    /// The reply of a write recognised as a retry of one already applied:
+    /// the original's `id` and `tokens`, the session's totals now.
+    pub fn duplicate_outcome(&self, id: u64, tokens: u64) -> Outcome {
+        Outcome {
+            id,
+            tokens,
+            total_tokens: self.total_tokens,
+            messages: self.message_count(),
+            trimmed: 0,
+            duplicate: true,
+        }
+    }
+
+    /// The reply of a MEM.SUMMARIZE retried after it succeeded: the same
+    /// summary (same `upto`, same text) is already the session's.
+    pub fn summary_retried(&self, upto: u64, text: &[u8]) -> Option<Outcome> {
+        let s = self.summary.as_ref().filter(|s| s.upto == upto && s.text.as_bytes() == text)?;
+        Some(self.duplicate_outcome(s.upto, s.tokens))
+    }
+}
