@@ -76,7 +76,9 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let keyname = &args[1];
-    let name = attr_name(&args[2])?;
+    // Any stored name can be removed (an import keeps members whose names
+    // ATTRSET would refuse: empty, or over 64 bytes).
+    let name = args::utf8("name", &args[2])?;
     let mut key = SessionKey::open(ctx, keyname, true)?;
     // Nothing to delete: no write, nothing replicated, no event.
     if key.session().and_then(|s| s.attr(name)).is_none() {

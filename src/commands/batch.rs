@@ -214,10 +214,12 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     if steps.iter().all(|s| matches!(s, Step::Duplicate { .. })) {
         // A batch retried whole: nothing changes, nothing is replicated.
         if let Some(session) = key.session() {
-            let threshold = session.meets(session_thresholds(session, &cfg));
+            // The session's totals as reads show them (past maxage left out).
+            let live = session.live(now);
+            let threshold = live.meets(session_thresholds(&live, &cfg));
             for step in &steps {
                 if let Step::Duplicate { id, tokens } = step {
-                    outcomes.push((session.duplicate_outcome(*id, *tokens), threshold));
+                    outcomes.push((live.duplicate_outcome(*id, *tokens), threshold));
                 }
             }
             stats::add(&stats::DUPLICATES, outcomes.len() as u64);

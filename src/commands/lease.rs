@@ -29,8 +29,10 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = now_ms();
     let (check, lease, held) = match key.session() {
         Some(session) => {
-            let (check, lease) = session
-                .begin(options.thresholds(session, &cfg), options.keep, now, lease_ms)
+            // As every read: without the messages past maxage.
+            let live = session.live(now);
+            let (check, lease) = live
+                .begin(options.thresholds(&live, &cfg), options.keep, now, lease_ms)
                 .map_err(error::session)?;
             (check, lease, session.live_lease(now))
         }

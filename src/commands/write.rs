@@ -54,7 +54,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     // checks again, so of two copies in flight at once only one is stored.
     if let Some(session) = key.session() {
         if let Some((id, tokens)) = msgid.and_then(|m| session.find_msgid(m)) {
-            return reply_duplicate(ctx, session, &session.duplicate_outcome(id, tokens), &cfg);
+            // The session's totals as reads show them (past maxage left out).
+            let live = session.live(now_ms());
+            return reply_duplicate(ctx, &live, &live.duplicate_outcome(id, tokens), &cfg);
         }
     }
     let settings = changes.merge(key.session(), &cfg);
