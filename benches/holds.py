@@ -72,12 +72,12 @@ class Pinger:
 
 
 def longest_hold(r):
-    """Longest SLOWLOG entry of a MEM.* command (or of UNLINK/DEL/FLUSHALL of
-    sessions, which free them) since the last reset (ms)."""
+    """Longest SLOWLOG entry of a MEM.* command (or of UNLINK/DEL of a
+    session, which frees it) since the last reset (ms)."""
     worst, name = 0, ""
     for e in r.slowlog_get(4096):
         cmd = e["command"].decode(errors="replace") if isinstance(e["command"], bytes) else str(e["command"])
-        if cmd.upper().startswith(("MEM.", "UNLINK", "DEL ", "FLUSHALL")):
+        if cmd.upper().startswith(("MEM.", "UNLINK", "DEL ")):
             if e["duration"] > worst:
                 worst, name = e["duration"], cmd.split(" ")[0]
     return round(worst / 1000, 2), name
@@ -178,7 +178,7 @@ def cases(scale):
             t.join()
         stop.set()
         w.join()
-        r.flushall()
+        r.flushall(asynchronous=True)
         time.sleep(0.5)
         after = r.info("memory")["used_memory"]
         return {"clients": clients, "content_kb": size // 1024, "threads_before": base_threads,
@@ -259,7 +259,12 @@ def write_section(path, table, scale, suite_file):
     block = (f"<!-- kept: holds -->\n## Main-thread holds (`make holds`, {when}, load {load})\n\n"
              f"The longest time a MEM.* command held Redis's main thread (its SLOWLOG duration), "
              f"with PING round trips from another client meanwhile. Hostile set at {scale}x the sizes "
-             f"of the stall findings (`benches/holds.py`):\n\n{table}\n\n{suite}<!-- /kept: holds -->")
+             f"of the stall findings (`benches/holds.py`):\n\n{table}\n\n"
+             "The holds are the module's: the command's own call plus the reply after the worker. "
+             "PING's max also holds what Redis itself does on the main thread for these cases: reading "
+             "a 45 MB argument from the socket, or 16 MB of appends queued for one EXEC, before any "
+             "module code runs.\n\n"
+             f"{suite}<!-- /kept: holds -->")
     try:
         doc = open(path).read()
     except OSError:
