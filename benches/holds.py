@@ -195,8 +195,20 @@ def cases(scale):
         r.unlink("u")
         return {"messages": 250_000 * scale}
 
+    def attrs_setup(r):
+        value = '"' + "x" * (1024 * 1024) + '"'
+        for i in range(10 * scale):
+            r.execute_command("MEM.ATTRSET", "a", f"n{i}", value)
+
+    def attrs_edit(r):
+        for _ in range(3):
+            r.execute_command("MEM.ATTRSET", "a", "small", 1)
+        r.execute_command("MEM.ATTRGET", "a", "small")
+        r.execute_command("MEM.ATTRDEL", "a", "small")
+
     return [
         (f"model switch of {20 * scale} x 1 MB", model_switch_setup, model_switch),
+        (f"small ATTRSET/ATTRGET/ATTRDEL beside {10 * scale} x 1 MB attributes", attrs_setup, attrs_edit),
         (f"MEM.IMPORT of {5 * scale} x 1 MB", None, import_big),
         (f"MEM.IMPORT of {362_500 * scale} tiny messages", None, import_tiny),
         (f"MEM.SUMMARIZE of a {2 * scale} MB summary", summary_setup, summarize_big),

@@ -29,7 +29,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 use super::parse_iso8601;
-use crate::session::{check_members, check_meta, check_msgid, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
+use crate::session::{check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// What an import made: the session (trimmed, with the document's other
@@ -69,7 +69,7 @@ pub fn import<E>(
     settings: impl FnOnce(Option<&str>) -> Result<Settings, E>,
     count: impl Fn(Encoding, &str, &str) -> u64,
 ) -> Result<Imported, ImportError<E>> {
-    let root = read_root(text)?;
+    let mut root = read_root(text)?;
     let history = match root.history {
         Some(h) if h.get().starts_with('[') => h,
         Some(_) => return Err("conversation_history must be an array".to_owned().into()),
@@ -89,14 +89,10 @@ pub fn import<E>(
             _ => return Err("model must be a non-empty string".to_owned().into()),
         },
     };
-    let extra = match root.extra.is_empty() {
-        true => None,
-        false => {
-            let members = format!("{{{}}}", root.extra);
-            check_members(&members)?;
-            Some(members)
-        }
-    };
+    if !root.extra.is_empty() {
+        check_members(&format!("{{{}}}", root.extra))?;
+    }
+    let extra = Attrs::from_raw(std::mem::take(&mut root.pairs));
     let settings = settings(model.as_deref()).map_err(ImportError::Settings)?;
 
     let encoding = settings.encoding;
@@ -147,6 +143,8 @@ struct Root<'a> {
     summary: Option<&'a RawValue>,
     model: Option<&'a RawValue>,
     extra: String,
+    /// The same members as (raw name, raw value) pairs.
+    pairs: Vec<(Box<str>, Box<str>)>,
 }
 
 fn read_root<E>(text: &str) -> Result<Root<'_>, ImportError<E>> {
@@ -187,6 +185,7 @@ impl<'de> Visitor<'de> for RootVisitor {
                     root.extra.push_str(name.get());
                     root.extra.push(':');
                     root.extra.push_str(value.get());
+                    root.pairs.push((name.get().into(), value.get().into()));
                 }
             }
         }

@@ -103,16 +103,11 @@ pub fn render<'a>(
     let mut out = serde_json::to_string(&doc).unwrap_or_default();
     // Members an import carried (user_profile, context, ...) go back at the
     // top level, verbatim.
-    if let Some(extra) = session.and_then(|s| s.extra.as_deref()) {
-        let inner = extra
-            .trim()
-            .strip_prefix('{')
-            .and_then(|e| e.strip_suffix('}'))
-            .map_or("", str::trim);
-        if !inner.is_empty() && out.ends_with('}') {
+    if let Some(extra) = session.map(|s| &s.extra).filter(|e| !e.is_empty()) {
+        if out.ends_with('}') {
             out.pop();
             out.push(',');
-            out.push_str(inner);
+            extra.write_members(&mut out);
             out.push('}');
         }
     }

@@ -213,7 +213,7 @@ impl ImportedDoc {
             };
             session.push_message(message).map_err(|e| e.to_string())?;
         }
-        session.extra = self.extra;
+        session.extra = crate::session::Attrs::from_text(self.extra.as_deref()).unwrap_or_default();
         Ok(session)
     }
 }

@@ -55,7 +55,7 @@ fn client_side_shape_keeps_other_members() {
     .session;
     assert_eq!(s.messages.len(), 1);
     assert_eq!(s.messages[0].ts, 1714557600000);
-    let extra: Value = serde_json::from_str(s.extra.as_deref().unwrap()).unwrap();
+    let extra: Value = serde_json::from_str(s.extra.text().as_deref().unwrap()).unwrap();
     assert_eq!(extra["user_profile"]["name"], "Ann");
     assert_eq!(extra["context"]["topic"], "x");
 }
@@ -146,7 +146,7 @@ fn ids_must_be_all_or_none_and_increasing() {
 #[test]
 fn render_puts_extra_members_at_the_top_level() {
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = Some(r#"{"user_profile":{"a":1}}"#.to_owned());
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(r#"{"user_profile":{"a":1}}"#.to_owned()))).unwrap();
     let out: Value = serde_json::from_str(&render(Some(&s), None, [].iter(), "m")).unwrap();
     assert_eq!(out["user_profile"]["a"], 1);
     assert_eq!(out["summary"], Value::Null);
@@ -198,13 +198,13 @@ fn imported_members_at_the_deepest_allowed_level_come_back() {
     let members = format!(r#"{{"ctx":{}}}"#, nested(depth - 1));
     assert!(crate::session::check_members(&members).is_ok());
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = Some(members.clone());
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(members.clone()))).unwrap();
     let back = parse(&rendered(&s)).expect("members at the deepest level import");
-    assert_eq!(back.session.extra.as_deref(), Some(members.as_str()));
+    assert_eq!(back.session.extra.text().as_deref(), Some(members.as_str()));
     let deeper = format!(r#"{{"ctx":{}}}"#, nested(depth));
     assert!(crate::session::check_members(&deeper).is_err());
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = Some(deeper);
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(deeper))).unwrap();
     assert!(parse(&rendered(&s)).unwrap_err().contains("nested deeper"));
 }
 
@@ -259,7 +259,7 @@ fn meta_and_members_are_kept_verbatim() {
     let s = parse(&doc).unwrap().session;
     assert_eq!(s.messages[0].meta.as_deref(), Some(meta));
     let extra = format!(r#"{{"p":1,"user_profile":{profile},"p":[ 2 ],"n":-9223372036854775809}}"#);
-    assert_eq!(s.extra.as_deref(), Some(extra.as_str()), "in order, duplicates kept, known members left out");
+    assert_eq!(s.extra.text().as_deref(), Some(extra.as_str()), "in order, duplicates kept, known members left out");
     let out = rendered(&s);
     assert!(out.contains(&format!(r#""meta":{meta}"#)), "{out}");
     assert!(out.ends_with(r#","p":1,"user_profile":{"n":12345678901234567890123,"a":1,"a":2},"p":[ 2 ],"n":-9223372036854775809}"#), "{out}");

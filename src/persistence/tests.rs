@@ -67,7 +67,7 @@ fn sample_0_1() -> Session {
         total_tokens,
         created: 1_699_999_999_000,
         updated: 1_700_000_000_007,
-        extra: Some(r#"{"user_profile":{"name":"Ann"}}"#.into()),
+        extra: crate::session::Attrs::from_text(Some(r#"{"user_profile":{"name":"Ann"}}"#)).unwrap(),
         leases: Leases::default(),
         msgids: Default::default(),
     }
@@ -522,7 +522,7 @@ fn format_1_built_by_hand_decodes() {
     assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
     assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10, max_age: 0 });
     assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });
-    assert_eq!((s.last_id, s.total_tokens, s.created, s.updated, s.extra), (9, 12, -7, 3_000, None));
+    assert_eq!((s.last_id, s.total_tokens, s.created, s.updated, s.extra.text()), (9, 12, -7, 3_000, None));
 
     // Each op variant, with a needlessly long varint postcard accepted.
     let mut b = V1(vec![1]);

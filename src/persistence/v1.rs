@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result};
-use crate::session::{ExternalId, Message, Op, Session, Settings, Summary};
+use crate::session::{Attrs, ExternalId, Message, Op, Session, Settings, Summary};
 use crate::tokenizer::Encoding;
 
 /// Fewest bytes a message takes (id, role, content, ts, tokens, meta tag:
@@ -49,7 +49,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         total_tokens: r.u64("total_tokens")?,
         created: r.i64("created")?,
         updated: r.i64("updated")?,
-        extra: r.option("extra", |r| r.string("extra"))?,
+        extra: Attrs::from_text(r.option("extra", |r| r.str("extra"))?).map_err(|e| format!("corrupt payload: {e}"))?,
         leases: Default::default(),
         msgids: Default::default(),
     })

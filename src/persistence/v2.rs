@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result, Writer};
-use crate::session::{Departed, ExternalId, Lease, Leases, Message, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
+use crate::session::{Attrs, Departed, ExternalId, Lease, Leases, Message, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
 use crate::tokenizer::Encoding;
 
 pub const FORMAT: u8 = 2;
@@ -76,7 +76,7 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
         w.str(system);
         put_external(&mut w, e);
     }
-    w.option(s.extra.as_deref(), Writer::str);
+    w.option(s.extra.text().as_deref(), Writer::str);
     w.option(s.leases.current.as_ref(), put_lease);
     w.u64(s.leases.last_token);
     w.length(s.msgids.held.len());
@@ -228,7 +228,8 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         }
         external.insert(system, external_id(r)?);
     }
-    let extra = r.option("extra", |r| r.string("extra"))?;
+    let extra = r.option("extra", |r| r.str("extra"))?;
+    let extra = Attrs::from_text(extra).map_err(|e| format!("corrupt payload: {e}"))?;
     let leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
     let msgids = msgids(r)?;
     Ok(Session {

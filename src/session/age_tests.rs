@@ -134,29 +134,29 @@ fn attributes_are_set_replaced_and_deleted_member_by_member() {
     assert_eq!((s.attr("a"), s.attrs()), (None, vec![]));
     s.attr_set("user_profile", raw(r#"{"name": "Ann", "z": 1.0}"#));
     s.attr_set("context", raw("[1,2]"));
-    assert_eq!(s.extra.as_deref(), Some(r#"{"user_profile":{"name": "Ann", "z": 1.0},"context":[1,2]}"#));
+    assert_eq!(s.extra.text().as_deref(), Some(r#"{"user_profile":{"name": "Ann", "z": 1.0},"context":[1,2]}"#));
     s.attr_set("user_profile", raw("null"));
-    assert_eq!(s.extra.as_deref(), Some(r#"{"user_profile":null,"context":[1,2]}"#));
+    assert_eq!(s.extra.text().as_deref(), Some(r#"{"user_profile":null,"context":[1,2]}"#));
     assert_eq!(s.attr("context").as_deref(), Some("[1,2]"));
     assert!(s.attr_del("user_profile"));
     assert!(!s.attr_del("user_profile"));
     assert!(s.attr_del("context"));
     // No member left: no extra, as a session never given any.
-    assert_eq!(s.extra, None);
+    assert_eq!(s.extra.text(), None);
 }
 
 #[test]
 fn duplicate_members_of_an_import_read_as_the_last_and_are_replaced_at_the_first() {
     let mut s = Session::new(settings(), 0);
-    s.extra = Some(r#"{"a":1,"b":2,"a":3,"c":"\u00e9"}"#.into());
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(r#"{"a":1,"b":2,"a":3,"c":"\u00e9"}"#))).unwrap();
     assert_eq!(s.attr("a").as_deref(), Some("3"));
     let all = s.attrs();
     assert_eq!(all, vec![("a".into(), "3".into()), ("b".into(), "2".into()), ("c".into(), r#""\u00e9""#.into())]);
     s.attr_set("a", raw("4"));
-    assert_eq!(s.extra.as_deref(), Some(r#"{"a":4,"b":2,"c":"\u00e9"}"#));
-    s.extra = Some(r#"{"a":1,"b":2,"a":3}"#.into());
+    assert_eq!(s.extra.text().as_deref(), Some(r#"{"a":4,"b":2,"c":"\u00e9"}"#));
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(r#"{"a":1,"b":2,"a":3}"#))).unwrap();
     assert!(s.attr_del("a"));
-    assert_eq!(s.extra.as_deref(), Some(r#"{"b":2}"#));
+    assert_eq!(s.extra.text().as_deref(), Some(r#"{"b":2}"#));
 }
 
 #[test]

@@ -128,7 +128,7 @@ pub struct Session {
     pub updated: i64,
     /// Other top-level members of an imported document (`user_profile`,
     /// `context`, ...), as the JSON text of an object.
-    pub extra: Option<String>,
+    pub extra: Attrs,
     /// The summarizer lease (MEM.SUMMARIZE_BEGIN) and the last token handed
     /// out (lease.rs).
     pub leases: Leases,
@@ -330,7 +330,7 @@ impl Session {
             total_tokens: 0,
             created: now,
             updated: now,
-            extra: None,
+            extra: Attrs::default(),
             leases: Leases::default(),
             msgids: Msgids::default(),
         }
@@ -632,7 +632,7 @@ impl Session {
         let mut bytes = std::mem::size_of::<Session>()
             + self.messages.capacity() * std::mem::size_of::<Message>()
             + strings(&self.settings.model)
-            + self.extra.as_ref().map_or(0, strings);
+            + self.extra.mem_usage();
         for m in &self.messages {
             // The content's shared allocation carries two counters.
             bytes += m.role.len() + 16 + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
@@ -655,7 +655,7 @@ mod read;
 mod recount;
 mod retry;
 mod validate;
-pub use attrs::{check_attr_name, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
+pub use attrs::{check_attr_name, Attrs, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{Lease, Leases, MAX_LEASE_MS};
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Recounted, Snapshot};

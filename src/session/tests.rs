@@ -505,7 +505,7 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
             let d = MAX_META_DEPTH + 1;
             s.messages[0].meta = Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into())
         }),
-        ("members with 1e400", |s| s.extra = Some(r#"{"n":1e400}"#.into())),
+        ("members with 1e400", |s| s.extra = crate::session::Attrs::from_text(Some(r#"{"n":1e400}"#)).unwrap()),
         ("last id above 2^53-1", |s| s.last_id = MAX_STORED_ID),
     ];
     for (what, change) in stored_by_0_1 {

@@ -292,9 +292,7 @@ impl Session {
                 self.total_tokens
             ));
         }
-        if let Some(extra) = &self.extra {
-            check_stored_object("imported members", extra)?;
-        }
+        // The attributes were parsed as an object's members when they came in.
         if let Some(lease) = &self.leases.current {
             check_lease(lease)?;
             if lease.token > self.leases.last_token {
