@@ -206,3 +206,20 @@ fn attributes_persist_and_replicate() {
     wait(&mut con);
     assert_eq!(digest(&mut rcon, "q"), before.0);
 }
+
+#[test]
+fn a_session_holds_a_bounded_number_of_attributes() {
+    let server = Server::start();
+    let mut con = server.client();
+    for i in 0..1024 {
+        ok(&mut con, &["MEM.ATTRSET", "k", &format!("a{i}"), "1"]);
+    }
+    let before = digest(&mut con, "k");
+    let e = cmd(&mut con, &["MEM.ATTRSET", "k", "one-more", "1"]).expect_err("the 1025th attribute");
+    assert!(e.to_string().contains("at most 1024 attributes"), "{e}");
+    assert_eq!(digest(&mut con, "k"), before);
+    // Replacing one that exists is still fine, as is deleting and adding.
+    ok(&mut con, &["MEM.ATTRSET", "k", "a5", "2"]);
+    assert_eq!(int(&mut con, &["MEM.ATTRDEL", "k", "a6"]), 1);
+    ok(&mut con, &["MEM.ATTRSET", "k", "one-more", "1"]);
+}

@@ -18,6 +18,9 @@ fn attr_name<'a>(arg: &'a RedisString) -> Result<&'a str, RedisError> {
     Ok(name)
 }
 
+/// Most attributes (distinct members) a session holds through MEM.ATTRSET.
+pub const MAX_ATTRS: usize = 1024;
+
 /// MEM.ATTRSET key name json
 pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 4 {
@@ -32,6 +35,13 @@ pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     check_attr_value(value).map_err(error::bad_attr_value)?;
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
+    // A bounded number of names, so an edit (which looks at every name)
+    // stays cheap whatever a client does.
+    if let Some(s) = key.session() {
+        if s.attr(name).is_none() && s.attr_count() >= MAX_ATTRS {
+            return Err(error::err(format!("ERR a session holds at most {MAX_ATTRS} attributes")));
+        }
+    }
     let now = now_ms();
     let settings = SettingsOptions::none().merge(key.session(), &cfg);
     // Stored as the client wrote it (numbers, key order and all), without

@@ -142,6 +142,11 @@ impl Session {
         out
     }
 
+    /// Members held (an imported document's repeated names count each).
+    pub fn attr_count(&self) -> usize {
+        self.extra.pairs.len()
+    }
+
     /// The JSON text of attribute `name` (its last value), if set.
     pub fn attr(&self, name: &str) -> Option<String> {
         self.extra
