@@ -11,17 +11,8 @@ mod relkit;
 use common::*;
 use faultkit::*;
 
-/// Varied text of about `bytes` bytes.
 fn text(bytes: usize, seed: usize) -> String {
-    let words = ["memory", "Redis", "token", "session", "summary", "42", "über", "日本語", "\n"];
-    let mut out = String::new();
-    let mut i = seed;
-    while out.len() < bytes {
-        out.push_str(words[i % words.len()]);
-        out.push(' ');
-        i = i.wrapping_mul(31).wrapping_add(7);
-    }
-    out
+    varied_text(bytes, seed)
 }
 
 #[test]
