@@ -282,9 +282,9 @@ fn dump_restore_copy_and_migrate_keep_sessions_identical() {
     println!("durability/dump-restore-copy-migrate: {} sessions, {compared} comparisons identical", keys.len());
 }
 
-/// RDB encoding versions (docs/FORMAT.md): today's values are version 2 with
-/// a format-2 payload. The same value claiming version 1 (whose payloads are
-/// format 1), or a version no release wrote, is refused by RESTORE with an
+/// RDB encoding versions (docs/FORMAT.md): today's values are version 3 with
+/// a format-3 payload. The same value claiming version 1 or 2 (whose payloads
+/// are formats 1 and 2), or a version no release wrote, is refused by RESTORE with an
 /// error and the reason in the log, never a crash.
 #[test]
 fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
@@ -294,24 +294,25 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
     // No TTL: a key's expiry is part of its digest, and RESTORE 0 sets none.
     ok(&mut con, &["MEM.APPEND", "mem:{ver}", "user", "hello", "TTL", "0"]);
     let full = dump(&mut con, "mem:{ver}");
-    assert_eq!(module_payload(&full)[0], 2, "today's payload format");
+    assert_eq!(module_payload(&full)[0], 3, "today's payload format");
     let (payload, ver) = split_dump(&full);
     // Type 7 (module), then the module id as a 64-bit RDB length (0x81 and 8
     // bytes, big-endian) whose low 10 bits are the encoding version.
     assert_eq!(&payload[..2], &[7, 0x81]);
     let id = u64::from_be_bytes(payload[2..10].try_into().unwrap());
-    assert_eq!(id & 0x3ff, 2, "today's encoding version");
+    assert_eq!(id & 0x3ff, 3, "today's encoding version");
     let with_encver = |v: u64| {
         let mut p = payload.to_vec();
         p[2..10].copy_from_slice(&((id & !0x3ff) | v).to_be_bytes());
         with_footer(&p, ver)
     };
-    redis::cmd("RESTORE").arg("mem:{ver}:same").arg(0).arg(with_encver(2)).query::<()>(&mut con).unwrap();
+    redis::cmd("RESTORE").arg("mem:{ver}:same").arg(0).arg(with_encver(3)).query::<()>(&mut con).unwrap();
     assert_eq!(digest(&mut con, "mem:{ver}:same"), digest(&mut con, "mem:{ver}"));
     for (encver, reason) in [
-        (1, "payload format 2 in a value of encoding version 1"),
+        (1, "payload format 3 in a value of encoding version 1"),
+        (2, "payload format 3 in a value of encoding version 2"),
         (0, "unknown redis-mem encoding version 0"),
-        (3, "unknown redis-mem encoding version 3"),
+        (4, "unknown redis-mem encoding version 4"),
         (1023, "unknown redis-mem encoding version 1023"),
     ] {
         let r = redis::cmd("RESTORE").arg("mem:{ver}:bad").arg(0).arg(with_encver(encver)).query::<Value>(&mut con);
@@ -320,5 +321,5 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
         assert!(server.log().contains(reason), "encoding version {encver}: log lacks {reason:?}");
         assert_eq!(ok(&mut con, &["EXISTS", "mem:{ver}:bad"]), Value::Int(0));
     }
-    println!("durability/encoding versions: 2 restores, 1 (mismatched), 0, 3, 1023 refused");
+    println!("durability/encoding versions: 3 restores, 1 and 2 (mismatched), 0, 4, 1023 refused");
 }

@@ -9,7 +9,7 @@ use super::{arity, default_settings, now_ms, thresholds};
 use crate::config::Config;
 use crate::json_format;
 use crate::key::SessionKey;
-use crate::session::{Message, Selection, Session, SummarizeCheck, Thresholds};
+use crate::session::{MessageLog, MessageRef, Selection, Session, SummarizeCheck, Thresholds};
 use crate::tokenizer;
 
 /// MEM.GET key [LAST n] [AFTER id] [BUDGET tokens] [FORMAT RESP|JSON]
@@ -32,17 +32,18 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // next write evicts them.
     let live = key.session().map(|s| s.live(now_ms()));
     let session = live.as_deref();
-    let (summary, a, b) = match session {
+    let empty = MessageLog::new();
+    let (summary, messages) = match session {
         Some(s) => s.select(sel),
-        None => (None, &[][..], &[][..]),
+        None => (None, empty.iter()),
     };
     if json {
         let cfg = Config::current();
-        let doc = json_format::render(session, summary, a.iter().chain(b), &cfg.default_model);
+        let doc = json_format::render(session, summary, messages, &cfg.default_model);
         return Ok(RedisValue::BulkString(doc));
     }
     let reply = Reply::new(ctx);
-    reply.array(usize::from(summary.is_some()) + a.len() + b.len());
+    reply.array(usize::from(summary.is_some()) + messages.len());
     if let Some(s) = summary {
         reply
             .map(5)
@@ -53,22 +54,22 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             .signed(s.ts)
             .field_int("tokens", s.tokens);
     }
-    for m in a.iter().chain(b) {
-        reply_message(&reply, m, session.and_then(|s| s.msgids.of(m.id)));
+    for m in messages {
+        reply_message(&reply, &m, session.and_then(|s| s.msgids.of(m.id)));
     }
     Ok(RedisValue::NoReply)
 }
 
-fn reply_message(reply: &Reply, m: &Message, msgid: Option<&str>) {
+fn reply_message(reply: &Reply, m: &MessageRef<'_>, msgid: Option<&str>) {
     reply
         .map(5 + usize::from(m.meta.is_some()) + usize::from(msgid.is_some()))
         .field_int("id", m.id)
-        .field_str("role", &m.role)
-        .field_str("content", &m.content)
+        .field_str("role", m.role)
+        .field_str("content", m.content)
         .bulk("ts")
         .signed(m.ts)
         .field_int("tokens", m.tokens);
-    if let Some(meta) = &m.meta {
+    if let Some(meta) = m.meta {
         reply.field_str("meta", meta);
     }
     if let Some(msgid) = msgid {

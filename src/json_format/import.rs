@@ -518,6 +518,7 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         }
         self.most_held = self.most_held.max(self.session.messages.len());
         self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 1);
+        self.session.messages.settle();
         Ok(())
     }
 }

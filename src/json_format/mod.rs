@@ -6,7 +6,7 @@ use chrono::{DateTime, NaiveDateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::session::{Message, Session, Summary};
+use crate::session::{MessageRef, Session, Summary};
 
 mod import;
 #[cfg(test)]
@@ -74,19 +74,19 @@ fn raw_json(text: &str) -> Option<&RawValue> {
 pub fn render<'a>(
     session: Option<&'a Session>,
     summary: Option<&'a Summary>,
-    messages: impl Iterator<Item = &'a Message>,
+    messages: impl Iterator<Item = MessageRef<'a>>,
     default_model: &'a str,
 ) -> String {
     let doc = DocumentOut {
         conversation_history: messages
             .map(|m| MessageOut {
                 id: m.id,
-                role: &m.role,
-                content: &m.content,
+                role: m.role,
+                content: m.content,
                 timestamp: iso8601(m.ts),
                 ts: m.ts,
                 tokens: m.tokens,
-                meta: m.meta.as_deref().and_then(raw_json),
+                meta: m.meta.and_then(raw_json),
                 msgid: session.and_then(|s| s.msgids.of(m.id)),
             })
             .collect(),

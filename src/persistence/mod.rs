@@ -18,6 +18,7 @@
 
 mod v1;
 mod v2;
+mod v3;
 mod wire;
 
 #[cfg(test)]
@@ -33,16 +34,25 @@ pub const RDB_ENCODING_VERSION: i32 = FORMAT_LATEST as i32;
 
 /// Release 0.1's payloads: postcard of its structs.
 const FORMAT_V1: u8 = 1;
-/// The format encoders write.
-const FORMAT_LATEST: u8 = v2::FORMAT;
+/// The format sessions are written in.
+const FORMAT_LATEST: u8 = v3::FORMAT;
 
 pub fn encode_session(session: &Session) -> Vec<u8> {
+    v3::encode_session(session)
+}
+
+/// A session in format 2, as release 0.2 wrote it (tests and fixtures).
+#[cfg(test)]
+pub fn encode_session_v2(session: &Session) -> Vec<u8> {
     v2::encode_session(session)
 }
 
 /// A session of any known format, its invariants checked.
 pub fn decode_session(bytes: &[u8]) -> Result<Session, String> {
-    let session = decode(bytes, v1::session, v2::session)?;
+    let session = decode(bytes, v1::session, |r| match r.format() {
+        v3::FORMAT => v3::session(r),
+        _ => v2::session(r),
+    })?;
     session.validate()?;
     Ok(session)
 }
@@ -59,6 +69,8 @@ pub fn decode_rdb_session(encver: i32, bytes: &[u8]) -> Result<Session, String> 
     }
 }
 
+/// Ops are still written in format 2: format 3 changed only how a
+/// session's messages are laid out.
 pub fn encode_op(op: &Op) -> Vec<u8> {
     v2::encode_op(op)
 }
@@ -67,7 +79,10 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
 /// travel as its own argument, so `MEM._APPLY` validates the op once the
 /// content is back in (`Op::with_content`, then `Op::validate`).
 pub fn decode_op(bytes: &[u8]) -> Result<Op, String> {
-    decode(bytes, v1::op, v2::op)
+    match bytes.first() {
+        Some(&v3::FORMAT) => Err("corrupt payload: format 3 carries sessions, not ops".to_owned()),
+        _ => decode(bytes, v1::op, v2::op),
+    }
 }
 
 /// Dispatches on the format byte; the whole body must be consumed.

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::session::{Departed, ExternalId, Lease, Leases, Message, Settings, Summary};
+use crate::session::{Departed, ExternalId, Lease, Leases, Message, MessageLog, Settings, Summary};
 use crate::tokenizer::Encoding;
 
 fn settings(encoding: Encoding) -> Settings {
@@ -59,7 +59,7 @@ fn sample_0_1() -> Session {
         ("n8n".to_owned(), ExternalId { id: "exec-9".into(), expires_at: -5 }),
     ]);
     Session {
-        messages: messages.into(),
+        messages: MessageLog::from_messages(messages).unwrap(),
         summary: Some(summary),
         settings: settings(Encoding::Cl100kBase),
         external,
@@ -170,10 +170,31 @@ const V1_OPS: [&str; 3] = [
     "01 02 96a0abfef962 066770742d346f 01 901c 80f104 1e 04 64696679 02 6331 96bff4fef962",
 ];
 
+/// `sample()` in format 3: format 2's fields around the messages, which are
+/// a count, per message (id delta, ts delta, tokens, stored length), the
+/// total length and the stored bytes (tag, role, meta, content).
+const V3_SAMPLE: &str = "03
+    066770742d346f 02 901c 80f104 1e 00  08 23 b090abfef962 8ea0abfef962
+    01 13 4561726c6965723a206772656574696e67732e 09 03 e8a7abfef962
+    03  04 88a0abfef962 07 13  01 02 0c 1e  02 04 07 1a
+    4b  00 5765617468657220696e20e69db1e4baac3f
+        09 1c 7b22746f6f6c5f63616c6c73223a5b7b226964223a226331227d5d7d
+        0b 15 7b22746f6f6c5f63616c6c5f6964223a226331227d 313843
+    02 04 64696679 06 636f6e762d31 80e0998dcc6e 03 6e386e 06 657865632d39 09
+    01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d
+    01 03 c0c9b2fef962 03  01 04 03 632d34  01 03 632d32 02 07";
+
+#[test]
+fn format_3_golden_bytes() {
+    assert_eq!(hex(&encode_session(&sample())), hex(&unhex(V3_SAMPLE)));
+    // The same session as format 2 wrote it.
+    assert_eq!(decode_session(&unhex(V3_SAMPLE)).unwrap(), decode_session(&unhex(V2_SAMPLE)).unwrap());
+}
+
 #[test]
 fn format_2_golden_bytes() {
-    assert_eq!(hex(&encode_session(&sample())), hex(&unhex(V2_SAMPLE)));
-    assert_eq!(hex(&encode_session(&bare())), hex(&unhex(V2_BARE)));
+    assert_eq!(hex(&encode_session_v2(&sample())), hex(&unhex(V2_SAMPLE)));
+    assert_eq!(hex(&encode_session_v2(&bare())), hex(&unhex(V2_BARE)));
     for (op, want) in sample_ops().iter().zip(V2_OPS) {
         assert_eq!(hex(&encode_op(op)), hex(&unhex(want)), "{op:?}");
     }
@@ -306,8 +327,10 @@ fn ops_round_trip_with_extreme_values() {
 
 fn all_payloads() -> Vec<(String, Vec<u8>, bool)> {
     let mut out = vec![
-        ("v2 session".into(), encode_session(&sample()), true),
-        ("v2 lived-in session".into(), encode_session(&lived_in()), true),
+        ("v2 session".into(), encode_session_v2(&sample()), true),
+        ("v2 lived-in session".into(), encode_session_v2(&lived_in()), true),
+        ("v3 session".into(), encode_session(&sample()), true),
+        ("v3 lived-in session".into(), encode_session(&lived_in()), true),
         ("v1 session".into(), unhex(V1_SAMPLE), true),
     ];
     for (i, op) in sample_ops().iter().enumerate() {
@@ -361,6 +384,9 @@ fn flipped_bits_never_panic_and_never_break_invariants() {
                     if let Ok(s) = decode_session(&b) {
                         assert!(s.validate().is_ok(), "{what}: byte {i} bit {bit}");
                         if b[0] == 2 {
+                            assert_eq!(encode_session_v2(&s), b, "{what}: byte {i} bit {bit}");
+                        }
+                        if b[0] == 3 {
                             assert_eq!(encode_session(&s), b, "{what}: byte {i} bit {bit}");
                         }
                     }
@@ -377,7 +403,7 @@ fn flipped_bits_never_panic_and_never_break_invariants() {
 #[test]
 fn unknown_formats_are_refused() {
     for (what, bytes, is_session) in all_payloads() {
-        for format in [0u8, 3, 9, 255] {
+        for format in [0u8, 4, 9, 255] {
             let mut b = bytes.clone();
             b[0] = format;
             let e = if is_session { decode_session(&b).unwrap_err() } else { decode_op(&b).unwrap_err() };
@@ -386,18 +412,25 @@ fn unknown_formats_are_refused() {
     }
     assert_eq!(decode_session(&[]).unwrap_err(), "empty payload");
     assert_eq!(decode_op(&[]).unwrap_err(), "empty payload");
+    let mut op = encode_op(&sample_ops()[0]);
+    op[0] = 3;
+    assert!(decode_op(&op).unwrap_err().contains("format 3 carries sessions"));
 }
 
 #[test]
 fn rdb_values_need_the_format_of_their_encoding_version() {
     let v1 = unhex(V1_SAMPLE);
-    let v2 = encode_session(&sample());
-    assert_eq!(RDB_ENCODING_VERSION, 2);
+    let v2 = encode_session_v2(&sample());
+    let v3 = encode_session(&sample());
+    assert_eq!(RDB_ENCODING_VERSION, 3);
     assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample_0_1());
     assert_eq!(decode_rdb_session(2, &v2).unwrap(), sample());
+    assert_eq!(decode_rdb_session(3, &v3).unwrap(), sample());
     assert!(decode_rdb_session(1, &v2).unwrap_err().contains("format 2 in a value of encoding version 1"));
     assert!(decode_rdb_session(2, &v1).is_err());
     assert!(decode_rdb_session(3, &v2).is_err());
+    assert!(decode_rdb_session(2, &v3).is_err());
+    assert!(decode_rdb_session(4, &v3).is_err());
     assert!(decode_rdb_session(2, &[]).is_err());
 }
 
@@ -518,7 +551,7 @@ fn format_1_built_by_hand_decodes() {
         .raw(&[0]); // extra
     let s = decode_session(&b.0).unwrap();
     assert_eq!(s.messages.len(), 2);
-    assert_eq!(s.messages[1], Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
+    assert_eq!(s.messages.get(1).unwrap().to_message(), Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
     assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
     assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10, max_age: 0 });
     assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result};
-use crate::session::{Attrs, ExternalId, Message, Op, Session, Settings, Summary};
+use crate::session::{Attrs, ExternalId, Message, MessageLog, Op, Session, Settings, Summary};
 use crate::tokenizer::Encoding;
 
 /// Fewest bytes a message takes (id, role, content, ts, tokens, meta tag:
@@ -41,7 +41,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
     // The remaining fields are read in the order written below (a struct
     // expression evaluates its fields in source order).
     Ok(Session {
-        messages: messages.into(),
+        messages: MessageLog::from_messages(messages)?,
         summary,
         settings,
         external,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result, Writer};
-use crate::session::{Attrs, Departed, ExternalId, Lease, Leases, Message, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
+use crate::session::{Attrs, Departed, ExternalId, Lease, Leases, Message, MessageLog, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
 use crate::tokenizer::Encoding;
 
 pub const FORMAT: u8 = 2;
@@ -58,23 +58,37 @@ fn encoding_from_code(code: u8) -> Result<Encoding> {
 
 // ---- encoding ----------------------------------------------------------
 
+/// A session in format 2 (what release 0.2 wrote; kept for the tests that
+/// pin its bytes, and to write fixtures).
+#[cfg(test)]
 pub fn encode_session(s: &Session) -> Vec<u8> {
     let mut w = Writer::new(FORMAT);
-    put_settings(&mut w, &s.settings);
+    put_session_head(&mut w, s);
+    w.length(s.messages.len());
+    for m in s.messages.iter() {
+        put_message_parts(&mut w, m.id, m.role, m.content, m.ts, m.tokens, m.meta);
+    }
+    put_session_tail(&mut w, s);
+    w.into_bytes()
+}
+
+/// The fields before the messages (formats 2 and 3).
+pub(super) fn put_session_head(w: &mut Writer, s: &Session) {
+    put_settings(w, &s.settings);
     w.u64(s.last_id);
     w.u64(s.total_tokens);
     w.i64(s.created);
     w.i64(s.updated);
     w.option(s.summary.as_ref(), put_summary);
-    w.length(s.messages.len());
-    for m in &s.messages {
-        put_message(&mut w, m);
-    }
+}
+
+/// The fields after the messages (formats 2 and 3).
+pub(super) fn put_session_tail(w: &mut Writer, s: &Session) {
     // BTreeMap order: systems strictly increasing, as the decoder requires.
     w.length(s.external.len());
     for (system, e) in &s.external {
         w.str(system);
-        put_external(&mut w, e);
+        put_external(w, e);
     }
     w.option(s.extra.text().as_deref(), Writer::str);
     w.option(s.leases.current.as_ref(), put_lease);
@@ -90,7 +104,6 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
         w.u64(d.id);
         w.u64(d.tokens);
     }
-    w.into_bytes()
 }
 
 pub fn encode_op(op: &Op) -> Vec<u8> {
@@ -180,12 +193,16 @@ fn put_summary(w: &mut Writer, s: &Summary) {
 }
 
 fn put_message(w: &mut Writer, m: &Message) {
-    w.u64(m.id);
-    w.str(&m.role);
-    w.str(&m.content);
-    w.i64(m.ts);
-    w.u64(m.tokens);
-    w.option(m.meta.as_deref(), Writer::str);
+    put_message_parts(w, m.id, &m.role, &m.content, m.ts, m.tokens, m.meta.as_deref());
+}
+
+fn put_message_parts(w: &mut Writer, id: u64, role: &str, content: &str, ts: i64, tokens: u64, meta: Option<&str>) {
+    w.u64(id);
+    w.str(role);
+    w.str(content);
+    w.i64(ts);
+    w.u64(tokens);
+    w.option(meta, Writer::str);
 }
 
 fn put_lease(w: &mut Writer, l: &Lease) {
@@ -204,17 +221,36 @@ fn put_external(w: &mut Writer, e: &ExternalId) {
 // order is the format's.
 
 pub fn session(r: &mut Reader) -> Result<Session> {
+    let mut session = session_head(r)?;
+    let count = r.count(MIN_MESSAGE_BYTES, "messages")?;
+    let mut messages = Vec::with_capacity(count);
+    for _ in 0..count {
+        messages.push(message(r)?);
+    }
+    session.messages = MessageLog::from_messages(messages)?;
+    session_tail(r, &mut session)?;
+    Ok(session)
+}
+
+/// The fields before the messages (formats 2 and 3), as a session without
+/// messages.
+pub(super) fn session_head(r: &mut Reader) -> Result<Session> {
     let settings = settings(r)?;
     let last_id = r.u64("last_id")?;
     let total_tokens = r.u64("total_tokens")?;
     let created = r.i64("created")?;
     let updated = r.i64("updated")?;
     let summary = r.option("summary", summary)?;
-    let count = r.count(MIN_MESSAGE_BYTES, "messages")?;
-    let mut messages = Vec::with_capacity(count);
-    for _ in 0..count {
-        messages.push(message(r)?);
-    }
+    let mut session = Session::new(settings, created);
+    session.last_id = last_id;
+    session.total_tokens = total_tokens;
+    session.updated = updated;
+    session.summary = summary;
+    Ok(session)
+}
+
+/// The fields after the messages (formats 2 and 3).
+pub(super) fn session_tail(r: &mut Reader, session: &mut Session) -> Result<()> {
     let count = r.count(MIN_EXTERNAL_BYTES, "external ids")?;
     let mut external = BTreeMap::new();
     for _ in 0..count {
@@ -228,23 +264,12 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         }
         external.insert(system, external_id(r)?);
     }
+    session.external = external;
     let extra = r.option("extra", |r| r.str("extra"))?;
-    let extra = Attrs::from_text(extra).map_err(|e| format!("corrupt payload: {e}"))?;
-    let leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
-    let msgids = msgids(r)?;
-    Ok(Session {
-        messages: messages.into(),
-        summary,
-        settings,
-        external,
-        last_id,
-        total_tokens,
-        created,
-        updated,
-        extra,
-        leases,
-        msgids,
-    })
+    session.extra = Attrs::from_text(extra).map_err(|e| format!("corrupt payload: {e}"))?;
+    session.leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
+    session.msgids = msgids(r)?;
+    Ok(())
 }
 
 fn msgids(r: &mut Reader) -> Result<Msgids> {

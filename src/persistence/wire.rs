@@ -25,8 +25,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The payload's format: a decoder shared by several versions reads the
-    /// fields a version added only `if r.format() >= N` (none yet).
-    #[allow(dead_code)]
+    /// fields a version added only `if r.format() >= N`.
     pub fn format(&self) -> u8 {
         self.format
     }
@@ -206,6 +205,16 @@ impl Writer {
     pub fn str(&mut self, s: &str) {
         self.length(s.len());
         self.0.extend_from_slice(s.as_bytes());
+    }
+
+    /// Bytes as they are (their length written before, by the caller).
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+
+    /// Room for `n` more bytes (a payload whose size is known).
+    pub fn reserve(&mut self, n: usize) {
+        self.0.reserve_exact(n);
     }
 
     pub fn option<T: ?Sized>(&mut self, value: Option<&T>, write: impl FnOnce(&mut Self, &T)) {

@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::{Session, TOOL_ROLE};
+use super::Session;
 
 impl Session {
     /// The earliest `ts` a message may have at `now` and stay, or `None`
@@ -36,7 +36,7 @@ impl Session {
     fn aged(&self, now: i64, protect_newest: bool) -> Option<Vec<bool>> {
         let cutoff = self.age_cutoff(now)?;
         // The common case, nothing old: one pass, no allocation.
-        if !self.messages.iter().any(|m| m.ts < cutoff) {
+        if !self.messages.heads().any(|h| h.ts < cutoff) {
             return None;
         }
         let len = self.messages.len();
@@ -44,7 +44,7 @@ impl Session {
         if protect_newest && len > 0 {
             spared_from = len - 1;
             while spared_from > 0
-                && self.messages.get(spared_from).is_some_and(|m| &*m.role == TOOL_ROLE)
+                && self.messages.is_tool(spared_from)
             {
                 spared_from -= 1;
             }
@@ -52,10 +52,10 @@ impl Session {
         let mut previous_gone = false;
         let gone: Vec<bool> = self
             .messages
-            .iter()
+            .heads()
             .enumerate()
-            .map(|(i, m)| {
-                let go = i < spared_from && (m.ts < cutoff || (previous_gone && &*m.role == TOOL_ROLE));
+            .map(|(i, h)| {
+                let go = i < spared_from && (h.ts < cutoff || (previous_gone && self.messages.is_tool(i)));
                 previous_gone = go;
                 go
             })
@@ -66,9 +66,9 @@ impl Session {
     /// Evicts the newest message (a streaming import that finds it past
     /// `maxage`: its id stays used, as if it had been appended and evicted).
     pub fn evict_newest(&mut self) {
-        if let Some(m) = self.messages.pop_back() {
-            self.total_tokens -= m.tokens;
-            self.msgids.leave_id(m.id, m.tokens);
+        if let Some((id, tokens)) = self.messages.pop_back() {
+            self.total_tokens -= tokens;
+            self.msgids.leave_id(id, tokens);
         }
     }
 

@@ -7,7 +7,7 @@
 //! replicates the same op, so a replica or an AOF reload reaches the same state
 //! without consulting its own clock, config or tokenizer.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::tokenizer::Encoding;
@@ -115,7 +115,8 @@ pub struct ExternalId {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Session {
-    pub messages: VecDeque<Message>,
+    /// The messages, oldest first, held compactly (log.rs).
+    pub messages: MessageLog,
     pub summary: Option<Summary>,
     pub settings: Settings,
     /// Orchestrator name -> its conversation id (ordered, so digests agree).
@@ -272,6 +273,10 @@ pub enum SessionError {
     LeaseNotIncreasing { token: u64, last: u64 },
     /// The session has handed out every lease token.
     LeasesExhausted,
+    /// The session's messages would hold more than [`MAX_LOG_BYTES`].
+    SessionFull,
+    /// A message's tokens above [`MAX_MESSAGE_TOKENS`].
+    TokensAboveMax(u64),
 }
 
 impl std::fmt::Display for SessionError {
@@ -315,6 +320,13 @@ impl std::fmt::Display for SessionError {
                 write!(f, "lease token {token} is not above the session's last token {last}")
             }
             SessionError::LeasesExhausted => write!(f, "the session has used every lease token"),
+            SessionError::SessionFull => write!(
+                f,
+                "the session's messages would hold more than {MAX_LOG_BYTES} bytes: summarize or trim it first"
+            ),
+            SessionError::TokensAboveMax(tokens) => {
+                write!(f, "a message of {tokens} tokens is above the largest {MAX_MESSAGE_TOKENS}")
+            }
         }
     }
 }
@@ -322,7 +334,7 @@ impl std::fmt::Display for SessionError {
 impl Session {
     pub fn new(settings: Settings, now: i64) -> Session {
         Session {
-            messages: VecDeque::new(),
+            messages: MessageLog::new(),
             summary: None,
             settings,
             external: BTreeMap::new(),
@@ -341,7 +353,7 @@ impl Session {
     }
 
     pub fn first_id(&self) -> u64 {
-        self.messages.front().map_or(0, |m| m.id)
+        self.messages.head(0).map_or(0, |h| h.id)
     }
 
     pub fn summary_tokens(&self) -> u64 {
@@ -353,6 +365,13 @@ impl Session {
     /// append, which evicts) also evicts the messages older than `maxage`
     /// at the op's `now`, counted in the outcome's `trimmed`.
     pub fn apply(&mut self, op: Op) -> Result<Outcome, SessionError> {
+        let outcome = self.apply_op(op);
+        // The write has trimmed: the space it freed takes what it added.
+        self.messages.settle();
+        outcome
+    }
+
+    fn apply_op(&mut self, op: Op) -> Result<Outcome, SessionError> {
         match op {
             Op::Append {
                 now,
@@ -434,9 +453,14 @@ impl Session {
         if message.id > MAX_STORED_ID {
             return Err(SessionError::IdAboveMax(message.id));
         }
+        self.messages
+            .push(message.id, message.ts, message.tokens, &message.role, message.meta.as_deref(), &message.content)
+            .map_err(|e| match e {
+                LogError::Full => SessionError::SessionFull,
+                LogError::Tokens => SessionError::TokensAboveMax(message.tokens),
+            })?;
         self.last_id = message.id;
         self.total_tokens = self.total_tokens.saturating_add(message.tokens);
-        self.messages.push_back(message);
         Ok(())
     }
 
@@ -501,7 +525,9 @@ impl Session {
     /// no append of its own protects it). Returns the messages dropped.
     pub fn trim_imported(&mut self) -> u64 {
         let trimmed = self.trim(self.settings.caps(), true);
-        trimmed + self.drop_orphan_tool_results(0)
+        let trimmed = trimmed + self.drop_orphan_tool_results(0);
+        self.messages.settle();
+        trimmed
     }
 
     /// Evicts tool results at the front (their call is gone), sparing the
@@ -509,7 +535,7 @@ impl Session {
     fn drop_orphan_tool_results(&mut self, spared: usize) -> u64 {
         let mut evicted = 0;
         while self.messages.len() > spared
-            && self.messages.front().is_some_and(|m| &*m.role == TOOL_ROLE)
+            && self.messages.is_tool(0)
         {
             self.evict_oldest();
             evicted += 1;
@@ -518,9 +544,9 @@ impl Session {
     }
 
     fn evict_oldest(&mut self) {
-        if let Some(m) = self.messages.pop_front() {
-            self.total_tokens -= m.tokens;
-            self.msgids.leave(&m);
+        if let Some((id, tokens)) = self.messages.pop_front() {
+            self.total_tokens -= tokens;
+            self.msgids.leave_id(id, tokens);
         }
     }
 
@@ -531,10 +557,10 @@ impl Session {
         if let Some(current) = self.summary.as_ref().filter(|c| upto < c.upto) {
             return Err(SessionError::UptoBelowSummary { upto, current: current.upto });
         }
-        let Some(pos) = self.messages.iter().position(|m| m.id == upto) else {
+        let Some(pos) = self.messages.position(upto) else {
             return Err(SessionError::UnknownUpto(upto));
         };
-        if let Some(first) = self.messages.get(pos + 1).filter(|m| &*m.role == TOOL_ROLE) {
+        if let Some(first) = self.messages.get(pos + 1).filter(|m| m.is_tool()) {
             return Err(SessionError::KeepsToolResult { upto, id: first.id });
         }
         Ok(pos)
@@ -544,7 +570,7 @@ impl Session {
     /// MEM.SUMMARIZE); otherwise the index of its `upto` message.
     pub fn check_summary(&self, summary: &Summary) -> Result<usize, SessionError> {
         let pos = self.check_summary_upto(summary.upto)?;
-        let kept_tokens = self.messages.range(pos + 1..).map(|m| m.tokens).sum::<u64>();
+        let kept_tokens = self.messages.tokens_in(pos + 1..self.messages.len());
         let max_tokens = self.settings.max_tokens;
         if summary.tokens.saturating_add(kept_tokens) > max_tokens {
             return Err(SessionError::SummaryOverCap {
@@ -578,9 +604,8 @@ impl Session {
 
     fn summarize_live(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
         let pos = self.check_summary(&summary)?;
-        for m in self.messages.drain(..=pos) {
-            self.total_tokens -= m.tokens;
-            self.msgids.leave(&m);
+        for _ in 0..=pos {
+            self.evict_oldest();
         }
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
@@ -630,13 +655,9 @@ impl Session {
     pub fn mem_usage(&self) -> usize {
         let strings = |s: &String| s.capacity();
         let mut bytes = std::mem::size_of::<Session>()
-            + self.messages.capacity() * std::mem::size_of::<Message>()
+            + self.messages.mem_usage()
             + strings(&self.settings.model)
             + self.extra.mem_usage();
-        for m in &self.messages {
-            // The content's shared allocation carries two counters.
-            bytes += m.role.len() + 16 + m.content.len() + m.meta.as_ref().map_or(0, |x| x.len());
-        }
         bytes += self.msgids.mem_usage();
         if let Some(s) = &self.summary {
             bytes += std::mem::size_of::<Summary>() + strings(&s.text);
@@ -651,12 +672,14 @@ impl Session {
 mod age;
 mod attrs;
 mod lease;
+mod log;
 mod read;
 mod recount;
 mod retry;
 mod validate;
 pub use attrs::{check_attr_name, Attrs, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{Lease, Leases, MAX_LEASE_MS};
+pub use log::{decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS};
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Recounted, Snapshot};
 pub use retry::{check_msgid, Departed, Msgids, MAX_DEPARTED, MAX_MSGID_BYTES};

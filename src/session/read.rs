@@ -1,7 +1,8 @@
 //! The read side of a session: summarization thresholds, MEM.SUMMARIZE_CHECK
 //! and which messages MEM.GET returns.
 
-use super::{Message, Session, Settings, Summary, TOOL_ROLE};
+use super::log::Iter;
+use super::{Session, Settings, Summary};
 
 /// The summarization thresholds of a session (spec §3, MEM.SUMMARIZE_CHECK).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,15 +80,15 @@ impl Session {
         // tool result, so the boundary moves back past tool messages.
         let mut first_kept = messages.saturating_sub(keep) as usize;
         while first_kept > 0
-            && self.messages.get(first_kept).is_some_and(|m| &*m.role == TOOL_ROLE)
+            && self.messages.is_tool(first_kept)
         {
             first_kept -= 1;
         }
         let (upto, covered_tokens) = if first_kept == 0 {
             (0, 0)
         } else {
-            let covered = self.messages.range(..first_kept);
-            (self.messages[first_kept - 1].id, covered.map(|m| m.tokens).sum())
+            let upto = self.messages.head(first_kept - 1).map_or(0, |h| h.id);
+            (upto, self.messages.tokens_in(0..first_kept))
         };
         SummarizeCheck {
             summarize: self.meets(thresholds),
@@ -101,12 +102,11 @@ impl Session {
     }
 
     /// The summary (unless `AFTER` was given) and the messages MEM.GET returns.
-    pub fn select(&self, sel: Selection) -> (Option<&Summary>, &[Message], &[Message]) {
-        let (a, b) = self.messages.as_slices();
+    pub fn select(&self, sel: Selection) -> (Option<&Summary>, Iter<'_>) {
         let mut start = 0usize;
         let len = self.messages.len();
         if let Some(after) = sel.after {
-            start = self.messages.partition_point(|m| m.id <= after);
+            start = self.messages.after_id(after);
         }
         if let Some(last) = sel.last {
             let last = usize::try_from(last).unwrap_or(usize::MAX);
@@ -126,8 +126,8 @@ impl Session {
             } else {
                 let mut fit = len;
                 while fit > start {
-                    match self.messages.get(fit - 1) {
-                        Some(m) if used.saturating_add(m.tokens) <= budget => used += m.tokens,
+                    match self.messages.head(fit - 1).map(|h| u64::from(h.tokens)) {
+                        Some(tokens) if used.saturating_add(tokens) <= budget => used += tokens,
                         _ => break,
                     }
                     fit -= 1;
@@ -139,14 +139,10 @@ impl Session {
         // tool result, whose call is not in it. AFTER alone is a sync cursor:
         // exactly the messages after the id.
         if sel.last.is_some() || sel.budget.is_some() {
-            while self.messages.get(start).is_some_and(|m| &*m.role == TOOL_ROLE) {
+            while self.messages.is_tool(start) {
                 start += 1;
             }
         }
-        // Split the chosen range [start, len) across the deque's two slices.
-        match a.get(start..) {
-            Some(first) => (summary, first, b),
-            None => (summary, &[], b.get(start - a.len()..).unwrap_or(&[])),
-        }
+        (summary, self.messages.iter_from(start))
     }
 }

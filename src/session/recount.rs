@@ -7,17 +7,15 @@
 //! replicates as one `Op::Recount` (the new counts), never the whole session.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-
-use super::{Op, Session, SessionError};
+use super::{MessageLog, Op, Session, SessionError};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// The texts of a session, to count off the main thread.
 pub struct Snapshot {
     /// (upto, ts, text) of the summary.
     summary: Option<(u64, i64, String)>,
-    /// (id, role, content) of every message.
-    messages: Vec<(u64, Box<str>, Arc<str>)>,
+    /// The messages: a copy of the log sharing its bytes.
+    messages: MessageLog,
 }
 
 /// Counts of a [`Snapshot`] under `encoding`.
@@ -36,7 +34,7 @@ impl Snapshot {
     /// Bytes of text it holds.
     pub fn bytes(&self) -> usize {
         let summary = self.summary.as_ref().map_or(0, |(_, _, t)| t.len());
-        summary + self.messages.iter().map(|(_, r, c)| r.len() + c.len()).sum::<usize>()
+        summary + self.messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>()
     }
 
     pub fn count(&self, encoding: Encoding, count: Count) -> Recounted {
@@ -49,7 +47,7 @@ impl Snapshot {
             messages: self
                 .messages
                 .iter()
-                .map(|(id, role, content)| (*id, count(encoding, role, content)))
+                .map(|m| (m.id, count(encoding, m.role, m.content)))
                 .collect(),
         }
     }
@@ -59,11 +57,7 @@ impl Session {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             summary: self.summary.as_ref().map(|s| (s.upto, s.ts, s.text.clone())),
-            messages: self
-                .messages
-                .iter()
-                .map(|m| (m.id, m.role.clone(), Arc::clone(&m.content)))
-                .collect(),
+            messages: self.messages.clone(),
         }
     }
 
@@ -109,7 +103,7 @@ impl Session {
             .iter()
             .map(|m| {
                 let tokens = done.and_then(|d| d.messages.get(&m.id).copied());
-                (m.id, tokens.unwrap_or_else(|| count(encoding, &m.role, &m.content)))
+                (m.id, tokens.unwrap_or_else(|| count(encoding, m.role, m.content)))
             })
             .collect();
         Op::Recount { now, encoding, summary_tokens, counts }
@@ -135,7 +129,7 @@ impl Session {
                 .messages
                 .iter()
                 .zip(counts)
-                .all(|(m, &(id, tokens))| m.id == id && possible(tokens, &m.role, &m.content));
+                .all(|(m, &(id, tokens))| m.id == id && possible(tokens, m.role, m.content));
         if !summary_ok || !messages_ok {
             return Err(SessionError::RecountMismatch);
         }
@@ -144,8 +138,8 @@ impl Session {
             s.tokens = t;
             total += t;
         }
-        for (m, &(_, tokens)) in self.messages.iter_mut().zip(counts) {
-            m.tokens = tokens;
+        for (i, &(_, tokens)) in counts.iter().enumerate() {
+            self.messages.set_tokens(i, tokens);
             total += tokens;
         }
         self.total_tokens = total;

@@ -98,8 +98,8 @@ impl Session {
     pub fn find_msgid(&self, msgid: &str) -> Option<(u64, u64)> {
         if let Some((id, _)) = self.msgids.held.iter().rev().find(|(_, m)| &**m == msgid) {
             // Held: its tokens are the message's (a re-count may have moved them).
-            let at = self.messages.partition_point(|m| m.id < *id);
-            return self.messages.get(at).filter(|m| m.id == *id).map(|m| (m.id, m.tokens));
+            let at = self.messages.position(*id)?;
+            return self.messages.head(at).map(|h| (h.id, u64::from(h.tokens)));
         }
         self.msgids.departed.iter().rev().find(|d| &*d.msgid == msgid).map(|d| (d.id, d.tokens))
     }

@@ -244,8 +244,8 @@ fn select_last_after_and_budget() {
     }
     summarize(&mut s, 1, 6).unwrap(); // messages 2..=5 (10, 20, 30, 40), summary 6
     let pick = |s: &Session, sel| {
-        let (sum, a, b) = s.select(sel);
-        (sum.map(|x| x.upto), a.iter().chain(b).map(|m| m.id).collect::<Vec<_>>())
+        let (sum, messages) = s.select(sel);
+        (sum.map(|x| x.upto), messages.map(|m| m.id).collect::<Vec<_>>())
     };
     assert_eq!(pick(&s, Selection::default()), (Some(1), vec![2, 3, 4, 5]));
     assert_eq!(pick(&s, Selection { last: Some(2), ..Default::default() }), (Some(1), vec![4, 5]));
@@ -267,8 +267,8 @@ fn select_spans_both_halves_of_the_ring_buffer() {
     for _ in 0..7 {
         push(&mut s, &cfg, "user", 1);
     }
-    let (_, a, b) = s.select(Selection { last: Some(2), ..Default::default() });
-    let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
+    let (_, messages) = s.select(Selection { last: Some(2), ..Default::default() });
+    let got: Vec<u64> = messages.map(|m| m.id).collect();
     assert_eq!(got, vec![6, 7]);
 }
 
@@ -349,7 +349,7 @@ fn validate_rejects_broken_invariants() {
     bad.last_id = 0;
     assert!(bad.validate().is_err());
     let mut bad = s.clone();
-    bad.messages[0].role = "".into();
+    bad.messages.edit(0, |m| m.role = "".into());
     assert!(bad.validate().is_err());
     let mut bad = s;
     bad.settings.max_msgs = 0;
@@ -365,11 +365,11 @@ fn budget_never_starts_with_a_tool_result() {
     push(&mut s, &cfg, "assistant", 4); // the tool call
     push(&mut s, &cfg, "tool", 8);
     push(&mut s, &cfg, "assistant", 8);
-    let (_, a, b) = s.select(Selection { budget: Some(16), ..Default::default() });
-    let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
+    let (_, messages) = s.select(Selection { budget: Some(16), ..Default::default() });
+    let got: Vec<u64> = messages.map(|m| m.id).collect();
     assert_eq!(got, vec![4], "the tool result (3) fits, but its call (2) does not");
-    let (_, a, b) = s.select(Selection { budget: Some(20), ..Default::default() });
-    let got: Vec<u64> = a.iter().chain(b).map(|m| m.id).collect();
+    let (_, messages) = s.select(Selection { budget: Some(20), ..Default::default() });
+    let got: Vec<u64> = messages.map(|m| m.id).collect();
     assert_eq!(got, vec![2, 3, 4]);
 }
 
@@ -500,10 +500,10 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
     let stored_by_0_1: [(&str, Change); 6] = [
         ("ttl above 100 years", |s| s.settings.ttl = i64::MAX as u64),
         ("external expiry at i64::MAX", |s| s.external.get_mut("dify").unwrap().expires_at = i64::MAX),
-        ("lone surrogate in meta", |s| s.messages[0].meta = Some(r#"{"a":"\ud800"}"#.into())),
+        ("lone surrogate in meta", |s| s.messages.edit(0, |m| m.meta = Some(r#"{"a":"\ud800"}"#.into()))),
         ("meta deeper than a document allows", |s| {
             let d = MAX_META_DEPTH + 1;
-            s.messages[0].meta = Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into())
+            s.messages.edit(0, |m| m.meta = Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into()))
         }),
         ("members with 1e400", |s| s.extra = crate::session::Attrs::from_text(Some(r#"{"n":1e400}"#)).unwrap()),
         ("last id above 2^53-1", |s| s.last_id = MAX_STORED_ID),
@@ -517,7 +517,7 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
         ("cap above i64::MAX", |s| s.settings.max_tokens = 1 << 63),
         ("ttl above i64::MAX", |s| s.settings.ttl = u64::MAX),
         ("model too long", |s| s.settings.model = "m".repeat(MAX_MODEL_BYTES + 1)),
-        ("meta not JSON", |s| s.messages[0].meta = Some("{nope".into())),
+        ("meta not JSON", |s| s.messages.edit(0, |m| m.meta = Some("{nope".into()))),
         ("last id above i64::MAX", |s| s.last_id = MAX_STORED_ID + 1),
     ];
     for (what, breaks) in corrupt {
@@ -557,8 +557,8 @@ fn last_never_starts_with_a_tool_result_but_after_alone_is_exact() {
         push(&mut s, &cfg, role, 10);
     }
     let pick = |sel| {
-        let (_, a, b) = s.select(sel);
-        a.iter().chain(b).map(|m| m.id).collect::<Vec<_>>()
+        let (_, messages) = s.select(sel);
+        messages.map(|m| m.id).collect::<Vec<_>>()
     };
     let last = |n| Selection { last: Some(n), ..Default::default() };
     assert_eq!(pick(last(2)), vec![5], "LAST 2 would start with the tool result 4");

@@ -12,7 +12,7 @@
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{check_model, check_msgid, ExternalId, Lease, Message, Op, Session, Settings, Summary, MAX_DEPARTED, MAX_ROLE_BYTES, MAX_TS};
+use super::{check_model, check_msgid, ExternalId, Lease, Message, MessageRef, Op, Session, Settings, Summary, MAX_DEPARTED, MAX_ROLE_BYTES, MAX_TS};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
 /// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
@@ -173,6 +173,20 @@ fn check_tokens(tokens: u64, role_bytes: usize, text_bytes: usize) -> Result<(),
 
 impl Message {
     pub fn validate(&self) -> Result<(), String> {
+        MessageRef {
+            id: self.id,
+            ts: self.ts,
+            tokens: self.tokens,
+            role: &self.role,
+            content: &self.content,
+            meta: self.meta.as_deref(),
+        }
+        .validate()
+    }
+}
+
+impl MessageRef<'_> {
+    pub fn validate(&self) -> Result<(), String> {
         check_id("message id", self.id)?;
         if self.role.is_empty() || self.role.len() > MAX_ROLE_BYTES {
             return Err(format!("bad role at id {}", self.id));
@@ -181,7 +195,7 @@ impl Message {
             return Err(format!("bad ts at id {}", self.id));
         }
         check_tokens(self.tokens, self.role.len(), self.content.len())?;
-        match &self.meta {
+        match self.meta {
             Some(meta) => check_stored_object("meta", meta),
             None => Ok(()),
         }
@@ -272,7 +286,7 @@ impl Session {
             prev = s.upto;
             total = s.tokens;
         }
-        for m in &self.messages {
+        for m in self.messages.iter() {
             if m.id <= prev {
                 return Err(format!("message ids not increasing at id {}", m.id));
             }

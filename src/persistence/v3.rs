@@ -1,0 +1,65 @@
+//! Format 3: format 2 with the messages written as the session holds them
+//! (session/log.rs), so saving is a walk over fixed-size heads plus one copy
+//! of the message bytes, and loading allocates two buffers per session
+//! instead of several per message.
+//!
+//! Messages: a count; per message its id (the delta from the previous id,
+//! ids strictly increase), ts (zigzag delta from the previous ts), tokens
+//! and the length of its stored bytes; then the total length and every
+//! message's stored bytes back to back (tag, role, meta, content: see
+//! session/log.rs and docs/FORMAT.md). Everything before and after the
+//! messages is format 2's.
+
+use super::v2;
+use super::wire::{Reader, Result, Writer};
+use crate::session::{MessageLog, Session};
+
+pub const FORMAT: u8 = 3;
+
+/// Fewest bytes of a message's head (four varints).
+const MIN_HEAD_BYTES: usize = 4;
+
+pub fn encode_session(s: &Session) -> Vec<u8> {
+    let (a, b) = s.messages.stored_bytes();
+    let mut w = Writer::new(FORMAT);
+    // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes.
+    w.reserve(256 + a.len() + b.len() + s.messages.len() * 12);
+    v2::put_session_head(&mut w, s);
+    w.length(s.messages.len());
+    let (mut prev_id, mut prev_ts) = (0u64, 0i64);
+    for (head, data) in s.messages.stored() {
+        w.u64(head.id.wrapping_sub(prev_id));
+        w.i64(head.ts.wrapping_sub(prev_ts));
+        w.u64(u64::from(head.tokens));
+        w.length(data.len());
+        (prev_id, prev_ts) = (head.id, head.ts);
+    }
+    w.length(a.len() + b.len());
+    w.raw(a);
+    w.raw(b);
+    v2::put_session_tail(&mut w, s);
+    w.into_bytes()
+}
+
+pub fn session(r: &mut Reader) -> Result<Session> {
+    let mut session = v2::session_head(r)?;
+    let count = r.count(MIN_HEAD_BYTES, "messages")?;
+    let mut heads = Vec::with_capacity(count);
+    let (mut id, mut ts) = (0u64, 0i64);
+    for _ in 0..count {
+        let delta = r.u64("message id")?;
+        if delta == 0 {
+            return Err("corrupt payload: message ids not increasing".to_owned());
+        }
+        id = id.checked_add(delta).ok_or("corrupt payload: message id overflows")?;
+        ts = ts.wrapping_add(r.i64("message ts")?);
+        let tokens = r.u64("message tokens")?;
+        let len = usize::try_from(r.u64("message length")?).map_err(|_| "corrupt payload: message length")?;
+        heads.push((id, ts, tokens, len));
+    }
+    let total = r.u64("message bytes")?;
+    let bytes = r.take(total, "message bytes")?;
+    session.messages = MessageLog::from_stored(heads, bytes)?;
+    v2::session_tail(r, &mut session)?;
+    Ok(session)
+}

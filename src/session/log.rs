@@ -1,0 +1,760 @@
+//! The messages of a session, held compactly: a fixed 24-byte head per
+//! message (id, time, tokens, where its bytes end) in a ring, and every
+//! message's role, meta and content back to back in one byte buffer.
+//!
+//! A message's bytes are `[tag][role?][meta?][content]`: the tag's low three
+//! bits name a common role (0 user, 1 assistant, 2 system, 3 tool,
+//! 4 developer, 5 function) or 7 for a role written out (a length byte and
+//! its bytes); bit 3 says a meta follows (a LEB128 length and the JSON
+//! text). The RDB format 3 writes these bytes verbatim (docs/FORMAT.md).
+//!
+//! Evicting the oldest message only moves a cursor; the dead bytes are
+//! reclaimed when the buffer needs room. An append that does not fit goes
+//! to a side buffer and is moved in by [`MessageLog::settle`] once the
+//! write has trimmed, so a session at its caps reuses the space its
+//! evicted message leaves instead of growing. The buffer is sized to the
+//! allocator's size classes, so its capacity is what it costs.
+//!
+//! The buffer is shared (`Arc`): a copy of the log (a re-count snapshot
+//! for a worker, a read's age-filtered view) takes no text; a write to a
+//! log whose buffer is shared appends to the side buffer until it is not.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Roles stored as a code; others are written out.
+const ROLES: [&str; 6] = ["user", "assistant", "system", "tool", "developer", "function"];
+const ROLE_INLINE: u8 = 7;
+const ROLE_MASK: u8 = 7;
+const HAS_META: u8 = 8;
+const TOOL_CODE: u8 = 3;
+
+/// Most bytes a session's messages may hold (positions are 32-bit).
+pub const MAX_LOG_BYTES: usize = u32::MAX as usize;
+/// Most tokens one message may carry (stored in 32 bits; a counted message
+/// has at most one token per byte plus its framing).
+pub const MAX_MESSAGE_TOKENS: u64 = u32::MAX as u64;
+
+/// Logs up to this many bytes compact whenever they need room (a memmove
+/// this size costs less than counting one message); larger ones keep an
+/// eighth spare so moving the live bytes is amortized over many appends.
+const SMALL_LOG_BYTES: usize = 16 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub id: u64,
+    pub ts: i64,
+    /// Logical position just past the message's bytes (wrapping).
+    end: u32,
+    pub tokens: u32,
+}
+
+/// A message as the log holds it, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    pub id: u64,
+    pub ts: i64,
+    pub tokens: u64,
+    pub role: &'a str,
+    pub content: &'a str,
+    pub meta: Option<&'a str>,
+}
+
+impl MessageRef<'_> {
+    pub fn is_tool(&self) -> bool {
+        self.role == super::TOOL_ROLE
+    }
+
+    /// The message as an owned value (an op, a test).
+    pub fn to_message(&self) -> super::Message {
+        super::Message {
+            id: self.id,
+            role: self.role.into(),
+            content: self.content.into(),
+            ts: self.ts,
+            tokens: self.tokens,
+            meta: self.meta.map(Box::from),
+        }
+    }
+}
+
+/// Why a message cannot be added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogError {
+    /// The session's messages would hold more than [`MAX_LOG_BYTES`].
+    Full,
+    /// A token count above [`MAX_MESSAGE_TOKENS`].
+    Tokens,
+}
+
+#[derive(Clone, Default)]
+pub struct MessageLog {
+    heads: VecDeque<Head>,
+    buf: Arc<Vec<u8>>,
+    /// Logical position of `buf[0]`.
+    start: u32,
+    /// Bytes from `start` that belong to evicted messages (may reach into
+    /// `extra` when all of `buf` is evicted).
+    dead: usize,
+    /// Messages appended after `buf` (logically contiguous with it) while
+    /// `buf` was full or shared.
+    extra: Vec<u8>,
+}
+
+/// The stored bytes of a message: tag, role, meta, content.
+pub fn encode_data(role: &str, meta: Option<&str>, content: &str, out: &mut Vec<u8>) {
+    let code = ROLES.iter().position(|r| *r == role).map_or(ROLE_INLINE, |c| c as u8);
+    let tag = code | if meta.is_some() { HAS_META } else { 0 };
+    out.push(tag);
+    if code == ROLE_INLINE {
+        // Roles are at most MAX_ROLE_BYTES (64), checked by every path in.
+        out.push(u8::try_from(role.len()).unwrap_or(u8::MAX));
+        out.extend_from_slice(role.as_bytes().get(..usize::from(u8::MAX)).unwrap_or(role.as_bytes()));
+    }
+    if let Some(meta) = meta {
+        let mut n = meta.len() as u64;
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+        out.extend_from_slice(meta.as_bytes());
+    }
+    out.extend_from_slice(content.as_bytes());
+}
+
+fn data_len(role: &str, meta: Option<&str>, content: &str) -> usize {
+    let role_bytes = if ROLES.contains(&role) { 0 } else { 1 + role.len() };
+    let meta_bytes = meta.map_or(0, |m| {
+        let mut n = m.len() as u64;
+        let mut width = 1;
+        while n >= 0x80 {
+            n >>= 7;
+            width += 1;
+        }
+        width + m.len()
+    });
+    1 + role_bytes + meta_bytes + content.len()
+}
+
+/// Role, meta and content of a message's stored bytes; `None` when they are
+/// not a well-formed message (a corrupt load).
+pub fn decode_data(data: &[u8]) -> Option<(&str, Option<&str>, &str)> {
+    let (&tag, mut rest) = data.split_first()?;
+    if tag & !(ROLE_MASK | HAS_META) != 0 {
+        return None;
+    }
+    let role = match tag & ROLE_MASK {
+        ROLE_INLINE => {
+            let (&len, after) = rest.split_first()?;
+            let (role, after) = after.split_at_checked(usize::from(len))?;
+            rest = after;
+            std::str::from_utf8(role).ok()?
+        }
+        code => ROLES.get(usize::from(code))?,
+    };
+    let meta = if tag & HAS_META != 0 {
+        let mut len = 0u64;
+        let mut shift = 0;
+        loop {
+            let (&byte, after) = rest.split_first()?;
+            rest = after;
+            if shift > 56 {
+                return None;
+            }
+            len |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        let (meta, after) = rest.split_at_checked(usize::try_from(len).ok()?)?;
+        rest = after;
+        Some(std::str::from_utf8(meta).ok()?)
+    } else {
+        None
+    };
+    Some((role, meta, std::str::from_utf8(rest).ok()?))
+}
+
+/// Stored bytes must be what [`encode_data`] writes for what they decode
+/// to: a role with a code is never written out (the tool rule reads only
+/// the code), lengths in their shortest form.
+fn check_data(data: &[u8]) -> Result<(), String> {
+    match decode_data(data) {
+        Some((role, meta, content)) if data_len(role, meta, content) == data.len() => Ok(()),
+        _ => Err("corrupt payload: malformed message bytes".to_owned()),
+    }
+}
+
+/// The allocator's size class for `n` bytes (jemalloc's: 16-byte steps to
+/// 128, then four per doubling), so a buffer asks for what it will get.
+fn size_class(n: usize) -> usize {
+    if n <= 128 {
+        return n.div_ceil(16).max(1) * 16;
+    }
+    let floor_log2 = usize::BITS - 1 - (n - 1).leading_zeros();
+    let step = 1usize << (floor_log2 - 2);
+    n.div_ceil(step).saturating_mul(step)
+}
+
+impl MessageLog {
+    pub fn new() -> MessageLog {
+        MessageLog::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.heads.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heads.is_empty()
+    }
+
+    /// Bytes from the first message's start to the end of the last one.
+    fn span(&self) -> usize {
+        self.buf.len() + self.extra.len()
+    }
+
+    fn live_bytes(&self) -> usize {
+        self.span().saturating_sub(self.dead)
+    }
+
+    fn begin(&self, i: usize) -> u32 {
+        match i.checked_sub(1).and_then(|p| self.heads.get(p)) {
+            Some(previous) => previous.end,
+            None => self.start.wrapping_add(self.dead as u32),
+        }
+    }
+
+    /// The stored bytes from logical position `from` to `to`.
+    fn bytes(&self, from: u32, to: u32) -> &[u8] {
+        let rel = from.wrapping_sub(self.start) as usize;
+        let len = to.wrapping_sub(from) as usize;
+        let buf = self.buf.as_slice();
+        match buf.get(rel..rel + len) {
+            Some(bytes) => bytes,
+            None => rel
+                .checked_sub(buf.len())
+                .and_then(|r| self.extra.get(r..r + len))
+                .unwrap_or(&[]),
+        }
+    }
+
+    fn data(&self, i: usize) -> &[u8] {
+        match self.heads.get(i) {
+            Some(h) => self.bytes(self.begin(i), h.end),
+            None => &[],
+        }
+    }
+
+    pub fn head(&self, i: usize) -> Option<&Head> {
+        self.heads.get(i)
+    }
+
+    /// Id, time and tokens of every message, oldest first.
+    pub fn heads(&self) -> impl DoubleEndedIterator<Item = &Head> + ExactSizeIterator + '_ {
+        self.heads.iter()
+    }
+
+    /// A log of `messages` in order (loading an older format).
+    pub fn from_messages(messages: Vec<super::Message>) -> Result<MessageLog, String> {
+        let mut log = MessageLog::new();
+        for m in messages {
+            log.push(m.id, m.ts, m.tokens, &m.role, m.meta.as_deref(), &m.content)
+                .map_err(|e| format!("corrupt payload: message {}: {e:?}", m.id))?;
+            log.settle();
+        }
+        Ok(log)
+    }
+
+    pub fn get(&self, i: usize) -> Option<MessageRef<'_>> {
+        let h = self.heads.get(i)?;
+        // Every message was written by `push` from strings, or checked by
+        // `push_data`, so decoding cannot fail here.
+        let (role, meta, content) = decode_data(self.data(i)).unwrap_or(("", None, ""));
+        Some(MessageRef { id: h.id, ts: h.ts, tokens: u64::from(h.tokens), role, content, meta })
+    }
+
+    pub fn front(&self) -> Option<MessageRef<'_>> {
+        self.get(0)
+    }
+
+    pub fn back(&self) -> Option<MessageRef<'_>> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    /// Whether message `i` is a tool result (reads only its tag: "tool" is
+    /// always stored as its code).
+    pub fn is_tool(&self, i: usize) -> bool {
+        self.data(i).first().is_some_and(|tag| tag & ROLE_MASK == TOOL_CODE)
+    }
+
+    pub fn iter(&self) -> Iter<'_> {
+        Iter { log: self, front: 0, back: self.len() }
+    }
+
+    /// Messages from index `from` on.
+    pub fn iter_from(&self, from: usize) -> Iter<'_> {
+        Iter { log: self, front: from.min(self.len()), back: self.len() }
+    }
+
+    /// Index of the first message whose id is above `id` (ids increase).
+    pub fn after_id(&self, id: u64) -> usize {
+        self.heads.partition_point(|h| h.id <= id)
+    }
+
+    /// Index of message `id`.
+    pub fn position(&self, id: u64) -> Option<usize> {
+        let at = self.heads.partition_point(|h| h.id < id);
+        self.heads.get(at).filter(|h| h.id == id).map(|_| at)
+    }
+
+    /// Tokens of the messages in `range` of indexes.
+    pub fn tokens_in(&self, range: std::ops::Range<usize>) -> u64 {
+        self.heads.range(range).map(|h| u64::from(h.tokens)).sum()
+    }
+
+    /// Appends a message. The caller keeps ids increasing.
+    pub fn push(&mut self, id: u64, ts: i64, tokens: u64, role: &str, meta: Option<&str>, content: &str) -> Result<(), LogError> {
+        let len = data_len(role, meta, content);
+        self.reserve_position(len, tokens)?;
+        let target = self.target(len);
+        encode_data(role, meta, content, target);
+        self.finish_push(id, ts, tokens);
+        Ok(())
+    }
+
+    /// Appends a message given as its stored bytes (a loaded RDB value),
+    /// checked to be well formed.
+    pub fn push_data(&mut self, id: u64, ts: i64, tokens: u64, data: &[u8]) -> Result<(), String> {
+        check_data(data)?;
+        self.reserve_position(data.len(), tokens).map_err(|e| format!("{e:?}"))?;
+        self.target(data.len()).extend_from_slice(data);
+        self.finish_push(id, ts, tokens);
+        Ok(())
+    }
+
+    fn reserve_position(&mut self, len: usize, tokens: u64) -> Result<(), LogError> {
+        if tokens > MAX_MESSAGE_TOKENS {
+            return Err(LogError::Tokens);
+        }
+        // A caller that pushes many messages without settling (a loop of
+        // pushes and evictions) still keeps the side buffer small.
+        if self.extra.len() >= SMALL_LOG_BYTES.max(self.live_bytes() / 8) {
+            self.settle();
+        }
+        if self.live_bytes().saturating_add(len) > MAX_LOG_BYTES {
+            return Err(LogError::Full);
+        }
+        if self.span() + len > MAX_LOG_BYTES {
+            self.compact();
+            if self.span() + len > MAX_LOG_BYTES {
+                return Err(LogError::Full);
+            }
+        }
+        Ok(())
+    }
+
+    /// Where `len` new bytes go: the buffer when it has room and is not
+    /// shared, else the side buffer.
+    fn target(&mut self, len: usize) -> &mut Vec<u8> {
+        let fits = self.extra.is_empty()
+            && Arc::get_mut(&mut self.buf).is_some_and(|buf| buf.capacity() - buf.len() >= len);
+        match Arc::get_mut(&mut self.buf) {
+            Some(buf) if fits => buf,
+            _ => {
+                self.extra.reserve_exact(len);
+                &mut self.extra
+            }
+        }
+    }
+
+    /// Records the message whose bytes were just written (they end the span).
+    fn finish_push(&mut self, id: u64, ts: i64, tokens: u64) {
+        let end = self.start.wrapping_add(self.span() as u32);
+        self.heads.push_back(Head { id, ts, end, tokens: tokens as u32 });
+    }
+
+    /// Removes the oldest message: its `(id, tokens)`.
+    pub fn pop_front(&mut self) -> Option<(u64, u64)> {
+        let h = self.heads.pop_front()?;
+        self.dead = h.end.wrapping_sub(self.start) as usize;
+        if self.heads.is_empty() {
+            self.clear_bytes();
+        }
+        Some((h.id, u64::from(h.tokens)))
+    }
+
+    /// Removes the newest message: its `(id, tokens)`.
+    pub fn pop_back(&mut self) -> Option<(u64, u64)> {
+        let h = self.heads.pop_back()?;
+        if self.heads.is_empty() {
+            self.clear_bytes();
+        } else {
+            let keep = self.begin(self.len()).wrapping_sub(self.start) as usize;
+            match keep.checked_sub(self.buf.len()) {
+                Some(in_extra) => self.extra.truncate(in_extra),
+                None => {
+                    self.extra.clear();
+                    // Copies a shared buffer: only an import drops its
+                    // newest message, on a session no copy shares.
+                    Arc::make_mut(&mut self.buf).truncate(keep);
+                }
+            }
+        }
+        Some((h.id, u64::from(h.tokens)))
+    }
+
+    fn clear_bytes(&mut self) {
+        let next = self.start.wrapping_add(self.span() as u32);
+        match Arc::get_mut(&mut self.buf) {
+            Some(buf) => buf.clear(),
+            None => self.buf = Arc::default(),
+        }
+        self.extra = Vec::new();
+        self.start = next;
+        self.dead = 0;
+    }
+
+    /// Keeps the messages `keep` accepts, in order (rebuilds the bytes).
+    pub fn retain(&mut self, mut keep: impl FnMut(MessageRef<'_>) -> bool) {
+        let mut next = MessageLog::new();
+        for (i, m) in self.iter().enumerate() {
+            if keep(m) {
+                let data = self.data(i);
+                // Same bytes, fewer of them: cannot exceed the limits.
+                let _ = next.push_data(m.id, m.ts, m.tokens, data);
+            }
+        }
+        next.settle();
+        *self = next;
+    }
+
+    /// Sets message `i`'s tokens (a re-count). Counts come from a count of
+    /// the message's bytes, so they fit.
+    pub fn set_tokens(&mut self, i: usize, tokens: u64) {
+        if let Some(h) = self.heads.get_mut(i) {
+            h.tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// Moves the buffer's live bytes to its front.
+    fn compact(&mut self) {
+        let Some(buf) = Arc::get_mut(&mut self.buf) else {
+            return;
+        };
+        if self.dead >= buf.len() {
+            let rest = self.dead - buf.len();
+            self.start = self.start.wrapping_add(buf.len() as u32);
+            *buf = std::mem::take(&mut self.extra);
+            self.dead = rest;
+        }
+        if self.dead > 0 {
+            let dead = self.dead.min(buf.len());
+            buf.drain(..dead);
+            self.start = self.start.wrapping_add(dead as u32);
+            self.dead -= dead;
+        }
+    }
+
+    /// Brings the side buffer into the buffer and sizes the buffer to what
+    /// it holds; called once a write is done (it has trimmed). Reads are
+    /// right before and after: this only moves bytes.
+    pub fn settle(&mut self) {
+        if Arc::get_mut(&mut self.buf).is_none() {
+            return;
+        }
+        let live = self.live_bytes();
+        let slack = if live > SMALL_LOG_BYTES { live / 8 } else { 0 };
+        if !self.extra.is_empty() {
+            self.compact();
+            let Some(buf) = Arc::get_mut(&mut self.buf) else { return };
+            if buf.is_empty() {
+                *buf = std::mem::take(&mut self.extra);
+            } else if !self.extra.is_empty() {
+                let need = buf.len() + self.extra.len();
+                if need > buf.capacity() {
+                    let want = size_class(need + slack);
+                    buf.reserve_exact(want - buf.len());
+                }
+                buf.extend_from_slice(&self.extra);
+                self.extra = Vec::new();
+            }
+        }
+        // Give back what a summary or a large eviction freed.
+        let Some(buf) = Arc::get_mut(&mut self.buf) else { return };
+        let fits = size_class(live + slack);
+        if buf.capacity() > 4096 && buf.capacity() > 2 * fits {
+            self.compact();
+            if let Some(buf) = Arc::get_mut(&mut self.buf) {
+                buf.shrink_to(fits);
+            }
+        }
+    }
+
+    /// A copy sharing this log's bytes (taking no text): a worker may read
+    /// it while this one changes.
+    pub fn shared_copy(&mut self) -> MessageLog {
+        self.settle();
+        self.clone()
+    }
+
+    /// Changes message `i` (tests: stored values no command can make).
+    #[cfg(test)]
+    pub fn edit(&mut self, i: usize, change: impl FnOnce(&mut super::Message)) {
+        let mut messages: Vec<super::Message> = self.iter().map(|m| m.to_message()).collect();
+        if let Some(m) = messages.get_mut(i) {
+            change(m);
+        }
+        *self = MessageLog::from_messages(messages).unwrap();
+    }
+
+    /// Bytes held, for MEMORY USAGE.
+    /// Allocations are counted at their size class: what the allocator
+    /// hands out, so MEMORY USAGE agrees with used_memory.
+    pub fn mem_usage(&self) -> usize {
+        let allocation = |bytes: usize| if bytes == 0 { 0 } else { size_class(bytes) };
+        allocation(self.heads.capacity() * std::mem::size_of::<Head>())
+            + allocation(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Vec<u8>>())
+            + allocation(self.buf.capacity())
+            + allocation(self.extra.capacity())
+    }
+
+    /// Heads and stored bytes of every message in order, for RDB format 3.
+    pub fn stored(&self) -> impl Iterator<Item = (&Head, &[u8])> + '_ {
+        self.heads.iter().enumerate().map(|(i, h)| (h, self.data(i)))
+    }
+
+    /// The stored bytes of every message, as one or two slices.
+    pub fn stored_bytes(&self) -> (&[u8], &[u8]) {
+        let dead_in_buf = self.dead.min(self.buf.len());
+        let buf = self.buf.get(dead_in_buf..).unwrap_or(&[]);
+        let extra = self.extra.get(self.dead - dead_in_buf..).unwrap_or(&[]);
+        (buf, extra)
+    }
+
+    /// A log from RDB format 3: heads as stored (each message's length in
+    /// bytes instead of its position) and the concatenated bytes.
+    pub fn from_stored(heads: Vec<(u64, i64, u64, usize)>, bytes: &[u8]) -> Result<MessageLog, String> {
+        let mut log = MessageLog { heads: VecDeque::with_capacity(heads.len()), ..MessageLog::default() };
+        let mut at = 0usize;
+        for (id, ts, tokens, len) in heads {
+            let data = bytes
+                .get(at..at.saturating_add(len))
+                .ok_or_else(|| "corrupt payload: message bytes past the end".to_owned())?;
+            check_data(data)?;
+            if tokens > MAX_MESSAGE_TOKENS {
+                return Err(format!("corrupt payload: message tokens {tokens}"));
+            }
+            at += len;
+            log.heads.push_back(Head { id, ts, end: at as u32, tokens: tokens as u32 });
+        }
+        if at != bytes.len() {
+            return Err("corrupt payload: message bytes left over".to_owned());
+        }
+        if bytes.len() > MAX_LOG_BYTES {
+            return Err("corrupt payload: messages above 4 GiB".to_owned());
+        }
+        // Sized to its allocation class: the spare bytes take appends.
+        let mut buf = Vec::with_capacity(size_class(bytes.len()));
+        buf.extend_from_slice(bytes);
+        log.buf = Arc::new(buf);
+        Ok(log)
+    }
+}
+
+impl PartialEq for MessageLog {
+    fn eq(&self, other: &MessageLog) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for MessageLog {}
+
+impl std::fmt::Debug for MessageLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+pub struct Iter<'a> {
+    log: &'a MessageLog,
+    front: usize,
+    back: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = MessageRef<'a>;
+
+    fn next(&mut self) -> Option<MessageRef<'a>> {
+        if self.front >= self.back {
+            return None;
+        }
+        let m = self.log.get(self.front);
+        self.front += 1;
+        m
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.back - self.front;
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.back -= 1;
+        self.log.get(self.back)
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(log: &mut MessageLog, id: u64, role: &str, content: &str) {
+        log.push(id, id as i64 * 10, id, role, (id % 3 == 0).then_some("{\"k\":1}"), content).unwrap();
+    }
+
+    #[test]
+    fn messages_read_back_as_written() {
+        let mut log = MessageLog::new();
+        let roles = ["user", "assistant", "tool", "critic", "system", "x".repeat(64).leak()];
+        for id in 1..=200u64 {
+            push(&mut log, id, roles[id as usize % roles.len()], &format!("message {id} {}", "é".repeat(id as usize)));
+            if id % 7 == 0 {
+                log.pop_front();
+            }
+            log.settle();
+        }
+        let held: Vec<u64> = log.iter().map(|m| m.id).collect();
+        assert_eq!(held.len(), 200 - 200 / 7);
+        for m in log.iter() {
+            assert_eq!(m.role, roles[m.id as usize % roles.len()]);
+            assert_eq!(m.content, format!("message {} {}", m.id, "é".repeat(m.id as usize)));
+            assert_eq!(m.meta, (m.id % 3 == 0).then_some("{\"k\":1}"));
+            assert_eq!((m.ts, m.tokens), (m.id as i64 * 10, m.id));
+            assert_eq!(log.is_tool(log.position(m.id).unwrap()), m.role == "tool");
+        }
+        assert_eq!(log.iter().rev().map(|m| m.id).collect::<Vec<_>>(), held.iter().rev().copied().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_log_at_its_cap_reuses_the_evicted_space() {
+        let mut log = MessageLog::new();
+        let text = "a".repeat(200);
+        for id in 1..=30 {
+            push(&mut log, id, "user", &text);
+            log.settle();
+        }
+        let capacity = log.buf.capacity();
+        for id in 31..=1000 {
+            push(&mut log, id, "user", &text);
+            log.pop_front();
+            log.settle();
+            assert_eq!(log.buf.capacity(), capacity, "append {id} grew the buffer");
+        }
+        assert_eq!(log.len(), 30);
+        assert_eq!(log.front().unwrap().id, 971);
+    }
+
+    #[test]
+    fn large_logs_keep_appends_amortized() {
+        let mut log = MessageLog::new();
+        let text = "b".repeat(600);
+        let mut moves = 0;
+        let mut last_start = log.start;
+        for id in 1..=20_000 {
+            push(&mut log, id, "assistant", &text);
+            if log.len() > 10_000 {
+                log.pop_front();
+            }
+            log.settle();
+            if log.start != last_start {
+                moves += 1;
+                last_start = log.start;
+            }
+        }
+        // Compactions happen about once per eighth of the log appended.
+        assert!(moves < 100, "{moves} compactions");
+        assert_eq!(log.len(), 10_000);
+        assert_eq!(log.back().unwrap().content, text);
+    }
+
+    #[test]
+    fn a_shared_copy_keeps_its_bytes_while_the_log_changes() {
+        let mut log = MessageLog::new();
+        for id in 1..=10 {
+            push(&mut log, id, "user", &format!("m{id}"));
+        }
+        let copy = log.shared_copy();
+        for id in 11..=20 {
+            push(&mut log, id, "user", &format!("m{id}"));
+            log.pop_front();
+            log.settle();
+        }
+        assert_eq!(copy.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(), (1..=10).map(|i| format!("m{i}")).collect::<Vec<_>>());
+        assert_eq!(log.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(), (11..=20).map(|i| format!("m{i}")).collect::<Vec<_>>());
+        drop(copy);
+        log.settle();
+        assert!(log.extra.is_empty());
+        assert_eq!(log.front().unwrap().content, "m11");
+    }
+
+    #[test]
+    fn pop_back_and_retain_keep_the_rest() {
+        let mut log = MessageLog::new();
+        for id in 1..=10 {
+            push(&mut log, id, if id % 2 == 0 { "tool" } else { "user" }, &format!("m{id}"));
+        }
+        assert_eq!(log.pop_back(), Some((10, 10)));
+        push(&mut log, 11, "user", "m11");
+        log.retain(|m| !m.is_tool());
+        assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 3, 5, 7, 9, 11]);
+        assert_eq!(log.get(5).unwrap().content, "m11");
+        while log.pop_front().is_some() {}
+        assert!(log.is_empty());
+        push(&mut log, 12, "user", "m12");
+        assert_eq!(log.front().unwrap().content, "m12");
+    }
+
+    #[test]
+    fn stored_form_round_trips_and_refuses_corruption() {
+        let mut log = MessageLog::new();
+        for id in 1..=5 {
+            push(&mut log, id, "assistant", "hello");
+        }
+        log.pop_front();
+        let (a, b) = log.stored_bytes();
+        let bytes = [a, b].concat();
+        let heads: Vec<_> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+        let back = MessageLog::from_stored(heads.clone(), &bytes).unwrap();
+        assert_eq!(back, log);
+        let mut short = heads.clone();
+        short[0].3 += 1;
+        assert!(MessageLog::from_stored(short, &bytes).is_err());
+        let mut bad = bytes.clone();
+        bad[0] = 0xff;
+        assert!(MessageLog::from_stored(heads, &bad).is_err());
+    }
+
+    #[test]
+    fn size_classes_are_jemallocs() {
+        assert_eq!(size_class(1), 16);
+        assert_eq!(size_class(200), 224);
+        assert_eq!(size_class(6030), 6144);
+        assert_eq!(size_class(6145), 7168);
+        assert_eq!(size_class(4096), 4096);
+        assert_eq!(size_class(18_000), 20_480);
+    }
+}
