@@ -1,0 +1,208 @@
+//! Unit tests of the message log (log.rs).
+
+use super::*;
+
+fn push(log: &mut MessageLog, id: u64, role: &str, content: &str) {
+    log.push(id, id as i64 * 10, id, role, (id % 3 == 0).then_some("{\"k\":1}"), content).unwrap();
+}
+
+#[test]
+fn messages_read_back_as_written() {
+    let mut log = MessageLog::new();
+    let roles = ["user", "assistant", "tool", "critic", "system", "x".repeat(64).leak()];
+    for id in 1..=200u64 {
+        push(&mut log, id, roles[id as usize % roles.len()], &format!("message {id} {}", "é".repeat(id as usize)));
+        if id % 7 == 0 {
+            log.pop_front();
+        }
+        log.settle();
+    }
+    let held: Vec<u64> = log.iter().map(|m| m.id).collect();
+    assert_eq!(held.len(), 200 - 200 / 7);
+    for m in log.iter() {
+        assert_eq!(m.role, roles[m.id as usize % roles.len()]);
+        assert_eq!(m.content, format!("message {} {}", m.id, "é".repeat(m.id as usize)));
+        assert_eq!(m.meta, (m.id % 3 == 0).then_some("{\"k\":1}"));
+        assert_eq!((m.ts, m.tokens), (m.id as i64 * 10, m.id));
+        assert_eq!(log.is_tool(log.position(m.id).unwrap()), m.role == "tool");
+    }
+    assert_eq!(log.iter().rev().map(|m| m.id).collect::<Vec<_>>(), held.iter().rev().copied().collect::<Vec<_>>());
+}
+
+#[test]
+fn a_log_at_its_cap_reuses_the_evicted_space() {
+    let mut log = MessageLog::new();
+    let text = "a".repeat(200);
+    for id in 1..=30 {
+        push(&mut log, id, "user", &text);
+        log.settle();
+    }
+    let capacity = log.buf.capacity();
+    for id in 31..=1000 {
+        push(&mut log, id, "user", &text);
+        log.pop_front();
+        log.settle();
+        assert_eq!(log.buf.capacity(), capacity, "append {id} grew the buffer");
+    }
+    assert_eq!(log.len(), 30);
+    assert_eq!(log.front().unwrap().id, 971);
+}
+
+#[test]
+fn large_logs_keep_appends_amortized() {
+    let mut log = MessageLog::new();
+    let text = "b".repeat(600);
+    let mut moves = 0;
+    let mut last_start = log.start;
+    for id in 1..=20_000 {
+        push(&mut log, id, "assistant", &text);
+        if log.len() > 10_000 {
+            log.pop_front();
+        }
+        log.settle();
+        if log.start != last_start {
+            moves += 1;
+            last_start = log.start;
+        }
+    }
+    // Compactions happen about once per eighth of the log appended.
+    assert!(moves < 100, "{moves} compactions");
+    assert_eq!(log.len(), 10_000);
+    assert_eq!(log.back().unwrap().content, text);
+}
+
+#[test]
+fn a_shared_copy_keeps_its_bytes_while_the_log_changes() {
+    let mut log = MessageLog::new();
+    for id in 1..=10 {
+        push(&mut log, id, "user", &format!("m{id}"));
+    }
+    let copy = log.shared_copy();
+    for id in 11..=20 {
+        push(&mut log, id, "user", &format!("m{id}"));
+        log.pop_front();
+        log.settle();
+    }
+    assert_eq!(copy.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(), (1..=10).map(|i| format!("m{i}")).collect::<Vec<_>>());
+    assert_eq!(log.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(), (11..=20).map(|i| format!("m{i}")).collect::<Vec<_>>());
+    drop(copy);
+    log.settle();
+    assert!(log.extra.is_empty());
+    assert_eq!(log.front().unwrap().content, "m11");
+}
+
+#[test]
+fn pop_back_and_retain_keep_the_rest() {
+    let mut log = MessageLog::new();
+    for id in 1..=10 {
+        push(&mut log, id, if id % 2 == 0 { "tool" } else { "user" }, &format!("m{id}"));
+    }
+    assert_eq!(log.pop_back(), Some((10, 10)));
+    push(&mut log, 11, "user", "m11");
+    log.retain(|m| !m.is_tool());
+    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 3, 5, 7, 9, 11]);
+    assert_eq!(log.get(5).unwrap().content, "m11");
+    while log.pop_front().is_some() {}
+    assert!(log.is_empty());
+    push(&mut log, 12, "user", "m12");
+    assert_eq!(log.front().unwrap().content, "m12");
+}
+
+#[test]
+fn stored_form_round_trips_and_refuses_corruption() {
+    let mut log = MessageLog::new();
+    for id in 1..=5 {
+        push(&mut log, id, "assistant", "hello");
+    }
+    log.pop_front();
+    let (a, b) = log.stored_bytes();
+    let bytes = [a, b].concat();
+    let heads: Vec<_> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+    let back = MessageLog::from_stored(heads.clone(), &bytes).unwrap();
+    assert_eq!(back, log);
+    let mut short = heads.clone();
+    short[0].3 += 1;
+    assert!(MessageLog::from_stored(short, &bytes).is_err());
+    let mut bad = bytes.clone();
+    bad[0] = 0xff;
+    assert!(MessageLog::from_stored(heads, &bad).is_err());
+}
+
+/// Random pushes, evictions from both ends, filters, re-counts and
+/// shared copies held across changes, against a plain deque of owned
+/// messages: every read agrees, and so do copies taken on the way.
+#[test]
+fn random_operations_agree_with_a_plain_deque() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let roles = ["user", "assistant", "tool", "system", "critic"];
+    for round in 0..40 {
+        let mut log = MessageLog::new();
+        let mut model: VecDeque<super::super::Message> = VecDeque::new();
+        let mut copies: Vec<(MessageLog, Vec<super::super::Message>)> = Vec::new();
+        let mut id = 0u64;
+        for _ in 0..400 {
+            match rng.gen_range(0..100) {
+                0..=54 => {
+                    id += rng.gen_range(1..3);
+                    let len = if rng.gen_bool(0.05) { rng.gen_range(10_000..40_000) } else { rng.gen_range(0..700) };
+                    let content: String = (0..len).map(|i| if i % 7 == 0 { 'é' } else { 'a' }).collect();
+                    let meta = rng.gen_bool(0.3).then(|| format!("{{\"n\":{id}}}"));
+                    let role = roles[rng.gen_range(0..roles.len())];
+                    let ts = rng.gen_range(-5_000i64..5_000_000);
+                    let tokens = rng.gen_range(0..100_000u64);
+                    log.push(id, ts, tokens, role, meta.as_deref(), &content).unwrap();
+                    model.push_back(super::super::Message { id, role: role.into(), content: content.into(), ts, tokens, meta: meta.map(Box::from) });
+                }
+                55..=79 => {
+                    assert_eq!(log.pop_front(), model.pop_front().map(|m| (m.id, m.tokens)));
+                }
+                80..=84 => {
+                    assert_eq!(log.pop_back(), model.pop_back().map(|m| (m.id, m.tokens)));
+                }
+                85..=87 => {
+                    let cut = rng.gen_range(0..3_000_000);
+                    log.retain(|m| m.ts >= cut);
+                    model.retain(|m| m.ts >= cut);
+                }
+                88..=90 if !model.is_empty() => {
+                    let i = rng.gen_range(0..model.len());
+                    let t = rng.gen_range(0..1000);
+                    log.set_tokens(i, t);
+                    model[i].tokens = t;
+                }
+                91..=94 => copies.push((log.shared_copy(), model.iter().cloned().collect())),
+                95..=97 if !copies.is_empty() => {
+                    copies.swap_remove(rng.gen_range(0..copies.len()));
+                }
+                _ => log.settle(),
+            }
+            if rng.gen_bool(0.5) {
+                log.settle();
+            }
+            assert_eq!(log.len(), model.len());
+        }
+        let owned: Vec<_> = log.iter().map(|m| m.to_message()).collect();
+        assert_eq!(owned, model.iter().cloned().collect::<Vec<_>>(), "round {round}");
+        for (i, m) in model.iter().enumerate() {
+            assert_eq!(log.is_tool(i), &*m.role == "tool");
+            assert_eq!(log.position(m.id), Some(i));
+        }
+        for (copy, then) in &copies {
+            assert_eq!(&copy.iter().map(|m| m.to_message()).collect::<Vec<_>>(), then, "round {round}: a copy changed");
+        }
+        let (a, b) = log.stored_bytes();
+        let heads: Vec<_> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+        assert_eq!(MessageLog::from_stored(heads, &[a, b].concat()).unwrap(), log);
+    }
+}
+
+#[test]
+fn size_classes_are_jemallocs() {
+    assert_eq!(size_class(1), 16);
+    assert_eq!(size_class(200), 224);
+    assert_eq!(size_class(6030), 6144);
+    assert_eq!(size_class(6145), 7168);
+    assert_eq!(size_class(4096), 4096);
+    assert_eq!(size_class(18_000), 20_480);
+}
