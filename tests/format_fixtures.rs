@@ -1,17 +1,23 @@
 //! Sessions persisted by earlier releases load unchanged (SPEC §5, v2).
 //!
 //! `tests/fixtures/v1/` was written by the 0.1 release (payload format 1,
-//! postcard of that release's structs) with `write_v1_fixtures` below, run
-//! against that release's module: an RDB file, DUMP payloads, two AOF
-//! directories (ops; rewritten without RDB preamble) and every read
-//! command's answers. The tests load each into today's module and require
-//! the same answers. Never regenerate v1: it is what that release wrote.
+//! postcard of that release's structs), `tests/fixtures/v2/` by the 0.2
+//! release (format 2, RDB encoding version 2; built from d4e59f6), each
+//! with `write_fixtures` below run against that release's module: an RDB
+//! file, DUMP payloads, two AOF directories (ops; rewritten without RDB
+//! preamble) and every read command's answers; v2 also the answers of a
+//! few writes made after them (`writes.json`). The tests load each into
+//! today's module and require the same answers, also after today's module
+//! saved and reloaded them. Never regenerate a fixture: it is what that
+//! release wrote.
 //!
-//! To write fixtures of a new release (tests/fixtures/vN):
+//! To write fixtures of a new release (tests/fixtures/vN), with that
+//! release's module (named explicitly: the stale-build check is then off):
 //! `REDIS_MEM_MODULE=/path/to/that/release.so REDIS_MEM_FIXTURES=vN \
 //!   cargo test --release --test format_fixtures -- --ignored write_fixtures`
 
 mod common;
+mod fixturekit;
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +26,11 @@ use redis::Value;
 use serde_json::{json, Value as Json};
 
 const TEN_YEARS: &str = "315360000";
+
+/// The release number of a fixture name ("v2" -> 2).
+fn release(version: &str) -> u32 {
+    version.strip_prefix('v').and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("fixture name {version}: vN"))
+}
 
 fn fixtures(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(version)
@@ -44,8 +55,19 @@ fn run(con: &mut redis::Connection, args: &[&str]) -> Value {
     cmd(con, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
-/// Writes sessions that use every feature of the release under test.
-fn populate(con: &mut redis::Connection) -> Vec<String> {
+/// Writes sessions that use every feature of the release under test: what
+/// 0.1 had (exactly what v1 was written with), then what later releases
+/// added.
+fn populate(con: &mut redis::Connection, version: &str) -> Vec<String> {
+    let mut keys = populate_v1(con);
+    if release(version) >= 2 {
+        keys.extend(fixturekit::populate_v2(con));
+    }
+    keys
+}
+
+/// The sessions of v1.
+fn populate_v1(con: &mut redis::Connection) -> Vec<String> {
     let mut keys = Vec::new();
     let mut add = |k: &str| keys.push(k.to_owned());
     // Plain turns, no expiry.
@@ -117,8 +139,8 @@ fn populate(con: &mut redis::Connection) -> Vec<String> {
     keys
 }
 
-/// Every read command's answer for `key`.
-fn answers(con: &mut redis::Connection, key: &str) -> Json {
+/// Every read command's answer for `key` (those of the release's commands).
+fn answers(con: &mut redis::Connection, key: &str, version: &str) -> Json {
     let mut out = serde_json::Map::new();
     let mut ask = |name: &str, args: &[&str]| {
         out.insert(name.to_owned(), value_json(&run(con, args)));
@@ -135,11 +157,17 @@ fn answers(con: &mut redis::Connection, key: &str) -> Json {
     for system in ["dify", "n8n", "none"] {
         ask(&format!("extget_{system}"), &["MEM.EXTGET", key, system]);
     }
+    if release(version) >= 2 {
+        for (name, args) in fixturekit::v2_questions(key) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            ask(name, &args);
+        }
+    }
     Json::Object(out)
 }
 
-fn all_answers(con: &mut redis::Connection, keys: &[String]) -> Json {
-    Json::Object(keys.iter().map(|k| (k.clone(), answers(con, k))).collect())
+fn all_answers(con: &mut redis::Connection, keys: &[String], version: &str) -> Json {
+    Json::Object(keys.iter().map(|k| (k.clone(), answers(con, k, version))).collect())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -163,13 +191,19 @@ fn copy_dir(from: &Path, to: &Path) {
 #[ignore]
 fn write_fixtures() {
     let version = std::env::var("REDIS_MEM_FIXTURES").expect("REDIS_MEM_FIXTURES=vN");
-    let out = fixtures(&version);
-    assert!(!out.exists(), "{} exists: fixtures of a release are never rewritten", out.display());
+    // Fixtures are the release's, never today's build by accident.
+    assert!(std::env::var_os("REDIS_MEM_MODULE").is_some(), "REDIS_MEM_MODULE=/path/to/the/release.so");
+    let done = fixtures(&version);
+    assert!(!done.exists(), "{} exists: fixtures of a release are never rewritten", done.display());
+    // Written aside and moved in place at the end: a failed run leaves no
+    // half-written fixture behind.
+    let out = done.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
     let server = Server::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
     let mut con = server.client();
-    let keys = populate(&mut con);
-    let answers = all_answers(&mut con, &keys);
+    let keys = populate(&mut con, &version);
+    let answers = all_answers(&mut con, &keys, &version);
     std::fs::write(out.join("answers.json"), serde_json::to_string_pretty(&answers).unwrap()).unwrap();
     let dumps: serde_json::Map<String, Json> = keys
         .iter()
@@ -187,6 +221,18 @@ fn write_fixtures() {
     run(&mut con, &["BGREWRITEAOF"]);
     wait_rewrite(&mut con);
     copy_dir(&server.dir.join("appendonlydir"), &out.join("aof-rewritten"));
+    // Writes made after the files were taken, and their answers.
+    if release(&version) >= 2 {
+        let writes: Vec<Json> = fixturekit::writes_v2()
+            .into_iter()
+            .map(|args| {
+                let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                json!({"command": args, "answer": fixturekit::answer_json(cmd(&mut con, &a), value_json)})
+            })
+            .collect();
+        std::fs::write(out.join("writes.json"), serde_json::to_string_pretty(&writes).unwrap()).unwrap();
+    }
+    std::fs::rename(&out, &done).unwrap();
 }
 
 fn wait_rewrite(con: &mut redis::Connection) {
@@ -209,21 +255,23 @@ fn keys_of(answers: &Json) -> Vec<String> {
     answers.as_object().unwrap().keys().cloned().collect()
 }
 
-/// Today's answers for the fixture's keys equal the release's. SUMMARIZE_CHECK
-/// is compared under `mem.summarize-headroom 0` when the server has it (the
-/// rule of the releases before headroom existed).
+/// Today's answers for the fixture's keys equal the release's. For v1,
+/// SUMMARIZE_CHECK is compared under `mem.summarize-headroom 0` (the rule
+/// of the release before headroom existed); 0.2 had today's default.
 fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
-    let _ = cmd(con, &["CONFIG", "SET", "mem.summarize-headroom", "0"]);
+    if release(version) == 1 {
+        let _ = cmd(con, &["CONFIG", "SET", "mem.summarize-headroom", "0"]);
+    }
     let want = expected(version);
     for key in keys_of(&want) {
-        let got = answers(con, &key);
+        let got = answers(con, &key, version);
         for (name, w) in want[&key].as_object().unwrap() {
             let g = &got[name];
             if name == "info" {
                 // Later releases may add fields; every field of the release
                 // must be there with the same value.
                 assert_info_superset(w, g, &format!("{how} {key}"));
-            } else if name == "get_last2" || name == "get_budget" {
+            } else if release(version) == 1 && (name == "get_last2" || name == "get_budget") {
                 // v2 rule: LAST/BUDGET never start with a tool result.
                 assert_eq!(g, &without_leading_tool_results(w), "{how}: {name} of {key} differs from release {version} (under the v2 tool rule)");
             } else {
@@ -257,42 +305,142 @@ fn assert_info_superset(want: &Json, got: &Json, what: &str) {
     }
 }
 
-#[test]
-fn v1_rdb_loads_with_the_same_answers() {
-    let server = Server::start();
-    let rdb = server.dir.join("v1.rdb");
-    std::fs::copy(fixtures("v1").join("sessions.rdb"), &rdb).unwrap();
-    let mut server = server;
-    server.restart_with(&["--dbfilename", "v1.rdb"]);
-    let mut con = server.client();
-    assert_same_answers(&mut con, "v1", "RDB of v1");
-    // And once more after today's module saved and reloaded them.
-    run(&mut con, &["DEBUG", "RELOAD"]);
-    assert_same_answers(&mut con, "v1", "RDB of v1 after DEBUG RELOAD");
+/// The answers of the writes of `writes.json` (none for v1), replayed on
+/// the loaded sessions.
+fn assert_same_writes(con: &mut redis::Connection, version: &str, how: &str) {
+    let Ok(text) = std::fs::read_to_string(fixtures(version).join("writes.json")) else {
+        assert_eq!(release(version), 1, "writes.json of {version}");
+        return;
+    };
+    let writes: Json = serde_json::from_str(&text).unwrap();
+    for w in writes.as_array().unwrap() {
+        let args: Vec<&str> = w["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        let got = fixturekit::answer_json(cmd(con, &args), value_json);
+        assert_eq!(got, w["answer"], "{how}: {args:?} answers unlike release {version}");
+    }
 }
 
-#[test]
-fn v1_dumps_restore_with_the_same_answers() {
+/// Reads as the release answered; again after today's module saved (in
+/// its own format) and reloaded them; then the writes.
+fn assert_loaded(con: &mut redis::Connection, version: &str, how: &str) {
+    assert_same_answers(con, version, how);
+    run(con, &["DEBUG", "RELOAD"]);
+    assert_same_answers(con, version, &format!("{how}, after DEBUG RELOAD"));
+    // What DEBUG RELOAD saved is today's format, newer than the fixture's.
+    for key in keys_of(&expected(version)) {
+        let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
+        let (encver, format) = fixturekit::dump_versions(&dump);
+        assert!(encver > u64::from(release(version)) && u64::from(format) == encver, "{how}: {key} saved as {encver}/{format}");
+    }
+    assert_same_writes(con, version, how);
+}
+
+fn rdb_loads(version: &str) {
+    let server = Server::start();
+    let rdb = server.dir.join("fixture.rdb");
+    std::fs::copy(fixtures(version).join("sessions.rdb"), &rdb).unwrap();
+    let mut server = server;
+    server.restart_with(&["--dbfilename", "fixture.rdb"]);
+    let mut con = server.client();
+    assert_loaded(&mut con, version, &format!("RDB of {version}"));
+}
+
+fn dumps_restore(version: &str) {
     let server = Server::start();
     let mut con = server.client();
-    let text = std::fs::read_to_string(fixtures("v1").join("dumps.json")).unwrap();
+    let text = std::fs::read_to_string(fixtures(version).join("dumps.json")).unwrap();
     let dumps: Json = serde_json::from_str(&text).unwrap();
     for (key, payload) in dumps.as_object().unwrap() {
         let bytes = unhex(payload.as_str().unwrap());
         let r: redis::RedisResult<Value> = redis::cmd("RESTORE").arg(key).arg(0).arg(bytes).query(&mut con);
         r.unwrap_or_else(|e| panic!("RESTORE {key}: {e}"));
     }
-    assert_same_answers(&mut con, "v1", "DUMP of v1");
+    assert_loaded(&mut con, version, &format!("DUMP of {version}"));
+}
+
+fn aofs_load(version: &str) {
+    for dir in ["aof-ops", "aof-rewritten"] {
+        let mut server = Server::start();
+        copy_dir(&fixtures(version).join(dir), &server.dir.join("appendonlydir"));
+        server.restart_with(&["--appendonly", "yes"]);
+        let mut con = server.client();
+        assert_loaded(&mut con, version, &format!("{dir} of {version}"));
+        assert!(!server.log().contains("ASSERTION"), "{dir}: {}", server.log());
+    }
+}
+
+/// The fixture's files hold what its release wrote: every DUMP payload and
+/// every session of the RDB at encoding version N in format N, every
+/// payload of the AOFs (MEM._PUT sessions, MEM._APPLY ops) in format N.
+fn files_are_of_their_format(version: &str) {
+    let n = release(version);
+    let dir = fixtures(version);
+    let dumps: Json = serde_json::from_str(&std::fs::read_to_string(dir.join("dumps.json")).unwrap()).unwrap();
+    let dumps: Vec<Vec<u8>> = dumps.as_object().unwrap().values().map(|v| unhex(v.as_str().unwrap())).collect();
+    for d in &dumps {
+        assert_eq!(fixturekit::dump_versions(d), (u64::from(n), n as u8), "DUMP of {version}");
+    }
+    let rdb = std::fs::read(dir.join("sessions.rdb")).unwrap();
+    let id_at = |encver| fixturekit::module_id_bytes(&dumps[0], encver);
+    assert_eq!(fixturekit::count(&rdb, &id_at(u64::from(n))), dumps.len(), "sessions of encoding version {n} in the RDB");
+    for other in (1..8).filter(|&v| v != u64::from(n)) {
+        assert_eq!(fixturekit::count(&rdb, &id_at(other)), 0, "values of encoding version {other} in the RDB of {version}");
+    }
+    let (mut puts, mut applies) = (0, 0);
+    for sub in ["aof-ops", "aof-rewritten"] {
+        for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "manifest") {
+                continue;
+            }
+            for args in fixturekit::aof_commands(&path) {
+                let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+                if name == "MEM._PUT" || name == "MEM._APPLY" {
+                    assert_eq!(args[2].first(), Some(&(n as u8)), "{sub}: payload of {name} {}", String::from_utf8_lossy(&args[1]));
+                    *if name == "MEM._PUT" { &mut puts } else { &mut applies } += 1;
+                }
+            }
+        }
+    }
+    assert!(puts >= dumps.len() && applies > 0, "{version}: {puts} MEM._PUT, {applies} MEM._APPLY");
+}
+
+#[test]
+fn v1_rdb_loads_with_the_same_answers() {
+    rdb_loads("v1");
+}
+
+#[test]
+fn v1_dumps_restore_with_the_same_answers() {
+    dumps_restore("v1");
 }
 
 #[test]
 fn v1_aofs_load_with_the_same_answers() {
-    for dir in ["aof-ops", "aof-rewritten"] {
-        let mut server = Server::start();
-        copy_dir(&fixtures("v1").join(dir), &server.dir.join("appendonlydir"));
-        server.restart_with(&["--appendonly", "yes"]);
-        let mut con = server.client();
-        assert_same_answers(&mut con, "v1", dir);
-        assert!(!server.log().contains("ASSERTION"), "{dir}: {}", server.log());
-    }
+    aofs_load("v1");
+}
+
+#[test]
+fn v1_files_are_format_1() {
+    files_are_of_their_format("v1");
+}
+
+#[test]
+fn v2_rdb_loads_with_the_same_answers() {
+    rdb_loads("v2");
+}
+
+#[test]
+fn v2_dumps_restore_with_the_same_answers() {
+    dumps_restore("v2");
+}
+
+#[test]
+fn v2_aofs_load_with_the_same_answers() {
+    aofs_load("v2");
+}
+
+#[test]
+fn v2_files_are_format_2() {
+    files_are_of_their_format("v2");
 }
