@@ -17,6 +17,7 @@ pub mod json_format;
 pub mod key;
 pub mod persistence;
 pub mod pool;
+pub mod pretokenize;
 pub mod session;
 pub mod stats;
 pub mod tokenizer;
