@@ -16,6 +16,7 @@ pub mod info;
 pub mod json_format;
 pub mod key;
 pub mod persistence;
+pub mod piece_count;
 pub mod pool;
 pub mod pretokenize;
 pub mod session;

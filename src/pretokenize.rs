@@ -168,6 +168,13 @@ impl Classes {
     /// End of the run of characters having any of `bits`, from `i`.
     #[inline(always)]
     fn run(&self, b: &[u8], mut i: usize, bits: u8) -> usize {
+        // ASCII first, a byte at a time (most text), then any character.
+        while let Some(&x) = b.get(i) {
+            if x >= 0x80 || self.ascii[usize::from(x)] & bits == 0 {
+                break;
+            }
+            i += 1;
+        }
         loop {
             let (c, len) = self.at(b, i);
             if c & bits == 0 || len == 0 {
