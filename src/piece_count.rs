@@ -52,22 +52,23 @@ fn split_sum(
     total
 }
 
-/// Pieces up to this many bytes are cached (longer ones are rare and costly
-/// to compare).
-const CACHED_PIECE_BYTES: usize = 30;
-/// Sets of two slots (one 64-byte cache line each).
+/// Pieces up to this many bytes are cached in the sets (words, mostly);
+/// longer ones up to `LONG_PIECE_BYTES` in the long-piece cache.
+const CACHED_PIECE_BYTES: usize = 14;
+/// Sets of four slots, one 64-byte cache line each.
 const CACHE_SETS: usize = 8192;
+const WAYS: usize = 4;
 
-/// A two-way set-associative cache of exact piece counts: no allocation per
-/// lookup, a fixed 512 KB per thread and encoding (16,384 pieces: the words
-/// of real English prose mostly fit, a direct-mapped 4,096 thrashed). A
-/// count depends only on the piece's bytes, so a hit is exactly what encoding
-/// the piece would give. A miss asks the encoding's `TokenSet` (a piece that
-/// is one token counts 1), then BPE.
+/// A four-way set-associative cache of exact piece counts: no allocation per
+/// lookup, a fixed 512 KB per thread and encoding holding 32,768 pieces (the
+/// words of real English prose fit; a direct-mapped 4,096 thrashed), least
+/// recently used evicted first. A count depends only on the piece's bytes, so
+/// a hit is exactly what encoding the piece would give. A miss asks the
+/// encoding's `TokenSet` (a piece that is one token counts 1), then BPE.
 struct PieceCache {
     tokens: &'static TokenSet,
     sets: Box<[Set]>,
-    /// Made on the first long piece (32 KB).
+    /// Made on the first long piece (128 KB).
     long: Option<Box<[LongSlot]>>,
 }
 
@@ -75,7 +76,7 @@ struct PieceCache {
 #[repr(C, align(64))]
 struct Set {
     /// Most recently used first.
-    ways: [Slot; 2],
+    ways: [Slot; WAYS],
 }
 
 #[derive(Clone, Copy)]
@@ -90,7 +91,7 @@ struct Slot {
 impl PieceCache {
     fn new(tokens: &'static TokenSet) -> PieceCache {
         let empty = Slot { len: 0, count: 0, bytes: [0; CACHED_PIECE_BYTES] };
-        PieceCache { tokens, sets: vec![Set { ways: [empty; 2] }; CACHE_SETS].into_boxed_slice(), long: None }
+        PieceCache { tokens, sets: vec![Set { ways: [empty; WAYS] }; CACHE_SETS].into_boxed_slice(), long: None }
     }
 
     #[inline]
@@ -103,18 +104,22 @@ impl PieceCache {
         let Some(set) = self.sets.get_mut((h as usize) % CACHE_SETS) else {
             return uncached(piece);
         };
-        let [first, second] = &mut set.ways;
-        if usize::from(first.len) == len && same(&first.bytes, piece) {
-            return usize::from(first.count);
-        }
-        if usize::from(second.len) == len && same(&second.bytes, piece) {
-            std::mem::swap(first, second);
-            return usize::from(first.count);
+        let ways = &mut set.ways;
+        for k in 0..WAYS {
+            let Some(slot) = ways.get(k) else { break };
+            if usize::from(slot.len) == len && same(&slot.bytes, piece) {
+                let count = usize::from(slot.count);
+                if let Some(used) = ways.get_mut(..=k) {
+                    used.rotate_right(1); // to the front
+                }
+                return count;
+            }
         }
         let count = if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
         // A piece of n bytes has at most n tokens, so the count fits a u8.
         if let Ok(count8) = u8::try_from(count) {
-            *second = *first;
+            ways.rotate_right(1); // the least recently used is now first: replace it
+            let first = &mut ways[0];
             if let Some(dst) = first.bytes.get_mut(..len) {
                 dst.copy_from_slice(piece);
                 first.len = len as u8;
@@ -126,7 +131,7 @@ impl PieceCache {
 }
 
 impl PieceCache {
-    /// Long pieces: runs of one character (indentation, `----` rules, table
+    /// Long pieces: rarer words, runs of one character (indentation, `----` rules, table
     /// borders of Markdown and ASCII art) recur in chat text and cost BPE
     /// ~10x a word; up to `LONG_PIECE_BYTES` they have a small cache of their own.
     #[cold]
@@ -153,7 +158,7 @@ impl PieceCache {
 }
 
 const LONG_PIECE_BYTES: usize = 126;
-const LONG_SLOTS: usize = 256;
+const LONG_SLOTS: usize = 1024;
 
 /// A cached long piece: 128 bytes.
 #[derive(Clone, Copy)]
@@ -171,35 +176,35 @@ fn same(slot: &[u8; CACHED_PIECE_BYTES], piece: &[u8]) -> bool {
 }
 
 /// Every token of an encoding, by its bytes: an open-addressing table of
-/// (hash tag, length, token id), the bytes compared in the encoding's own
-/// token storage. A piece that is one token counts 1, exactly as tiktoken,
-/// which looks a piece up whole before merging. Built once per encoding
-/// (about 20 ms; 4 MB for o200k_base, 2 MB for cl100k_base) and shared by
-/// every thread.
+/// (hash tag, token id), the bytes compared in the encoding's own token
+/// storage. A piece that is one token counts 1, exactly as tiktoken, which
+/// looks a piece up whole before merging. Built once per encoding (~20 ms;
+/// 2 MB for o200k_base, 1 MB for cl100k_base), shared by every thread.
 pub struct TokenSet {
     bpe: Option<&'static bpe_openai::byte_pair_encoding::BytePairEncoding>,
-    /// `tag << 40 | len << 32 | id`; 0 is empty (tags are never 0).
-    entries: Box<[u64]>,
+    /// `tag << 24 | id`; 0 is empty (tags are never 0).
+    entries: Box<[u32]>,
     mask: usize,
 }
 
+/// Token ids the entries can hold; tokens past it are left to BPE (none in
+/// any vocabulary today).
+const MAX_ID: usize = 1 << 24;
+
 impl TokenSet {
     fn build(bpe: &'static bpe_openai::byte_pair_encoding::BytePairEncoding) -> TokenSet {
-        let n = bpe.num_tokens();
+        let n = bpe.num_tokens().min(MAX_ID);
         let size = (n * 2).next_power_of_two().max(2);
         let mask = size - 1;
-        let mut entries = vec![0u64; size].into_boxed_slice();
-        for id in 0..n {
-            let Ok(id32) = u32::try_from(id) else { break };
-            let bytes = bpe.token_bytes(id32);
-            let Ok(len) = u8::try_from(bytes.len()) else { continue }; // never looked up
-            let h = hash(bytes);
+        let mut entries = vec![0u32; size].into_boxed_slice();
+        for id in 0..n as u32 {
+            let h = hash(bpe.token_bytes(id));
             let mut i = (h as usize) & mask;
             // The table is at most half full: an empty entry is always found.
             for _ in 0..size {
                 match entries.get_mut(i) {
                     Some(e) if *e == 0 => {
-                        *e = (tag(h) << 40) | (u64::from(len) << 32) | u64::from(id32);
+                        *e = (tag(h) << 24) | id;
                         break;
                     }
                     _ => i = (i + 1) & mask,
@@ -211,21 +216,21 @@ impl TokenSet {
 
     /// A set that contains nothing (when the table cannot be had).
     fn empty() -> TokenSet {
-        TokenSet { bpe: None, entries: vec![0u64; 1].into_boxed_slice(), mask: 0 }
+        TokenSet { bpe: None, entries: vec![0u32; 1].into_boxed_slice(), mask: 0 }
     }
 
     /// Whether `piece` (whose `hash` is `h`) is one whole token.
     #[inline]
     fn contains(&self, piece: &[u8], h: u64) -> bool {
         let Some(bpe) = self.bpe else { return false };
-        let want = (tag(h) << 8) | piece.len() as u64;
+        let want = tag(h);
         let mut i = (h as usize) & self.mask;
         loop {
             let e = self.entries.get(i).copied().unwrap_or(0);
             if e == 0 {
                 return false;
             }
-            if e >> 32 == want && bpe.token_bytes(e as u32) == piece {
+            if e >> 24 == want && bpe.token_bytes(e & 0xff_ffff) == piece {
                 return true;
             }
             i = (i + 1) & self.mask;
@@ -233,10 +238,10 @@ impl TokenSet {
     }
 }
 
-/// 24 bits of the hash other than those picking the entry, never 0.
+/// 8 bits of the hash other than those picking the entry, never 0.
 #[inline(always)]
-fn tag(h: u64) -> u64 {
-    ((h >> 40) & 0xff_ffff) | 1
+fn tag(h: u64) -> u32 {
+    ((h >> 56) as u32) | 1
 }
 
 /// The token set of `tokenizer`, built on first use, kept for the process.

@@ -269,8 +269,43 @@ impl Classes {
         Some(end + self.contraction(b, end))
     }
 
+    /// The common ASCII word, `[^\r\n\p{L}\p{N}]?[A-Z]*[a-z]*` with at
+    /// least one letter, ended by an ASCII byte that is neither a letter nor
+    /// `'`: its end, which is what the general path below would find
+    /// (lowercase after the capitals: the first alternative; capitals only:
+    /// the second). `None` for anything else.
+    #[inline(always)]
+    fn o_ascii_word(&self, b: &[u8], i: usize) -> Option<usize> {
+        let &x = b.get(i)?;
+        let mut j = i;
+        if x >= 0x80 {
+            return None;
+        }
+        if self.ascii[usize::from(x)] & (L | N | NL) == 0 {
+            j += 1; // the optional prefix (space, punctuation)
+        }
+        let mut e = j;
+        while b.get(e).is_some_and(u8::is_ascii_uppercase) {
+            e += 1;
+        }
+        while b.get(e).is_some_and(u8::is_ascii_lowercase) {
+            e += 1;
+        }
+        if e == j {
+            return None;
+        }
+        match b.get(e) {
+            None => Some(e),
+            Some(&y) if y < 0x80 && y != b'\'' && !y.is_ascii_alphabetic() => Some(e),
+            _ => None,
+        }
+    }
+
     /// End of the o200k piece starting at `i` (< `b.len()`).
     fn o200k(&self, b: &[u8], i: usize) -> usize {
+        if let Some(e) = self.o_ascii_word(b, i) {
+            return e;
+        }
         let (c0, l0) = self.at(b, i);
         // [^\r\n\p{L}\p{N}]? : tried taken first, then not.
         let prefix = c0 & (L | N | NL) == 0;
