@@ -1,19 +1,25 @@
-//! Token counting throughput: the module's counter (bpe-openai) against
-//! tiktoken-rs, on a deterministic mixed corpus (English prose, source code,
-//! Chinese), plus the exact 600-byte English message of the server benchmark.
+//! Token counting throughput: the module's counter (`redis-mem`: src/piece_count.rs
+//! and src/pretokenize.rs, included below, exactly as `Encoding::count` runs them)
+//! against bpe-openai's own count and tiktoken-rs, on a deterministic mixed corpus
+//! (English prose, source code, Chinese), on real English prose read from files
+//! every Debian machine has (`english-real`, see `english_real`), and on the exact
+//! 600-byte English message of the server benchmark.
 //!
 //! Run with `cargo bench --bench tokenizer`. Besides a human-readable table it
 //! prints one machine-readable line per measurement:
 //!   BENCH_TOKENIZER {"encoding":..,"corpus":..,"counter":..,"msgs":..,"bytes":..,
-//!                    "mb_per_s":..,"us_per_msg":..,"tokens":..}
+//!                    "mb_per_s":..,"mb_per_s_min":..,"mb_per_s_median":..,"us_per_msg":..,"tokens":..}
 //! and a final `BENCH_TOKENIZER_CHECK {...}` line with the number of messages
-//! whose counts differ between the two counters (must be 0).
+//! whose counts differ from tiktoken-rs (must be 0).
 //!
 //! tiktoken-rs is only fed ordinary text with short pre-tokenizer pieces (no
 //! long runs of one character, Chinese broken by punctuation): its BPE is
 //! quadratic per piece and can stall or panic on pathological input.
 //!
-//! Environment: BENCH_SECS (seconds per measurement, default 0.6; best of 3 rounds).
+//! Environment: BENCH_SECS (CPU seconds per measurement, default 0.6; best of 5
+//! rounds); BENCH_PROFILE=N (only the module's o200k counter, N passes over
+//! english-real, for `perf record`; with BENCH_PROFILE_COLD each pass on a new
+//! thread, its piece cache empty).
 
 // The module's own counting code (the crate is a cdylib whose allocator is
 // Redis's, so it cannot be linked here as a library).
@@ -351,7 +357,21 @@ fn main() {
     let t = Instant::now();
     let tik_cl100k = tiktoken_rs::cl100k_base().expect("tiktoken cl100k_base");
     let init_tik_cl100k = t.elapsed();
+    // What the module builds on top of bpe-openai: the class table of the
+    // hand-written split (once) and each encoding's token set.
+    let t = Instant::now();
+    pretokenize::warm_up();
+    let init_classes = t.elapsed();
+    let t = Instant::now();
+    black_box(piece_count::count(bpe_o200k, Some(pretokenize::Pattern::O200k), 0, "warm up"));
+    let init_mem_o200k = t.elapsed();
+    let t = Instant::now();
+    black_box(piece_count::count(bpe_cl100k, Some(pretokenize::Pattern::Cl100k), 1, "warm up"));
+    let init_mem_cl100k = t.elapsed();
     for (enc, counter, d) in [
+        ("all", "redis-mem class table", init_classes),
+        ("o200k_base", "redis-mem token set + cache", init_mem_o200k),
+        ("cl100k_base", "redis-mem token set + cache", init_mem_cl100k),
         ("o200k_base", "bpe-openai", init_bpe_o200k),
         ("o200k_base", "tiktoken-rs", init_tik_o200k),
         ("cl100k_base", "bpe-openai", init_bpe_cl100k),

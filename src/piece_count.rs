@@ -272,6 +272,7 @@ thread_local! {
 
 #[cfg(test)]
 mod tests {
+    #[allow(unused_imports)] // benches/tokenizer.rs includes this file without running its tests
     use super::*;
 
     #[test]
