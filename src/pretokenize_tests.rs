@@ -5,35 +5,41 @@
 
 use super::*;
 
-const O200K_TIKTOKEN: &str = concat!(
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-);
-const CL100K_TIKTOKEN: &str = concat!(
-    r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+",
-    r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
-);
-
 struct Oracle {
     pattern: Pattern,
     tiktoken: fancy_regex::Regex,
     bpe: &'static bpe_openai::Tokenizer,
 }
 
-fn oracles() -> [Oracle; 2] {
+fn oracles() -> [Oracle; 3] {
     [
         Oracle {
             pattern: Pattern::O200k,
-            tiktoken: fancy_regex::Regex::new(O200K_TIKTOKEN).unwrap(),
+            tiktoken: fancy_regex::Regex::new(O200K_REGEX).unwrap(),
             bpe: bpe_openai::o200k_base(),
         },
         Oracle {
             pattern: Pattern::Cl100k,
-            tiktoken: fancy_regex::Regex::new(CL100K_TIKTOKEN).unwrap(),
+            tiktoken: fancy_regex::Regex::new(CL100K_REGEX).unwrap(),
+            bpe: bpe_openai::cl100k_base(),
+        },
+        // bpe-openai's cl100k regex is the legacy form: equal with no exception.
+        Oracle {
+            pattern: Pattern::Cl100kLegacy,
+            tiktoken: fancy_regex::Regex::new(CL100K_LEGACY_REGEX).unwrap(),
             bpe: bpe_openai::cl100k_base(),
         },
     ]
+}
+
+#[test]
+fn patterns_are_tiktoken_s_and_recognised() {
+    assert_eq!(O200K_REGEX, tiktoken_rs::O200K_BASE_PAT_STR);
+    for (regex, pattern) in [(O200K_REGEX, Pattern::O200k), (CL100K_REGEX, Pattern::Cl100k), (CL100K_LEGACY_REGEX, Pattern::Cl100kLegacy)] {
+        assert_eq!(Pattern::for_regex(regex), Some(pattern));
+    }
+    assert_eq!(Pattern::for_regex(r"\p{N}|\s+"), None);
+    assert_eq!(Pattern::for_regex(&(CL100K_REGEX.to_owned() + "|x")), None);
 }
 
 impl Oracle {
