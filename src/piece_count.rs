@@ -1,7 +1,8 @@
 //! The counting loop behind `Encoding::count`: split the text into pieces
 //! (the hand-written pre-tokenizer where the encoding's pattern has one, the
-//! encoding's regex otherwise), look each short piece up in a per-thread
-//! cache of exact counts, and count the misses by BPE.
+//! encoding's regex otherwise), look each piece up in a per-thread cache of
+//! exact counts, then in the encoding's set of whole tokens (count 1), and
+//! count the rest by BPE.
 //!
 //! Kept free of Redis types so that benches/tokenizer.rs measures this very
 //! code (it includes the file).
@@ -14,7 +15,7 @@ use crate::pretokenize::{self, Pattern};
 /// the piece and the vocabulary).
 pub fn count(tokenizer: &'static bpe_openai::Tokenizer, pattern: Option<Pattern>, cache: usize, text: &str) -> usize {
     let uncached = |piece: &[u8]| tokenizer.bpe.count(piece);
-    PIECE_CACHES.with(|caches| {
+    let counted = PIECE_CACHES.try_with(|caches| {
         let Ok(mut caches) = caches.try_borrow_mut() else {
             // Re-entered on this thread (cannot happen today): count uncached.
             return split_sum(tokenizer, pattern, text, uncached);
@@ -29,7 +30,9 @@ pub fn count(tokenizer: &'static bpe_openai::Tokenizer, pattern: Option<Pattern>
             }
             None => split_sum(tokenizer, pattern, text, uncached),
         }
-    })
+    });
+    // The thread's caches are gone only while the thread exits.
+    counted.unwrap_or_else(|_| split_sum(tokenizer, pattern, text, uncached))
 }
 
 /// Sum of `count_piece` over the pieces of `text`.
