@@ -374,6 +374,16 @@ fn four_megabyte_pathological_inputs() {
         ("digits", digits.clone()),
         ("newlines", "\n".repeat(N)),
         ("emoji", "🎉".repeat(N / 4)),
+        // Shapes that would make the hand-written pre-tokenizer (src/pretokenize.rs)
+        // quadratic if it backtracked per character: a capitals run (the first
+        // alternative fails only at its end), combining marks (prefix and
+        // letter at once), contractions, line breaks between spaces, case flips.
+        ("capitals", "A".repeat(N)),
+        ("combining marks", "\u{301}".repeat(N / 2)),
+        ("contractions", "'s".repeat(N / 2)),
+        ("line breaks and spaces", "\n ".repeat(N / 2 - 1) + "x"),
+        ("case flips", "aA".repeat(N / 2)),
+        ("spaced punctuation", " !".repeat(N / 2)),
     ];
     for (model, enc) in [("gpt-4o", bpe_openai::o200k_base()), ("gpt-4", bpe_openai::cl100k_base())] {
         for (name, content) in &shapes {

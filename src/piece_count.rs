@@ -1,0 +1,367 @@
+//! The counting loop behind `Encoding::count`: split the text into pieces
+//! (the hand-written pre-tokenizer where the encoding's pattern has one, the
+//! encoding's regex otherwise), look each piece up in a per-thread cache of
+//! exact counts, then in the encoding's set of whole tokens (count 1), and
+//! count the rest by BPE.
+//!
+//! Kept free of Redis types so that benches/tokenizer.rs measures this very
+//! code (it includes the file).
+
+use crate::pretokenize::{self, Pattern};
+
+/// Exact token count of `text` (already normalized for `tokenizer`): the sum
+/// of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
+/// `cache` picks the per-thread cache (one per encoding: a count depends on
+/// the piece and the vocabulary).
+pub fn count(tokenizer: &'static bpe_openai::Tokenizer, pattern: Option<Pattern>, cache: usize, text: &str) -> usize {
+    let uncached = |piece: &[u8]| tokenizer.bpe.count(piece);
+    let counted = PIECE_CACHES.try_with(|caches| {
+        let Ok(mut caches) = caches.try_borrow_mut() else {
+            // Re-entered on this thread (cannot happen today): count uncached.
+            return split_sum(tokenizer, pattern, text, uncached);
+        };
+        if caches.len() <= cache {
+            caches.resize_with(cache + 1, || None);
+        }
+        match caches.get_mut(cache) {
+            Some(slot) => {
+                let cache = slot.get_or_insert_with(|| PieceCache::new(token_set(tokenizer, cache)));
+                split_sum(tokenizer, pattern, text, |piece| cache.count(piece, uncached))
+            }
+            None => split_sum(tokenizer, pattern, text, uncached),
+        }
+    });
+    // The thread's caches are gone only while the thread exits.
+    counted.unwrap_or_else(|_| split_sum(tokenizer, pattern, text, uncached))
+}
+
+/// Sum of `count_piece` over the pieces of `text`.
+#[inline(always)]
+fn split_sum(
+    tokenizer: &bpe_openai::Tokenizer,
+    pattern: Option<Pattern>,
+    text: &str,
+    mut count_piece: impl FnMut(&[u8]) -> usize,
+) -> usize {
+    let mut total = 0;
+    match pattern {
+        Some(p) => pretokenize::for_each_piece(p, text, |piece| total += count_piece(piece)),
+        None => {
+            for piece in tokenizer.split(text) {
+                total += count_piece(piece.as_bytes());
+            }
+        }
+    }
+    total
+}
+
+/// Pieces up to this many bytes are cached in the sets (words, mostly);
+/// longer ones up to `LONG_PIECE_BYTES` in the long-piece cache.
+const CACHED_PIECE_BYTES: usize = 14;
+/// Sets of four slots, one 64-byte cache line each.
+const CACHE_SETS: usize = 8192;
+const WAYS: usize = 4;
+
+/// A four-way set-associative cache of exact piece counts: no allocation per
+/// lookup, a fixed 512 KB per thread and encoding holding 32,768 pieces (the
+/// words of real English prose fit; a direct-mapped 4,096 thrashed), least
+/// recently used evicted first. A count depends only on the piece's bytes, so
+/// a hit is exactly what encoding the piece would give. A miss asks the
+/// encoding's `TokenSet` (a piece that is one token counts 1), then BPE.
+struct PieceCache {
+    tokens: &'static TokenSet,
+    sets: Box<[Set]>,
+    /// Made on the first long piece (128 KB).
+    long: Option<Box<[LongSlot]>>,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Set {
+    /// Most recently used first.
+    ways: [Slot; WAYS],
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    /// 0: empty (empty pieces are never cached).
+    len: u8,
+    count: u8,
+    bytes: [u8; CACHED_PIECE_BYTES],
+}
+
+impl PieceCache {
+    fn new(tokens: &'static TokenSet) -> PieceCache {
+        let empty = Slot { len: 0, count: 0, bytes: [0; CACHED_PIECE_BYTES] };
+        PieceCache { tokens, sets: vec![Set { ways: [empty; WAYS] }; CACHE_SETS].into_boxed_slice(), long: None }
+    }
+
+    #[inline]
+    fn count(&mut self, piece: &[u8], uncached: impl Fn(&[u8]) -> usize) -> usize {
+        let h = hash(piece);
+        let len = piece.len();
+        if len > CACHED_PIECE_BYTES {
+            return self.count_long(piece, h, uncached);
+        }
+        let Some(set) = self.sets.get_mut((h as usize) % CACHE_SETS) else {
+            return uncached(piece);
+        };
+        let ways = &mut set.ways;
+        for k in 0..WAYS {
+            let Some(slot) = ways.get(k) else { break };
+            if usize::from(slot.len) == len && same(&slot.bytes, piece) {
+                let count = usize::from(slot.count);
+                if let Some(used) = ways.get_mut(..=k) {
+                    used.rotate_right(1); // to the front
+                }
+                return count;
+            }
+        }
+        let count = if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
+        // A piece of n bytes has at most n tokens, so the count fits a u8.
+        if let Ok(count8) = u8::try_from(count) {
+            ways.rotate_right(1); // the least recently used is now first: replace it
+            let first = &mut ways[0];
+            if let Some(dst) = first.bytes.get_mut(..len) {
+                dst.copy_from_slice(piece);
+                first.len = len as u8;
+                first.count = count8;
+            }
+        }
+        count
+    }
+}
+
+impl PieceCache {
+    /// Long pieces: rarer words, runs of one character (indentation, `----` rules, table
+    /// borders of Markdown and ASCII art) recur in chat text and cost BPE
+    /// ~10x a word; up to `LONG_PIECE_BYTES` they have a small cache of their own.
+    #[cold]
+    fn count_long(&mut self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
+        let len = piece.len();
+        if len > LONG_PIECE_BYTES {
+            return if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
+        }
+        let long = self.long.get_or_insert_with(|| {
+            vec![LongSlot { len: 0, count: 0, bytes: [0; LONG_PIECE_BYTES] }; LONG_SLOTS].into_boxed_slice()
+        });
+        let Some(slot) = long.get_mut((h as usize) % LONG_SLOTS) else { return uncached(piece) };
+        if usize::from(slot.len) == len && slot.bytes.get(..len) == Some(piece) {
+            return usize::from(slot.count);
+        }
+        let count = if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
+        if let (Ok(count8), Some(dst)) = (u8::try_from(count), slot.bytes.get_mut(..len)) {
+            dst.copy_from_slice(piece);
+            slot.len = len as u8;
+            slot.count = count8;
+        }
+        count
+    }
+}
+
+const LONG_PIECE_BYTES: usize = 126;
+const LONG_SLOTS: usize = 1024;
+
+/// A cached long piece: 128 bytes.
+#[derive(Clone, Copy)]
+struct LongSlot {
+    len: u8,
+    count: u8,
+    bytes: [u8; LONG_PIECE_BYTES],
+}
+
+/// `slot[..piece.len()] == piece` for a piece that fits the slot, without a
+/// call to memcmp (pieces are a few bytes: the call costs more than the compare).
+#[inline(always)]
+fn same(slot: &[u8; CACHED_PIECE_BYTES], piece: &[u8]) -> bool {
+    slot.iter().zip(piece).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// Every token of an encoding, by its bytes: an open-addressing table of
+/// (hash tag, token id), the bytes compared in the encoding's own token
+/// storage. A piece that is one token counts 1, exactly as tiktoken, which
+/// looks a piece up whole before merging. Built once per encoding (~20 ms;
+/// 2 MB for o200k_base, 1 MB for cl100k_base), shared by every thread.
+pub struct TokenSet {
+    bpe: Option<&'static bpe_openai::byte_pair_encoding::BytePairEncoding>,
+    /// `tag << 24 | id`; 0 is empty (tags are never 0).
+    entries: Box<[u32]>,
+    mask: usize,
+}
+
+/// Token ids the entries can hold; tokens past it are left to BPE (none in
+/// any vocabulary today).
+const MAX_ID: usize = 1 << 24;
+
+impl TokenSet {
+    fn build(bpe: &'static bpe_openai::byte_pair_encoding::BytePairEncoding) -> TokenSet {
+        let n = bpe.num_tokens().min(MAX_ID);
+        let size = (n * 2).next_power_of_two().max(2);
+        let mask = size - 1;
+        let mut entries = vec![0u32; size].into_boxed_slice();
+        for id in 0..n as u32 {
+            let h = hash(bpe.token_bytes(id));
+            let mut i = (h as usize) & mask;
+            // The table is at most half full: an empty entry is always found.
+            for _ in 0..size {
+                match entries.get_mut(i) {
+                    Some(e) if *e == 0 => {
+                        *e = (tag(h) << 24) | id;
+                        break;
+                    }
+                    _ => i = (i + 1) & mask,
+                }
+            }
+        }
+        TokenSet { bpe: Some(bpe), entries, mask }
+    }
+
+    /// A set that contains nothing (when the table cannot be had).
+    fn empty() -> TokenSet {
+        TokenSet { bpe: None, entries: vec![0u32; 1].into_boxed_slice(), mask: 0 }
+    }
+
+    /// Whether `piece` (whose `hash` is `h`) is one whole token.
+    #[inline]
+    fn contains(&self, piece: &[u8], h: u64) -> bool {
+        let Some(bpe) = self.bpe else { return false };
+        let want = tag(h);
+        let mut i = (h as usize) & self.mask;
+        loop {
+            let e = self.entries.get(i).copied().unwrap_or(0);
+            if e == 0 {
+                return false;
+            }
+            if e >> 24 == want && equal(bpe.token_bytes(e & 0xff_ffff), piece) {
+                return true;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
+/// `a == b` without a call to memcmp (tokens are a few bytes).
+#[inline(always)]
+fn equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 8 bits of the hash other than those picking the entry, never 0.
+#[inline(always)]
+fn tag(h: u64) -> u32 {
+    ((h >> 56) as u32) | 1
+}
+
+/// The token set of `tokenizer`, built on first use, kept for the process.
+fn token_set(tokenizer: &'static bpe_openai::Tokenizer, index: usize) -> &'static TokenSet {
+    static SETS: std::sync::Mutex<Vec<Option<&'static TokenSet>>> = std::sync::Mutex::new(Vec::new());
+    static EMPTY: std::sync::OnceLock<TokenSet> = std::sync::OnceLock::new();
+    let mut sets = SETS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if sets.len() <= index {
+        sets.resize(index + 1, None);
+    }
+    let Some(slot) = sets.get_mut(index) else { return EMPTY.get_or_init(TokenSet::empty) };
+    let bpe = &tokenizer.bpe;
+    match slot {
+        Some(set) => set,
+        None => {
+            let set: &'static TokenSet = Box::leak(Box::new(TokenSet::build(bpe)));
+            *slot = Some(set);
+            set
+        }
+    }
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut h = rustc_hash::FxHasher::default();
+    h.write(bytes);
+    h.finish()
+}
+
+thread_local! {
+    /// One cache per encoding, indexed by the caller's `cache` number.
+    static PIECE_CACHES: std::cell::RefCell<Vec<Option<PieceCache>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(test)]
+mod tests {
+    #[allow(unused_imports)] // benches/tokenizer.rs includes this file without running its tests
+    use super::*;
+
+    #[test]
+    fn every_token_is_in_its_token_set_and_counts_one() {
+        for (i, t) in [bpe_openai::o200k_base(), bpe_openai::cl100k_base()].into_iter().enumerate() {
+            let set = token_set(t, 10 + i);
+            for id in 0..t.bpe.num_tokens() as u32 {
+                let bytes = t.bpe.token_bytes(id);
+                assert!(set.contains(bytes, hash(bytes)), "token {id} {bytes:?}");
+                assert_eq!(t.bpe.count(bytes), 1, "token {id}");
+            }
+            // Pieces that are not tokens are not found.
+            for piece in [&b"antidisestablishmentarianism"[..], b"zqxjkvw", b"  \xe6\x88\x91\xe4\xbb\xac\xe5\x9c\xa8xyz"] {
+                assert!(!set.contains(piece, hash(piece)), "{piece:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn counts_equal_tiktoken_on_random_text() {
+        // Random words, spaces, line breaks, digits, punctuation and non-ASCII
+        // letters, counted through the split, the caches and the token set,
+        // against tiktoken-rs (the oracle), twice (cold, then cached).
+        const PARTS: &[&str] = &[
+            " the", " memory", "Redis", " I'm", " they'll", "'S", "\n", "\n\n", "  ", "\t", "\r\n", "123",
+            "4567", ".", ",", "!?", "//", " {", "}", "ſ", "é", "É", "ǅ", "\u{301}", "我们", "トークン", "한",
+            "🎉", " ", "\u{a0}", "\u{3000}", "x", "ABC", "camelCase", "HTTPServer", "_", "-", "'", "'ll",
+        ];
+        let pairs = [
+            (bpe_openai::o200k_base(), Pattern::O200k, tiktoken_rs::o200k_base_singleton(), 14),
+            (bpe_openai::cl100k_base(), Pattern::Cl100k, tiktoken_rs::cl100k_base_singleton(), 15),
+        ];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let texts: Vec<String> = (0..6_000)
+            .map(|_| (0..1 + next(30)).map(|_| PARTS[next(PARTS.len())]).collect())
+            .collect();
+        for (bpe, pattern, tik, slot) in pairs {
+            for pass in 0..2 {
+                for t in &texts {
+                    assert_eq!(count(bpe, Some(pattern), slot, t), tik.encode_ordinary(t).len(), "{pattern:?} pass {pass}: {t:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cache_hits_misses_and_evictions_count_exactly() {
+        // Far more distinct pieces than the cache holds (evictions in both
+        // ways), each counted several times, short and long (the long-piece
+        // cache), against bpe-openai's own count.
+        let t = bpe_openai::o200k_base();
+        let mut text = String::new();
+        for i in 0..40_000u32 {
+            text.push_str(&format!(" w{}q{}", i % 9_973, i % 7));
+            if i % 500 == 0 {
+                text.push_str(&format!(" {}\n", "-".repeat(20 + (i as usize / 500) % 120)));
+                text.push_str(&" ".repeat(40 + (i as usize % 90)));
+                text.push('x');
+            }
+        }
+        let want = t.count(text.as_str());
+        for round in 0..3 {
+            assert_eq!(count(t, Some(Pattern::O200k), 12, &text), want, "round {round}");
+            assert_eq!(count(t, None, 13, &text), want, "regex split, round {round}");
+        }
+        for piece in text.split_inclusive('\n').take(200) {
+            assert_eq!(count(t, Some(Pattern::O200k), 12, piece), t.count(piece), "{piece:?}");
+        }
+    }
+}
