@@ -5,7 +5,8 @@ Part "memory": for each message size (200 B, 600 B) and each store, a fresh
 redis-server (temp dir, `--save '' --appendonly no`, loopback) is filled with
 100,000 sessions of 30 messages and measured: used_memory growth per session,
 MEMORY USAGE of one key against that growth, RDB bytes, SAVE time and DEBUG
-RELOAD time (min / median / max over --runs runs). The stores hold the same
+RELOAD time (min / median / max over --runs runs, interleaved across the
+stores' servers, which stay up together for one size). The stores hold the same
 bytes (30 varied English-like messages, alternating user/assistant):
   mem   a redis-mem session built by MEM.APPEND (TS given)
   list  a Redis list of the contents (RPUSH, one per message)
@@ -36,7 +37,6 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import socket
 import statistics
@@ -47,13 +47,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import ROOT, Server, as_map, cmdstats, iso, log, machine  # noqa: E402
+from density_report import STORES, command_table, fmt_runs, goals, memory_tables, render_doc, write_section  # noqa: E402
 
 import redis  # noqa: E402
 
 HISTORY = 30
 TTL_MS = 86_400_000
 T0 = 1_764_547_200_000  # 2025-12-01T00:00:00Z, message i at T0 + i s
-STORES = {"mem": "redis-mem", "list": "list of the contents", "json": "JSON string (seed's way)"}
 
 WORDS = ("the of and to in is that it for as with was on be by this are from at or an have not but they "
          "which you one all were we their there been has more if when will can would no so what about out up "
@@ -253,63 +253,94 @@ def timed(r, *cmd):
     return time.perf_counter() - t
 
 
-def measure_store(a, size, store):
+def build_store(a, size, store, srv):
+    """Fills a fresh server with one store's sessions; the memory figures."""
     msgs = messages(size)
-    srv = DServer(a.module, a.workdir)
-    srv.start()
+    r = srv.client(600)
+    r.ping()  # connected before the baseline: its client struct is not a session's
+    base0 = used_memory(srv)
+    # Sample built by the writes themselves, from a connection closed before
+    # measuring (its query buffer would count in used_memory).
+    w = srv.client(600)
+    build_by_writes(w, store, msgs, 0, a.sample)
+    w.close()
+    check_key(r, store, key(a.sample - 1), msgs)
+    written = (used_memory(srv) - base0) / a.sample
+    written_mu = r.memory_usage(key(a.sample - 1), samples=0)
+    # One template session, DUMPed, restored under N keys.
+    payload = r.dump(key(0))
+    r.flushall()
+    base = used_memory(srv)
+    t = time.perf_counter()
+    restore_all(srv.port, payload, a.sessions)
+    build_s = time.perf_counter() - t
+    if r.dbsize() != a.sessions:
+        raise RuntimeError(f"{store}: {r.dbsize()} keys after RESTORE, expected {a.sessions}")
+    check_key(r, store, key(a.sessions - 1), msgs)
+    grown = used_memory(srv) - base
+    if a.rdbcompression == "no":
+        r.config_set("rdbcompression", "no")
+    return {"store": store, "size": size, "n": a.sessions, "payload": len(payload),
+            "used": grown / a.sessions, "mu": r.memory_usage(key(a.sessions // 2), samples=0),
+            "written": written, "written_mu": written_mu, "build_s": build_s, "base": base,
+            "save": [], "load": [], "direct": [], "after": []}
+
+
+def time_run(a, srv, v):
+    """One run: SAVE, then DEBUG RELOAD NOSAVE. DEBUG RELOAD is rdbSave,
+    emptyData, rdbLoad (Redis's debug.c): SAVE is the same rdbSave and NOSAVE
+    the other two, so DEBUG RELOAD's time is their sum (a third less wall time
+    than timing it too; --debug-reload times it as well)."""
+    r = srv.client(600)
+    v["save"].append(timed(r, "SAVE"))
+    v["load"].append(timed(r, "DEBUG", "RELOAD", "NOSAVE"))
+    if a.debug_reload:
+        v["direct"].append(timed(r, "DEBUG", "RELOAD"))
+    if r.dbsize() != a.sessions:
+        raise RuntimeError(f"{v['store']}: {r.dbsize()} keys after DEBUG RELOAD")
+    check_key(r, v["store"], key(a.sessions - 1), messages(v["size"]))
+    v["after"].append(used_memory(srv) - v["base"])
+    v["rdb"] = os.path.getsize(os.path.join(srv.dir, "dump.rdb"))
+    r.close()
+
+
+def measure_size(a, size, failures):
+    """All stores of one message size: each on its own fresh server, built one
+    after the other, then timed in interleaved runs (run 1 of every store, then
+    run 2...), so load from elsewhere on the shared machine falls on all alike."""
+    servers, out = {}, {}
     try:
-        r = srv.client(600)
-        r.ping()  # connected before the baseline: its client struct is not a session's
-        base0 = used_memory(srv)
-        # Sample built by the writes themselves, from a connection closed before
-        # measuring (its query buffer would count in used_memory).
-        w = srv.client(600)
-        build_by_writes(w, store, msgs, 0, a.sample)
-        w.close()
-        check_key(r, store, key(a.sample - 1), msgs)
-        written = (used_memory(srv) - base0) / a.sample
-        written_mu = r.memory_usage(key(a.sample - 1), samples=0)
-        # One template session, DUMPed, restored under N keys.
-        payload = r.dump(key(0))
-        r.flushall()
-        base = used_memory(srv)
-        t = time.perf_counter()
-        restore_all(srv.port, payload, a.sessions)
-        build_s = time.perf_counter() - t
-        if r.dbsize() != a.sessions:
-            raise RuntimeError(f"{store}: {r.dbsize()} keys after RESTORE, expected {a.sessions}")
-        check_key(r, store, key(a.sessions - 1), msgs)
-        grown = used_memory(srv) - base
-        mu = r.memory_usage(key(a.sessions // 2), samples=0)
-        if a.rdbcompression == "no":
-            r.config_set("rdbcompression", "no")
-        # DEBUG RELOAD is rdbSave, emptyData, rdbLoad (Redis's debug.c); SAVE is
-        # the same rdbSave and DEBUG RELOAD NOSAVE the other two. So each run
-        # times the halves, and DEBUG RELOAD's time is their sum (a third
-        # less wall time than timing it too; --debug-reload times it as well).
-        saves, loads, direct, after = [], [], [], []
-        rdb = os.path.join(srv.dir, "dump.rdb")
-        for _ in range(a.runs):
-            saves.append(timed(r, "SAVE"))
-            loads.append(timed(r, "DEBUG", "RELOAD", "NOSAVE"))
-            if a.debug_reload:
-                direct.append(timed(r, "DEBUG", "RELOAD"))
-            if r.dbsize() != a.sessions:
-                raise RuntimeError(f"{store}: {r.dbsize()} keys after DEBUG RELOAD")
-            check_key(r, store, key(a.sessions - 1), msgs)
-            after.append(used_memory(srv) - base)
-        reloads = [x + y for x, y in zip(saves, loads)]
-        out = {"store": store, "size": size, "n": a.sessions, "payload": len(payload),
-               "used": grown / a.sessions, "mu": mu, "written": written, "written_mu": written_mu,
-               "rdb": os.path.getsize(rdb), "save": saves, "reload": reloads, "load": loads, "direct": direct,
-               "after_reload": statistics.median(after) / a.sessions, "build_s": build_s}
-        log(f"  {size} B {store}: " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
-                                                   for k, v in out.items() if not isinstance(v, list)})
-            + f" save {fmt_runs(saves)} reload {fmt_runs(reloads)} load {fmt_runs(loads)}"
-            + (f" DEBUG RELOAD itself {fmt_runs(direct)}" if direct else ""))
-        return out
+        for store in a.stores:
+            log(f"== memory: {size} B, {store}: build")
+            try:
+                servers[store] = DServer(a.module, a.workdir)
+                servers[store].start()
+                out[store] = build_store(a, size, store, servers[store])
+            except Exception as e:  # reported, the run goes on
+                failures.append(f"{size} B {store}: {type(e).__name__}: {e}")
+                log("  FAILED: " + failures[-1])
+                servers.pop(store).stop()
+        for run in range(a.runs):
+            for store in list(out):
+                log(f"== memory: {size} B, {store}: run {run + 1}/{a.runs}")
+                try:
+                    time_run(a, servers[store], out[store])
+                except Exception as e:
+                    failures.append(f"{size} B {store} run {run + 1}: {type(e).__name__}: {e}")
+                    log("  FAILED: " + failures[-1])
+                    out.pop(store)
+                    servers.pop(store).stop()
     finally:
-        srv.stop()
+        for srv in servers.values():
+            srv.stop()
+    for v in out.values():
+        v["reload"] = [x + y for x, y in zip(v["save"], v["load"])]
+        v["after_reload"] = statistics.median(v["after"]) / a.sessions
+        log(f"  {size} B {v['store']}: " + json.dumps({k: (round(x, 3) if isinstance(x, float) else x)
+                                                       for k, x in v.items() if not isinstance(x, list)})
+            + f" save {fmt_runs(v['save'])} reload {fmt_runs(v['reload'])} load {fmt_runs(v['load'])}"
+            + (f" DEBUG RELOAD itself {fmt_runs(v['direct'])}" if v["direct"] else ""))
+    return {(size, s): v for s, v in out.items()}
 
 
 # --------------------------------------------------------------------------- commands
@@ -398,117 +429,6 @@ def cmd_part(a):
         srv.stop()
 
 
-# --------------------------------------------------------------------------- report
-
-def fmt_runs(xs):
-    return f"{min(xs):.2f} / {statistics.median(xs):.2f} / {max(xs):.2f} s"
-
-
-def ratio_txt(a, b):
-    return f"{a / b:.2f}x" if b else "n/a"
-
-
-def memory_tables(mem, a):
-    out = []
-    for size in a.sizes:
-        rows = {s: mem.get((size, s)) for s in a.stores}
-        base = rows.get("list")
-        cols = [s for s in a.stores if rows[s]]
-
-        lines = [f"**{a.sessions:,} sessions of 30 x {size} B** (per session unless said; ratio vs the list)\n",
-                 "| measure | " + " | ".join(STORES[s] for s in cols) + " |",
-                 "|---|" + "---|" * len(cols)]
-
-        def row(label, f, rel=None):
-            cells = []
-            for s in cols:
-                v = rows[s]
-                txt = f(v)
-                if rel and base and s != "list":
-                    txt += f" ({ratio_txt(rel(v), rel(base))})"
-                cells.append(txt)
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
-
-        row("used_memory growth / N", lambda v: f"{v['used']:,.0f} B", lambda v: v["used"])
-        row("MEMORY USAGE of one key (vs growth)", lambda v: f"{v['mu']:,} B ({v['mu'] / v['used'] - 1:+.1%})")
-        row(f"built by writes ({a.sample:,} sessions): used_memory growth / N",
-            lambda v: f"{v['written']:,.0f} B", lambda v: v["written"])
-        row("built by writes: MEMORY USAGE (vs growth)",
-            lambda v: f"{v['written_mu']:,} B ({v['written_mu'] / v['written'] - 1:+.1%})")
-        row("used_memory after DEBUG RELOAD / N", lambda v: f"{v['after_reload']:,.0f} B",
-            lambda v: v["after_reload"])
-        row("DUMP payload of one session", lambda v: f"{v['payload']:,} B", lambda v: v["payload"])
-        row("RDB bytes / N", lambda v: f"{v['rdb'] / v['n']:,.0f} B", lambda v: v["rdb"])
-        row("RDB file", lambda v: f"{v['rdb'] / 1e6:,.1f} MB")
-        row(f"SAVE of all, min / median / max ({a.runs} run{'s' if a.runs > 1 else ''})", lambda v: fmt_runs(v["save"]),
-            lambda v: statistics.median(v["save"]))
-        row("DEBUG RELOAD NOSAVE (free all + load)", lambda v: fmt_runs(v["load"]),
-            lambda v: statistics.median(v["load"]))
-        row("DEBUG RELOAD (SAVE + NOSAVE of each run)", lambda v: fmt_runs(v["reload"]),
-            lambda v: statistics.median(v["reload"]))
-        if a.debug_reload:
-            row("DEBUG RELOAD itself (a third call per run)", lambda v: fmt_runs(v["direct"]),
-                lambda v: statistics.median(v["direct"]))
-        row("RESTORE of all (build)", lambda v: f"{v['build_s']:.1f} s")
-        out.append("\n".join(lines))
-    return "\n\n".join(out)
-
-
-def goals(mem, a):
-    rows = ["| goal (issue 12) | measured | met |", "|---|---|---|"]
-
-    def goal(name, value, limit, detail):
-        if value is None:
-            rows.append(f"| {name} | not measured | - |")
-            return
-        met = value <= limit
-        verdict = "**met**" if met else f"**missed** by {value / limit - 1:.0%} ({value:.2f}x vs {limit:.2f}x)"
-        rows.append(f"| {name} | {detail} | {verdict} |")
-
-    for size in a.sizes:
-        m, lst = mem.get((size, "mem")), mem.get((size, "list"))
-        ok = m and lst
-        limit = 1.20 if size <= 200 else 1.05
-        goal(f"used_memory <= {limit:.2f}x list ({size} B)", m["used"] / lst["used"] if ok else None, limit,
-             f"{m['used']:,.0f} / {lst['used']:,.0f} B = {m['used'] / lst['used']:.2f}x" if ok else "")
-        for what, lim in (("save", 1.30), ("reload", 1.50)):
-            mm = statistics.median(m[what]) if ok else 0
-            ll = statistics.median(lst[what]) if ok else 1
-            goal(f"{'SAVE' if what == 'save' else 'DEBUG RELOAD'} <= {lim:.2f}x list ({size} B, medians)",
-                 mm / ll if ok else None, lim, f"{mm:.2f} / {ll:.2f} s = {mm / ll:.2f}x" if ok else "")
-        if m:
-            dev = abs(m["mu"] / m["used"] - 1)
-            rows.append(f"| MEMORY USAGE within 10% of used_memory growth ({size} B) | "
-                        f"{m['mu']:,} / {m['used']:,.0f} B ({m['mu'] / m['used'] - 1:+.1%}) | "
-                        + ("**met**" if dev <= 0.10 else f"**missed** by {dev - 0.10:.1%} points") + " |")
-    return "\n".join(rows)
-
-
-def command_table(cmd, a):
-    sizes = a.cmd_sizes
-    lines = ["| server us/call (best of %d) | " % a.reps + " | ".join(f"{n:,} msgs" for n in sizes)
-             + f" | {sizes[-1]:,} / {sizes[0]:,} |", "|---|" + "---|" * (len(sizes) + 1)]
-    labels = list(dict.fromkeys(label for label, _ in cmd))
-    for label in labels:
-        vals = [cmd.get((label, n)) for n in sizes]
-        cells = [f"{v:,.2f}" if v is not None else "n/a" for v in vals]
-        growth = ratio_txt(vals[-1], vals[0]) if vals[0] and vals[-1] is not None else "n/a"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {growth} |")
-    return "\n".join(lines)
-
-
-def write_section(path, body):
-    block = f"<!-- kept: density -->\n{body.rstrip()}\n<!-- /kept: density -->"
-    try:
-        doc = open(path).read()
-    except OSError:
-        doc = ""
-    pattern = re.compile(r"<!-- kept: density -->.*?<!-- /kept: density -->", re.S)
-    doc = pattern.sub(lambda _: block, doc) if pattern.search(doc) else doc.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--module", default=os.path.join(ROOT, "target/release/libredis_mem.so"))
@@ -549,13 +469,7 @@ def main():
     mem, cmd, failures = {}, {}, []
     if not a.commands_only:
         for size in a.sizes:
-            for store in a.stores:
-                log(f"== memory: {size} B, {store}")
-                try:
-                    mem[(size, store)] = measure_store(a, size, store)
-                except Exception as e:  # reported, the run goes on
-                    failures.append(f"{size} B {store}: {type(e).__name__}: {e}")
-                    log("  FAILED: " + failures[-1])
+            mem.update(measure_size(a, size, failures))
     if not a.memory_only:
         log("== commands")
         try:
@@ -582,56 +496,6 @@ def main():
         write_section(a.out, render_doc(a, mem, cmd, failures, m0, m1, elapsed))
         print(f"wrote {os.path.relpath(a.out, ROOT)}")
     sys.exit(1 if failures else 0)
-
-
-def render_doc(a, mem, cmd, failures, m0, m1, elapsed):
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = [f"## Many sessions and per-command cost by size (`{a.command}`, {when}, {elapsed:.0f} s)\n",
-           f"{m0['nproc']} CPUs, {m0['redis'].split(' sha=')[0]}; load average {m0['load']} at start, "
-           f"{m1['load']} at end. benches/density.py, issue 12's measurement.\n"]
-    if mem:
-        out.append(
-            f"**Method.** For each message size and store a fresh redis-server (temp dir, `--save '' "
-            f"--appendonly no`, loopback, defaults otherwise: rdbcompression yes, list-max-listpack-size -2). "
-            f"One session of 30 varied English-like messages (alternating user/assistant, same bytes in "
-            f"every store) is built by its writes (MEM.APPEND with TS / RPUSH / SET of the seed's "
-            f"`{{\"conversation_history\":[{{\"role\",\"content\",\"timestamp\"}}...],\"user_profile\":{{}},"
-            f"\"context\":{{}}}}`), DUMPed and RESTOREd under {a.sessions:,} keys (same names in every store, "
-            f"24 h expiry on each, as the module's default TTL and the seed's SET EX). used_memory growth is "
-            f"over the emptied server, divided by N (it includes the key, its dict and expire entries). "
-            f"MEMORY USAGE is `SAMPLES 0` of one key. A second sample of {a.sample:,} sessions built by the "
-            f"writes themselves checks that RESTORE does not flatter a store. Then {a.runs} run(s) of SAVE "
-            f"and DEBUG RELOAD NOSAVE (free everything, load the file just saved), timed from the client. "
-            f"DEBUG RELOAD, what the issue measured, is exactly those two (rdbSave, emptyData, rdbLoad in "
-            f"Redis's debug.c), so its time is their sum per run: a third less wall time than timing it "
-            f"too (`--debug-reload` does; on this machine the sum and the command agreed within 2%). The "
-            f"key count and the newest message of a key are checked after every reload. Ratios are of medians, against the "
-            f"list. The machine is shared (2 cores, 5 engineers): times spread; the spread is shown.\n")
-        out.append(memory_tables(mem, a))
-        if "mem" in a.stores and "list" in a.stores:
-            out.append("Goals:\n\n" + goals(mem, a))
-    else:
-        out.append("(The many-sessions part was not run.)")
-    if cmd:
-        out.append(
-            f"**Per-command cost by session size.** One fresh server; one session each of "
-            + " / ".join(f"{n:,}" for n in a.cmd_sizes)
-            + " messages of 600 B (64 varied texts in turn), caps raised to the size (`mem.max-messages`, "
-            "`mem.max-tokens` 1e9), so every measured MEM.APPEND trims the oldest message. Server CPU per "
-            f"call is INFO commandstats usec_per_call after CONFIG RESETSTAT, over batches of {a.calls:,} "
-            f"pipelined calls (MEM.GET of all: {max(3, min(300, 30_000 // a.cmd_sizes[-1]))} calls at "
-            f"{a.cmd_sizes[-1]:,}), best of {a.reps} batches; it is the main thread's time for the command, "
-            "building the reply but not writing it to the socket. Rounds interleave sizes and commands, so "
-            "load from elsewhere on the machine falls on all alike. The 16 B appends go to a copy of the "
-            "session (they replace its oldest messages) and cost next to nothing to count, so that row is "
-            "the session structure's own cost of an append with trim. XADD MAXLEN n (exact) of the same "
-            "bytes to a stream of n entries is the reference. The last column shows which paths stay flat.")
-        out.append(command_table(cmd, a))
-    else:
-        out.append("(The per-command part was not run.)")
-    if failures:
-        out.append("Failed: " + "; ".join(failures))
-    return "\n\n".join(x.strip() for x in out) + "\n"
 
 
 if __name__ == "__main__":

@@ -95,8 +95,10 @@ harness() {
 
 if [ -n "$DENSITY_ONLY" ]; then
     if [ -n "${MAKELEVEL:-}" ]; then CMD="make density${*:+ DENSITY_ARGS=\"$*\"}"; else CMD="benches/run_bench.sh --density-only${*:+ $*}"; fi
+    # With options (a partial or quicker run) it only prints, unless they say --out.
+    OUT=(); [ $# -gt 0 ] || OUT=(--out "$ROOT/docs/PERFORMANCE.md")
     harness timeout --signal=TERM 1200 "$VENV/bin/python" "$ROOT/benches/density.py" \
-        --module "$SO" --workdir "$WORK" --out "$ROOT/docs/PERFORMANCE.md" --command "$CMD" "$@"
+        --module "$SO" --workdir "$WORK" "${OUT[@]}" --command "$CMD" "$@"
     rc=$?
     log "done in $(( $(date +%s) - START )) s"
     exit $rc
