@@ -30,7 +30,7 @@ with XADD MAXLEN n of the same bytes as a reference.
           [--sessions 100000] [--runs 3] [--out docs/PERFORMANCE.md]
 
 Without --out nothing is written (the lead's quick loop:
-`--memory-only --sizes 200 --sessions 20000 --runs 1`, about 20 s).
+`--memory-only --sizes 200 --sessions 20000 --runs 1`, about 30 s).
 """
 
 import argparse
@@ -247,10 +247,18 @@ def used_memory(srv):
     return v
 
 
-def timed(r, *cmd):
-    t = time.perf_counter()
+def cpu_s(pid):
+    """The server process's CPU seconds (utime + stime of all its threads)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(r, pid, *cmd):
+    """(wall s from the client, server CPU s) of one command. The CPU time
+    does not grow when other work on the shared machine takes the core."""
+    c, t = cpu_s(pid), time.perf_counter()
     r.execute_command(*cmd)
-    return time.perf_counter() - t
+    return time.perf_counter() - t, cpu_s(pid) - c
 
 
 def build_store(a, size, store, srv):
@@ -280,10 +288,12 @@ def build_store(a, size, store, srv):
     grown = used_memory(srv) - base
     if a.rdbcompression == "no":
         r.config_set("rdbcompression", "no")
+    mu = r.memory_usage(key(a.sessions // 2), samples=0)
+    r.close()
     return {"store": store, "size": size, "n": a.sessions, "payload": len(payload),
-            "used": grown / a.sessions, "mu": r.memory_usage(key(a.sessions // 2), samples=0),
-            "written": written, "written_mu": written_mu, "build_s": build_s, "base": base,
-            "save": [], "load": [], "direct": [], "after": []}
+            "used": grown / a.sessions, "mu": mu, "written": written, "written_mu": written_mu,
+            "build_s": build_s, "base": base, "after": [],
+            **{k: [] for k in ("save", "load", "direct", "save_cpu", "load_cpu", "direct_cpu")}}
 
 
 def time_run(a, srv, v):
@@ -292,10 +302,13 @@ def time_run(a, srv, v):
     the other two, so DEBUG RELOAD's time is their sum (a third less wall time
     than timing it too; --debug-reload times it as well)."""
     r = srv.client(600)
-    v["save"].append(timed(r, "SAVE"))
-    v["load"].append(timed(r, "DEBUG", "RELOAD", "NOSAVE"))
-    if a.debug_reload:
-        v["direct"].append(timed(r, "DEBUG", "RELOAD"))
+    pid = srv.proc.pid
+    for name, cmd in (("save", ["SAVE"]), ("load", ["DEBUG", "RELOAD", "NOSAVE"]),
+                      ("direct", ["DEBUG", "RELOAD"] if a.debug_reload else None)):
+        if cmd:
+            wall, cpu = timed(r, pid, *cmd)
+            v[name].append(wall)
+            v[name + "_cpu"].append(cpu)
     if r.dbsize() != a.sessions:
         raise RuntimeError(f"{v['store']}: {r.dbsize()} keys after DEBUG RELOAD")
     check_key(r, v["store"], key(a.sessions - 1), messages(v["size"]))
@@ -335,6 +348,7 @@ def measure_size(a, size, failures):
             srv.stop()
     for v in out.values():
         v["reload"] = [x + y for x, y in zip(v["save"], v["load"])]
+        v["reload_cpu"] = [x + y for x, y in zip(v["save_cpu"], v["load_cpu"])]
         v["after_reload"] = statistics.median(v["after"]) / a.sessions
         log(f"  {size} B {v['store']}: " + json.dumps({k: (round(x, 3) if isinstance(x, float) else x)
                                                        for k, x in v.items() if not isinstance(x, list)})
