@@ -5,7 +5,7 @@ SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
 
-.PHONY: deps build run test test-compat bench holds clean
+.PHONY: deps build run test test-compat bench density holds clean
 
 # RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
 deps:
@@ -40,6 +40,15 @@ test-compat: build
 # Side-by-side benchmark (own redis-server, release build); writes docs/PERFORMANCE.md.
 bench: build
 	benches/run_bench.sh
+
+# The many-sessions comparison (100,000 sessions of 30 x 200 B / 600 B: redis-mem vs
+# a list vs the seed's JSON string; used_memory, MEMORY USAGE, RDB bytes, SAVE, DEBUG
+# RELOAD) and per-command server CPU at 30 / 1,000 / 10,000 messages: benches/density.py,
+# part of `make bench` too; about 5 minutes, writes its section of docs/PERFORMANCE.md.
+# With DENSITY_ARGS it only prints (add --out docs/PERFORMANCE.md to write); the quick
+# memory-only loop: make density DENSITY_ARGS="--memory-only --sizes 200 --sessions 20000 --runs 1"
+density: build
+	benches/run_bench.sh --density-only $(DENSITY_ARGS)
 
 clean:
 	cargo clean

@@ -2,14 +2,18 @@
 # redis-mem benchmark (the `make bench` entry point).
 #
 #   benches/run_bench.sh [--quick] [--parts 5,1,2,3,4,6] [--perf]
+#   benches/run_bench.sh --density-only [density.py options]   (`make density`)
 #
 # Builds the release module, prepares a Python venv with redis-py
 # (target/venv if it exists, else target/venv-bench), runs the tokenizer bench
 # (cargo bench --bench tokenizer), then benches/bench.py, which starts its own
 # redis-server on a free loopback port, prints one table and writes
 # docs/PERFORMANCE.md (part 7, benches/agent_sim.py, simulates agents and summarizer
-# workers for about 45 s). About 3-5 minutes on a 2-core machine (plus the first
-# compilation of the tokenizer bench). Extra arguments go to bench.py.
+# workers for about 45 s), then benches/density.py (100,000 sessions against lists
+# and JSON strings, per-command cost by session size; its own redis-servers, a
+# kept section of docs/PERFORMANCE.md; about 5 more minutes). About 8-10 minutes
+# on a 2-core machine (plus the first compilation of the tokenizer bench). Extra
+# arguments go to bench.py, or with --density-only to density.py alone.
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,6 +22,8 @@ WORK="$ROOT/target/bench"
 mkdir -p "$WORK"
 START=$(date +%s)
 log() { echo "[bench] $*" >&2; }
+DENSITY_ONLY=""
+if [ "${1:-}" = "--density-only" ]; then DENSITY_ONLY=1; shift; fi
 
 HARNESS=""
 cleanup() {
@@ -77,6 +83,27 @@ if ! "$VENV/bin/python" -c 'import redis, hiredis' 2>/dev/null; then
     "$VENV/bin/python" -m pip install -q redis hiredis || { log "pip install redis hiredis failed"; exit 1; }
 fi
 
+# Runs a harness in the background and waits for it, so that a signal runs the trap at once.
+harness() {
+    "$@" &
+    HARNESS=$!
+    wait "$HARNESS"
+    local rc=$?
+    HARNESS=""
+    return $rc
+}
+
+if [ -n "$DENSITY_ONLY" ]; then
+    if [ -n "${MAKELEVEL:-}" ]; then CMD="make density${*:+ DENSITY_ARGS=\"$*\"}"; else CMD="benches/run_bench.sh --density-only${*:+ $*}"; fi
+    # With options (a partial or quicker run) it only prints, unless they say --out.
+    OUT=(); [ $# -gt 0 ] || OUT=(--out "$ROOT/docs/PERFORMANCE.md")
+    harness timeout --signal=TERM 1200 "$VENV/bin/python" "$ROOT/benches/density.py" \
+        --module "$SO" --workdir "$WORK" "${OUT[@]}" --command "$CMD" "$@"
+    rc=$?
+    log "done in $(( $(date +%s) - START )) s"
+    exit $rc
+fi
+
 # --- tokenizer bench (its failure is reported in the table) --------------------
 log "cargo bench --bench tokenizer"
 rm -f "$WORK/tokenizer.log"
@@ -87,13 +114,18 @@ fi
 # --- server benchmarks ---------------------------------------------------------
 if [ -n "${MAKELEVEL:-}" ]; then CMD="make bench"; else CMD="benches/run_bench.sh${*:+ $*}"; fi
 export BENCH_PRE_SECS=$(( $(date +%s) - START ))
-# In the background and waited for, so that a signal runs the trap at once.
-timeout --signal=TERM 900 "$VENV/bin/python" "$ROOT/benches/bench.py" \
+harness timeout --signal=TERM 900 "$VENV/bin/python" "$ROOT/benches/bench.py" \
     --module "$SO" --tokenizer-log "$WORK/tokenizer.log" --workdir "$WORK" \
-    --out "$ROOT/docs/PERFORMANCE.md" --command "${BENCH_COMMAND:-$CMD}" "$@" &
-HARNESS=$!
-wait "$HARNESS"
+    --out "$ROOT/docs/PERFORMANCE.md" --command "${BENCH_COMMAND:-$CMD}" "$@"
 rc=$?
-HARNESS=""
+
+# --- many sessions, per-command cost by size (a kept section of the document) ---
+log "benches/density.py"
+QUICK=""
+case " $* " in *" --quick "*) QUICK="--quick" ;; esac
+harness timeout --signal=TERM 1200 "$VENV/bin/python" "$ROOT/benches/density.py" $QUICK \
+    --module "$SO" --workdir "$WORK" --out "$ROOT/docs/PERFORMANCE.md" --command "${BENCH_COMMAND:-$CMD}"
+drc=$?
+[ $rc -ne 0 ] || rc=$drc
 log "done in $(( $(date +%s) - START )) s"
 exit $rc
