@@ -17,11 +17,9 @@ pub static ATTR_SETS: AtomicU64 = AtomicU64::new(0);
 pub static ATTR_DELS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_MICROS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_CALLS: AtomicU64 = AtomicU64::new(0);
-pub static ENCODINGS_LOAD_MICROS: AtomicU64 = AtomicU64::new(0);
 /// Resumed writes refused by the checks of a fresh command (pause, redirect,
 /// replica, OOM).
 pub static RESUMED_REFUSED: AtomicU64 = AtomicU64::new(0);
-pub static ENCODINGS_MEMORY_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Retried writes recognised (MSGID, or the same summary again): answered
 /// as the original, nothing stored.
 pub static DUPLICATES: AtomicU64 = AtomicU64::new(0);

@@ -1,24 +1,58 @@
-//! Token counting: which encoding a model uses, how large its context window
-//! is, and exact counts with `bpe-openai` (linear time, no panics on any input).
-//!
-//! `tiktoken-rs` is used only for its model tables (name -> encoding, name ->
-//! context window); its own BPE is never built here because it can panic or
-//! take seconds on pathological inputs, which would kill or freeze Redis.
+//! Token counting: which encoding a model uses (models.rs), exact counts
+//! with `bpe`'s linear-time, panic-free byte-pair encoding (load.rs builds
+//! each encoding the first time it is needed, split.rs pre-tokenizes the
+//! open-weight ones).
 
-/// A tiktoken encoding the module can count with.
+mod load;
+pub mod models;
+mod split;
+
+pub use load::{is_loaded, load, footprint, state, State};
+pub use models::{context_window, encoding_for_model};
+
+/// An encoding the module can count with: OpenAI's two, and the open-weight
+/// families' own vocabularies (shipped inside the module, see load.rs).
+/// A small Copy value; persisted by code (persistence/v2.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
     O200kBase,
     Cl100kBase,
+    Llama3,
+    DeepseekV3,
+    Qwen2,
+    Glm4,
+    Glm5,
+    KimiK2,
+    MinimaxM2,
+    Tekken,
 }
 
 impl Encoding {
-    pub const ALL: [Encoding; 2] = [Encoding::O200kBase, Encoding::Cl100kBase];
+    pub const ALL: [Encoding; 10] = [
+        Encoding::O200kBase,
+        Encoding::Cl100kBase,
+        Encoding::Llama3,
+        Encoding::DeepseekV3,
+        Encoding::Qwen2,
+        Encoding::Glm4,
+        Encoding::Glm5,
+        Encoding::KimiK2,
+        Encoding::MinimaxM2,
+        Encoding::Tekken,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Encoding::O200kBase => "o200k_base",
             Encoding::Cl100kBase => "cl100k_base",
+            Encoding::Llama3 => "llama3",
+            Encoding::DeepseekV3 => "deepseek_v3",
+            Encoding::Qwen2 => "qwen2",
+            Encoding::Glm4 => "glm4",
+            Encoding::Glm5 => "glm5",
+            Encoding::KimiK2 => "kimi_k2",
+            Encoding::MinimaxM2 => "minimax_m2",
+            Encoding::Tekken => "tekken",
         }
     }
 
@@ -28,11 +62,10 @@ impl Encoding {
             .find(|e| e.name().eq_ignore_ascii_case(name))
     }
 
-    fn bpe(self) -> &'static bpe_openai::Tokenizer {
-        match self {
-            Encoding::O200kBase => bpe_openai::o200k_base(),
-            Encoding::Cl100kBase => bpe_openai::cl100k_base(),
-        }
+    /// The counter, built now if it is not yet (blocking: on the main
+    /// thread, commands check [`is_loaded`] first and wait on the pool).
+    fn bpe(self) -> &'static load::Counter {
+        load::counter(self)
     }
 
     /// Exact token count of `text`, equal to tiktoken's `len(encode(text))`.
@@ -65,10 +98,6 @@ impl Encoding {
         total as u64
     }
 
-    /// Builds the encoder tables now, so the first command does not pay for it.
-    pub fn warm_up(self) {
-        let _ = self.count("warm up");
-    }
 }
 
 /// Pieces up to this many bytes are cached (longer ones are rare and costly
@@ -130,7 +159,7 @@ fn hash(bytes: &[u8]) -> u64 {
 thread_local! {
     /// One cache per encoding, indexed by `Encoding as usize`.
     static PIECE_CACHES: std::cell::RefCell<[Option<PieceCache>; Encoding::ALL.len()]> =
-        const { std::cell::RefCell::new([None, None]) };
+        const { std::cell::RefCell::new([const { None }; Encoding::ALL.len()]) };
 }
 
 /// Tokens of one chat message in OpenAI's chat format accounting (spec §2):
@@ -143,79 +172,9 @@ pub fn message_tokens(encoding: Encoding, role: &str, content: &str) -> u64 {
 /// (spec §2: `3 + count("system") + count(text)`).
 pub const SUMMARY_COUNTED_AS: &str = "system";
 
-/// The encoding for `model`, or `default` when the vendor publishes none.
-///
-/// tiktoken-rs's table decides first (it tracks OpenAI's own mapping); the
-/// spec's prefixes catch names it does not list (`o4`, `o1-pro...`).
-pub fn encoding_for_model(model: &str, default: Encoding) -> Encoding {
-    use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
-    match get_tokenizer(model) {
-        Some(Tokenizer::O200kBase | Tokenizer::O200kHarmony) => return Encoding::O200kBase,
-        Some(Tokenizer::Cl100kBase) => return Encoding::Cl100kBase,
-        _ => {}
-    }
-    const O200K: [&str; 6] = ["gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4"];
-    const CL100K: [&str; 2] = ["gpt-4", "gpt-3.5"];
-    if O200K.iter().any(|p| model.starts_with(p)) {
-        Encoding::O200kBase
-    } else if CL100K.iter().any(|p| model.starts_with(p)) {
-        Encoding::Cl100kBase
-    } else {
-        default
-    }
-}
-
-/// Context windows of vendors that tiktoken-rs does not track, longest
-/// prefix first.
-const OTHER_VENDOR_WINDOWS: [(&str, u64); 8] = [
-    ("claude-instant", 100_000),
-    ("claude-2.0", 100_000),
-    ("claude", 200_000),
-    ("gemini-1.5-pro", 2_097_152),
-    ("gemini-1.5-flash", 1_048_576),
-    ("gemini-1.0-pro", 32_760),
-    ("gemini-pro", 32_760),
-    ("gemini", 1_048_576),
-];
-
-/// The model's context window in tokens, when known.
-pub fn context_window(model: &str) -> Option<u64> {
-    if let Some(size) = tiktoken_rs::model::get_context_size(model) {
-        return Some(size as u64);
-    }
-    OTHER_VENDOR_WINDOWS
-        .iter()
-        .find(|(prefix, _)| model.starts_with(prefix))
-        .map(|&(_, size)| size)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn models_map_to_the_spec_encodings() {
-        let d = Encoding::Cl100kBase;
-        for m in ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o1", "o3-mini", "o4-mini", "o4"] {
-            assert_eq!(encoding_for_model(m, d), Encoding::O200kBase, "{m}");
-        }
-        let d = Encoding::O200kBase;
-        for m in ["gpt-4", "gpt-4-turbo-2024-04-09", "gpt-3.5-turbo", "gpt-3.5"] {
-            assert_eq!(encoding_for_model(m, d), Encoding::Cl100kBase, "{m}");
-        }
-        for m in ["claude-3-5-sonnet", "gemini-1.5-pro", "llama-3", ""] {
-            assert_eq!(encoding_for_model(m, Encoding::Cl100kBase), Encoding::Cl100kBase);
-            assert_eq!(encoding_for_model(m, Encoding::O200kBase), Encoding::O200kBase);
-        }
-    }
-
-    #[test]
-    fn context_windows_of_the_spec_examples() {
-        assert_eq!(context_window("gpt-4o"), Some(128_000));
-        assert_eq!(context_window("gpt-4.1"), Some(1_047_576));
-        assert_eq!(context_window("claude-3-5-sonnet"), Some(200_000));
-        assert_eq!(context_window("no-such-model"), None);
-    }
 
     #[test]
     fn counts_equal_tiktoken() {
@@ -252,6 +211,36 @@ mod tests {
         let e = Encoding::O200kBase;
         assert_eq!(message_tokens(e, "user", ""), 3 + e.count("user"));
         assert_eq!(message_tokens(e, SUMMARY_COUNTED_AS, "abc"), 3 + e.count("system") + e.count("abc"));
+    }
+
+    /// The tiktoken crate's own (independent) BPE and pre-tokenizer, pinned
+    /// by its authors to each vendor's tokenizer: a check that the
+    /// vocabularies were taken over whole and in rank order.
+    #[test]
+    fn open_weight_counts_equal_the_tiktoken_crate() {
+        let texts = [
+            "hello world",
+            "  leading and trailing  \n\n",
+            "fn main() { println!(\"{}\", 1234567); }\n    let x = vec![1, 2, 3];",
+            "我们在 Redis 里保存对话记忆。大型语言模型的上下文窗口是有限的",
+            "今日はいい天気ですね。カタカナとひらがな",
+            "I'm sure they'll've DONE it's",
+            "émoji 🎉🎉 and tabs\t\tend 👩‍👩‍👧‍👦",
+            "https://example.com/a/b?c=1&d=2 ./path/to\n/file",
+            "3.14159 1e-9 v1.2.3 2024-12-01 +86 138 0013 8000",
+            "   \n\n\t  x  \r\n",
+        ];
+        for e in Encoding::ALL {
+            let name = match e {
+                Encoding::O200kBase | Encoding::Cl100kBase => continue,
+                Encoding::Tekken => "mistral_v3",
+                other => other.name(),
+            };
+            let reference = tiktoken::get_encoding(name).expect(name);
+            for t in texts {
+                assert_eq!(e.count(t), reference.count(t) as u64, "{} on {t:?}", e.name());
+            }
+        }
     }
 
     #[test]
