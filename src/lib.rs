@@ -75,6 +75,8 @@ fn required_api_present() -> bool {
             present!(RedisModule_ACLCheckCommandPermissions),
             present!(RedisModule_ACLCheckKeyPermissions),
             present!(RedisModule_FreeModuleUser),
+            present!(RedisModule_GetThreadSafeContext),
+            present!(RedisModule_FreeThreadSafeContext),
         ]
         .into_iter()
         .all(|present| present)
@@ -99,8 +101,20 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
                 | redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
         );
     }
-    // Encodings are built the first time a command needs one, on the
-    // worker pool (tokenizer/load.rs), not here.
+    // Encodings are built the first time a command needs one, on the worker
+    // pool (tokenizer/load.rs). The default model's is started now, off the
+    // main thread, so the usual first command (and MULTI/EXEC, which cannot
+    // wait for a build) finds it ready.
+    let default = config::Config::current();
+    let encoding = tokenizer::encoding_for_model(&default.default_model, default.default_encoding);
+    let started = std::thread::Builder::new().name("mem-load".into()).spawn(move || {
+        guard::or((), || {
+            let _ = tokenizer::load(encoding);
+        })
+    });
+    if started.is_err() {
+        ctx.log_warning("redis-mem: could not start building the default encoding; the first command will");
+    }
     if !commands::async_count::register(ctx) {
         ctx.log_warning("redis-mem: cannot subscribe to the event loop");
         return Status::Err;
@@ -131,6 +145,8 @@ command!(mem_info, commands::info);
 command!(mem_attrset, commands::attr_set);
 command!(mem_attrget, commands::attr_get);
 command!(mem_attrdel, commands::attr_del);
+command!(mem_count, commands::count);
+command!(mem_models, commands::models);
 command!(mem_apply, commands::apply);
 command!(mem_put, commands::put);
 
@@ -165,6 +181,9 @@ redis_module! {
         ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, ""],
         ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, ""],
         ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, ""],
+        // Keyless: any node of a cluster answers them.
+        ["mem.count", mem_count, "readonly", 0, 0, 0, ""],
+        ["mem.models", mem_models, "readonly fast", 0, 0, 0, ""],
         ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
         ["mem._put", mem_put, "write", 1, 1, 1, ""],
     ],

@@ -47,3 +47,12 @@ pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
     add(&TOKENS_COUNTED, tokens);
     tokens
 }
+
+/// Counts a text (MEM.COUNT) and records the time it took.
+pub fn count_text(encoding: Encoding, text: &str) -> u64 {
+    let start = Instant::now();
+    let tokens = encoding.count(text);
+    add(&TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
+    add(&TOKENIZER_CALLS, 1);
+    tokens
+}

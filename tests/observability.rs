@@ -101,6 +101,8 @@ fn info_mem_counts_what_happened() {
     let mut con = server.client();
     let before = info_mem(&mut con);
     assert!(text_has(&before, "mem_encodings", "o200k_base"));
+    // Only the default model's encoding is built at start (in the background).
+    assert_eq!(before.get("mem_encodings_loaded").map(String::as_str), Some("o200k_base"));
     assert!(num(&before, "mem_encodings_load_usec") > 0);
     assert!(num(&before, "mem_encodings_memory_bytes") > 1_000_000);
     assert_eq!(num(&before, "mem_sessions"), 0);

@@ -8,6 +8,8 @@
 //! may exist now), and stores it. Smaller documents take the same path
 //! inline.
 
+use std::cell::Cell;
+
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
@@ -18,9 +20,16 @@ use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
 use crate::persistence;
 use crate::stats::count_message;
+use crate::tokenizer::{self, Encoding};
+use super::lazy;
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    import_built(ctx, args, None)
+}
+
+/// MEM.IMPORT from the start, once the encoding it waited for is built.
+fn import_again(ctx: &Context, args: Vec<RedisString>, _: Option<Output>) -> RedisResult {
     import_built(ctx, args, None)
 }
 
@@ -51,7 +60,9 @@ struct Plan {
 }
 
 impl Plan {
-    fn build(self, bytes: &[u8]) -> Result<(Imported, Payload), RedisError> {
+    /// Builds the session. On the main thread (`unbuilt` given), an encoding
+    /// not built yet stops it there: `unbuilt` then names it.
+    fn build(self, bytes: &[u8], unbuilt: Option<&Cell<Option<Encoding>>>) -> Result<(Imported, Payload), RedisError> {
         let text = args::utf8_bytes("json", bytes)?;
         let Plan { mut changes, cfg, now } = self;
         let max = cfg.max_message_bytes;
@@ -61,7 +72,12 @@ impl Plan {
             if let Some(m) = model {
                 changes.default_model(m)?;
             }
-            Ok(changes.merge(None, &cfg))
+            let settings = changes.merge(None, &cfg);
+            if let Some(cell) = unbuilt.filter(|_| !tokenizer::is_loaded(settings.encoding)) {
+                cell.set(Some(settings.encoding));
+                return Err(RedisError::Str("ERR the encoding is not built yet"));
+            }
+            Ok(settings)
         };
         let imported = json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
             ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
@@ -106,12 +122,18 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             }
             if large && can_block(ctx) {
                 let work = plan.clone();
-                let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes))) };
+                let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
                 if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
                     return reply;
                 }
             }
-            plan.build(document.as_slice())
+            let unbuilt = Cell::new(None);
+            let built = plan.build(document.as_slice(), Some(&unbuilt));
+            if let Some(encoding) = unbuilt.get() {
+                drop(key);
+                return lazy::wait(ctx, args, encoding, import_again);
+            }
+            built
         }
     };
     let (Imported { session, trimmed, .. }, payload) = built?;
