@@ -177,11 +177,6 @@ pub fn append_batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     batch_counted(ctx, args, None)
 }
 
-/// MEM.APPENDBATCH from the start, once the encoding it waited for is built.
-fn batch_again(ctx: &Context, args: Vec<RedisString>, _: Option<Output>) -> RedisResult {
-    batch_counted(ctx, args, None)
-}
-
 fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
     super::arity(&args, 3)?;
     let resumed = output.is_some();
@@ -200,9 +195,10 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
     let encoding = settings.encoding;
-    if !crate::tokenizer::is_loaded(encoding) {
-        drop(key);
-        return super::lazy::wait(ctx, args, encoding, batch_again);
+    // An encoding not built yet is built by the worker that counts.
+    let unbuilt = !resumed && super::lazy::must_wait(ctx, encoding)?;
+    if resumed {
+        super::lazy::require(ctx, encoding)?;
     }
     let limits = Limits { message_bytes: cfg.max_message_bytes, tokens: cfg.max_tokens_limit };
 
@@ -214,7 +210,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     if let Some(s) = snapshot.as_ref() {
         refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
     }
-    if !resumed && (large || snapshot.is_some()) && can_block(ctx) {
+    if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
         drop(key);
         if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, encoding);

@@ -28,11 +28,6 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     import_built(ctx, args, None)
 }
 
-/// MEM.IMPORT from the start, once the encoding it waited for is built.
-fn import_again(ctx: &Context, args: Vec<RedisString>, _: Option<Output>) -> RedisResult {
-    import_built(ctx, args, None)
-}
-
 /// What a worker made of a large document: the session with its encoding
 /// (what replicas and the AOF receive), or the error the command replies.
 struct Built(Result<(Imported, Payload), RedisError>);
@@ -128,12 +123,23 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
                 }
             }
             let unbuilt = Cell::new(None);
-            let built = plan.build(document.as_slice(), Some(&unbuilt));
-            if let Some(encoding) = unbuilt.get() {
-                drop(key);
-                return lazy::wait(ctx, args, encoding, import_again);
+            let built = plan.clone().build(document.as_slice(), Some(&unbuilt));
+            match unbuilt.get() {
+                None => built,
+                // The document's encoding is not built yet: built and
+                // counted by a worker, as for a large document.
+                Some(encoding) => {
+                    if lazy::must_wait(ctx, encoding)? && can_block(ctx) {
+                        let work = plan.clone();
+                        let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
+                        if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
+                            return reply;
+                        }
+                    }
+                    lazy::require(ctx, encoding)?;
+                    plan.build(document.as_slice(), None)
+                }
             }
-            built
         }
     };
     let (Imported { session, trimmed, .. }, payload) = built?;

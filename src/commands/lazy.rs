@@ -1,18 +1,17 @@
 //! Encodings are built the first time a command needs one (tokenizer/
-//! load.rs: 1-2 s), never on the main thread by a client's command: the
-//! client waits, blocked, as for a large count, while a worker builds it,
-//! and the command then runs again from the start (after the checks a fresh
-//! command gets, admission.rs). Where a client cannot wait (MULTI/EXEC,
-//! scripts) the command is refused with TRYAGAIN and the build starts
+//! load.rs: 1-3 s), never on the main thread by a client's command: a
+//! command whose encoding is not built counts on the pool as a large text
+//! does (async_count.rs), and the worker builds the encoding as it counts;
+//! the command is resumed with the count. Where a client cannot wait
+//! (MULTI/EXEC, scripts) it is refused with TRYAGAIN and the build starts
 //! anyway. The replication stream and AOF loading apply ops that carry their
-//! counts and need no encoding; a write that would still need one there is
-//! built inline, as those cannot be deferred.
+//! counts and need no encoding; a write that would still need one there
+//! builds it inline, as those cannot be deferred.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
+use redis_module::{Context, ContextFlags, RedisError};
 
-use super::async_count::{can_block, off_thread, Resume};
 use crate::tokenizer::{self, Encoding, State};
 
 /// Encodings whose build was queued by [`build_in_background`] (a bit each).
@@ -53,10 +52,13 @@ pub fn build_in_background(encoding: Encoding) {
     }
 }
 
-/// The command (`args`, its key at 1) needs `encoding`, which is not built:
-/// the client waits for it and `again` (the command from the start) runs
-/// once it is.
-pub fn wait(ctx: &Context, args: Vec<RedisString>, encoding: Encoding, again: Resume) -> RedisResult {
+/// Whether a command must count on the pool because `encoding` is not
+/// built yet (the worker builds it as it counts, as for a large text);
+/// refused where the client cannot wait.
+pub fn must_wait(ctx: &Context, encoding: Encoding) -> Result<bool, RedisError> {
+    if tokenizer::is_loaded(encoding) {
+        return Ok(false);
+    }
     if tokenizer::state(encoding) == State::Failed {
         return Err(failed(encoding));
     }
@@ -64,21 +66,23 @@ pub fn wait(ctx: &Context, args: Vec<RedisString>, encoding: Encoding, again: Re
         build_in_background(encoding);
         return Err(busy(encoding));
     }
-    if can_block(ctx) {
-        if let Some(key) = args.get(1) {
-            let work = move |_: &[u8]| -> super::async_count::Output {
-                let _ = tokenizer::load(encoding);
-                Box::new(())
-            };
-            if let Some(reply) = off_thread(ctx, key, key, again, work) {
-                return reply;
-            }
-        }
+    Ok(true)
+}
+
+/// A command resumed after a worker (or unable to wait for one) counts
+/// inline: its encoding is built by then, unless the session's model moved
+/// to another encoding meanwhile (TRYAGAIN, as for a text counted under the
+/// old one). The replication stream and AOF loading build it here.
+pub fn require(ctx: &Context, encoding: Encoding) -> Result<(), RedisError> {
+    if tokenizer::is_loaded(encoding) {
+        return Ok(());
     }
-    // The replication stream or AOF loading (see above), or a client that
-    // could not be blocked.
-    if tokenizer::load(encoding).is_none() {
-        return Err(failed(encoding));
+    if ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return tokenizer::load(encoding).map(|_| ()).ok_or_else(|| failed(encoding));
     }
-    again(ctx, args, None)
+    build_in_background(encoding);
+    Err(RedisError::String(format!(
+        "TRYAGAIN the session's encoding {} is being built (its first use): send the command again",
+        encoding.name()
+    )))
 }

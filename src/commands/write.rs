@@ -22,11 +22,6 @@ pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     append_counted(ctx, args, None)
 }
 
-/// MEM.APPEND from the start, once the encoding it waited for is built.
-fn append_again(ctx: &Context, args: Vec<RedisString>, _: Option<Output>) -> RedisResult {
-    append_counted(ctx, args, None)
-}
-
 /// MEM.APPEND, resumed with a count made off the main thread (`counted`).
 fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
     let resumed = output.is_some();
@@ -72,11 +67,11 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;
-    // The encoding is built on first use, on the pool; the command waits.
+    // An encoding not built yet is built by the worker that counts.
     let counts = given.is_none() || model_switch::needed(key.session(), encoding).is_some();
-    if counts && !tokenizer::is_loaded(encoding) {
-        drop(key);
-        return lazy::wait(ctx, args, encoding, append_again);
+    let unbuilt = counts && !resumed && lazy::must_wait(ctx, encoding)?;
+    if counts && resumed {
+        lazy::require(ctx, encoding)?;
     }
 
     // Large content, or a large session to re-count under a new tokenizer:
@@ -90,11 +85,15 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     if let Some(s) = snapshot.as_ref() {
         refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
     }
-    if !resumed && (large || snapshot.is_some()) && can_block(ctx) {
+    if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
         drop(key);
         let reply = match given {
             // Given tokens: the worker only checks and copies the content.
             Some(n) => off_thread(ctx, keyname, raw_content, append_counted, move |bytes| {
+                if counts {
+                    // The session's re-count needs it (inline when small).
+                    let _ = tokenizer::load(encoding);
+                }
                 let content = std::str::from_utf8(bytes).ok().map(|text| (Arc::from(text), n));
                 let recounted = model_switch::count(snapshot, encoding);
                 Box::new(Counted { encoding, content, recounted })
@@ -163,11 +162,6 @@ pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     summarize_counted(ctx, args, None)
 }
 
-/// MEM.SUMMARIZE from the start, once the encoding it waited for is built.
-fn summarize_again(ctx: &Context, args: Vec<RedisString>, _: Option<Output>) -> RedisResult {
-    summarize_counted(ctx, args, None)
-}
-
 /// MEM.SUMMARIZE, resumed with the summary counted off the main thread.
 fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
     arity(&args, 4)?;
@@ -202,14 +196,17 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     // Against what a read shows: an upto past maxage is no longer a message.
     session.live(now_ms()).check_summary_upto(upto).map_err(refused)?;
     let encoding = session.settings.encoding;
-    if !tokenizer::is_loaded(encoding) {
-        drop(key);
-        return lazy::wait(ctx, args, encoding, summarize_again);
-    }
-    // A large summary is checked and counted by a worker, as a large message.
+    // A large summary is checked and counted by a worker, as a large
+    // message; so is one whose encoding is not built yet (the worker builds it).
     let large = raw_text.len() as u64 >= cfg.async_threshold_bytes;
-    if !resumed && large {
-        refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
+    let unbuilt = !resumed && lazy::must_wait(ctx, encoding)?;
+    if resumed {
+        lazy::require(ctx, encoding)?;
+    }
+    if !resumed && (large || unbuilt) {
+        if large {
+            refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
+        }
         if can_block(ctx) {
             drop(key);
             // The worker checks, copies and counts the text (the main thread

@@ -23,9 +23,26 @@ use super::Encoding;
 /// What `Encoding::count` works with: a byte-pair encoding and the
 /// encoding's pre-tokenizer and normalization.
 pub struct Counter {
-    pub bpe: &'static BytePairEncoding,
+    pub bpe: Bpe,
     pre: Pre,
     nfc: bool,
+}
+
+/// bpe's encoding, and the tokens it cannot hold: those merging never
+/// produces, which tiktoken (and HuggingFace's `ignore_merges`, Llama 3's
+/// setting) still yields for a piece that is exactly such a token.
+pub struct Bpe {
+    encoding: &'static BytePairEncoding,
+    whole: rustc_hash::FxHashSet<Box<[u8]>>,
+}
+
+impl Bpe {
+    pub fn count(&self, piece: &[u8]) -> usize {
+        if !self.whole.is_empty() && self.whole.contains(piece) {
+            return 1;
+        }
+        self.encoding.count(piece)
+    }
 }
 
 enum Pre {
@@ -139,14 +156,19 @@ pub fn footprint(e: Encoding) -> (u64, u64) {
 }
 
 fn build(e: Encoding) -> Option<Counter> {
-    let openai = |t: &'static bpe_openai::Tokenizer| Counter { bpe: &t.bpe, pre: Pre::OpenAi(t), nfc: false };
+    // Every token of OpenAI's vocabularies is produced by merging.
+    let openai = |t: &'static bpe_openai::Tokenizer| Counter {
+        bpe: Bpe { encoding: &t.bpe, whole: Default::default() },
+        pre: Pre::OpenAi(t),
+        nfc: false,
+    };
     let Some(def) = definition(e) else {
         return Some(match e {
             Encoding::Cl100kBase => openai(bpe_openai::cl100k_base()),
             _ => openai(bpe_openai::o200k_base()),
         });
     };
-    let tokens = reachable(tokens_in_rank_order(&(def.vocabulary)()));
+    let (tokens, whole) = reachable(tokens_in_rank_order(&(def.vocabulary)()));
     let bpe = BytePairEncoding::from_dictionary(tokens, Some(def.hash_factor));
     let mut stages = Vec::new();
     for patterns in def.stages {
@@ -154,8 +176,9 @@ fn build(e: Encoding) -> Option<Counter> {
     }
     let splitter = Splitter::new(stages).ok()?;
     // Lives as long as the process, as bpe-openai's own tables do.
-    let bpe: &'static BytePairEncoding = Box::leak(Box::new(bpe));
-    Some(Counter { bpe, pre: Pre::Own(splitter), nfc: def.nfc })
+    let encoding: &'static BytePairEncoding = Box::leak(Box::new(bpe));
+    let whole = whole.into_iter().map(Vec::into_boxed_slice).collect();
+    Some(Counter { bpe: Bpe { encoding, whole }, pre: Pre::Own(splitter), nfc: def.nfc })
 }
 
 /// An open-weight encoding: its vocabulary, pre-tokenizer and normalization.
@@ -282,16 +305,17 @@ fn tokens_in_rank_order(enc: &tiktoken::CoreBpe) -> Vec<Vec<u8>> {
     out
 }
 
-/// The tokens byte-pair merging can produce: a token that merging its own
-/// bytes does not yield is never produced inside any longer text either
-/// (merges inside its span would run the same way), so leaving it out
-/// changes no count; `bpe` requires it (it checks every token encodes to
-/// itself).
-fn reachable(tokens: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+/// The tokens byte-pair merging can produce, and the others. A token that
+/// merging its own bytes does not yield is never produced inside a longer
+/// piece either (merges inside its span would run the same way): `bpe`
+/// cannot hold it (it checks every token encodes to itself), and it counts
+/// only as a whole piece ([`Bpe::count`]).
+fn reachable(tokens: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let ranks: HashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, t)| (t.as_slice(), i)).collect();
     let keep: Vec<bool> = tokens.iter().map(|t| merges_to_itself(t, &ranks)).collect();
     drop(ranks);
-    tokens.into_iter().zip(keep).filter_map(|(t, k)| k.then_some(t)).collect()
+    let (kept, dropped): (Vec<_>, Vec<_>) = tokens.into_iter().zip(keep).partition(|(_, k)| *k);
+    (kept.into_iter().map(|(t, _)| t).collect(), dropped.into_iter().map(|(t, _)| t).collect())
 }
 
 /// Plain byte-pair merging of `token`'s bytes (lowest rank first, leftmost

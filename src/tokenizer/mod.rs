@@ -229,6 +229,9 @@ mod tests {
             "https://example.com/a/b?c=1&d=2 ./path/to\n/file",
             "3.14159 1e-9 v1.2.3 2024-12-01 +86 138 0013 8000",
             "   \n\n\t  x  \r\n",
+            // Tokens merging never produces (Llama 3, GLM, Tekken have some)
+            // are one token when a piece is exactly one.
+            ". Tiếng Việt có dấu: Xin chào thế giới. Người Việt",
         ];
         for e in Encoding::ALL {
             let name = match e {
