@@ -335,3 +335,33 @@ fn four_megabyte_pathological_inputs_for_every_encoding() {
 fn server_alive(con: &mut redis::Connection) -> bool {
     redis::cmd("PING").query::<String>(con).is_ok_and(|p| p == "PONG")
 }
+
+#[test]
+fn keyless_commands_are_served_by_every_node_of_a_cluster() {
+    let a = Server::with_args(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
+    let b = Server::with_args(&["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]);
+    let (mut ca, mut cb) = (a.client(), b.client());
+    cmd(&mut ca, &["CLUSTER", "ADDSLOTSRANGE", "0", "8191"]).unwrap();
+    cmd(&mut cb, &["CLUSTER", "ADDSLOTSRANGE", "8192", "16383"]).unwrap();
+    cmd(&mut ca, &["CLUSTER", "MEET", "127.0.0.1", &b.port.to_string()]).unwrap();
+    for con in [&mut ca, &mut cb] {
+        poll_until(con, "the cluster to form", |c| {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query(c).unwrap();
+            info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:2")
+        });
+    }
+    let q = tiktoken::get_encoding("qwen2").unwrap();
+    for con in [&mut ca, &mut cb] {
+        // No key: answered here, never redirected.
+        assert_eq!(count(con, "qwen-plus", TEXTS[1]), q.count(TEXTS[1]) as i64);
+        assert_eq!(str_field(&map_reply(con, &["MEM.MODELS", "glm-5"]), "encoding"), "glm5");
+    }
+    // A key is routed: one of the two nodes redirects this append.
+    let mut moved = 0;
+    for con in [&mut ca, &mut cb] {
+        if cmd(con, &["MEM.APPEND", "mem:{alice}", "user", "hi"]).is_err_and(|e| e.to_string().to_uppercase().contains("MOVED")) {
+            moved += 1;
+        }
+    }
+    assert_eq!(moved, 1);
+}

@@ -194,7 +194,7 @@ fn command_docs_and_key_specs_are_served() {
         let info: Value = redis::cmd("COMMAND").arg("INFO").arg(command).query(&mut con).unwrap();
         let Value::Array(outer) = info else { panic!("{info:?}") };
         let Value::Array(entry) = &outer[0] else { panic!("{outer:?}") };
-        assert_eq!(format!("{:?}", entry[8]), "Array([])", "{command}");
+        assert_eq!(entry[8], Value::Array(vec![]), "{command}");
     }
     // Arity is declared: Redis itself refuses a wrong number of arguments.
     let e = cmd(&mut con, &["MEM.INFO"]).unwrap_err();

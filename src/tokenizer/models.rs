@@ -74,6 +74,10 @@ const BUILT_IN: &[(&str, Option<Encoding>, u64)] = &[
     ("gpt-4*", Some(Cl100kBase), 8_192),
     ("gpt-3.5-turbo-instruct*", Some(Cl100kBase), 4_096),
     ("gpt-3.5*", Some(Cl100kBase), 16_385),
+    // Azure OpenAI's deployment names.
+    ("gpt-35-turbo*", Some(Cl100kBase), 16_385),
+    ("davinci-002", Some(Cl100kBase), 16_384),
+    ("babbage-002", Some(Cl100kBase), 16_384),
     ("text-embedding-3*", Some(Cl100kBase), 8_191),
     ("text-embedding-ada-002", Some(Cl100kBase), 8_191),
     // Anthropic (no public tokenizer): docs.anthropic.com models overview.
