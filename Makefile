@@ -25,10 +25,12 @@ run: build
 	redis-server redis.conf.example
 
 # Unit tests (pure Rust), integration tests (real redis-server processes),
-# then the Python client / LangChain / worker / migration tests (pytest, venv in target/).
+# then the Python client / LangChain / worker / migration tests (pytest, venv in target/),
+# then token counts against the vendors' own tokenizers (tests/oracle, PyPI, venv in target/).
 test: build
 	cargo test --release
 	examples/python/run_tests.sh
+	tests/oracle/run.sh
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),

@@ -79,6 +79,27 @@ SECTIONS = [
         "MEM.APPEND mem:{carol} user 'Hello today'",
         "MEM.GET mem:{carol}",
     ]),
+    ("TOKENS", "The provider's reported count (Claude, Gemini: no public tokenizer), stored as given.", [
+        "MEM.APPEND mem:{dave} assistant 'Here is the plan.' MODEL claude-sonnet-4-5 TOKENS 412",
+        "MEM.APPEND mem:{dave} user 'thanks' TOKENS -1",
+        "MEM.APPENDBATCH mem:{dave} '[{\"role\":\"user\",\"content\":\"ok\",\"tokens\":9}]'",
+    ]),
+    ("MEM.COUNT", "Count a text (or, with ROLE, a message) the way the module will, under any model's encoding.", [
+        "MEM.COUNT gpt-4o '我们在 Redis 里保存对话记忆'",
+        "MEM.COUNT deepseek-chat '我们在 Redis 里保存对话记忆'",
+        "MEM.COUNT qwen-plus '我们在 Redis 里保存对话记忆'",
+        "MEM.COUNT mistral-large 'Plan a trip to Rome.' ROLE user",
+        "MEM.COUNT glm-4.5 ''",
+    ]),
+    ("MEM.MODELS", "The model table: what a model resolves to, and operator entries (mem.models).", [
+        "MEM.MODELS gpt-4-turbo",
+        "MEM.MODELS claude-opus-4-5",
+        "MEM.MODELS meta-llama/Llama-3.3-70B-Instruct",
+        "CONFIG SET mem.models 'acme-llm-*=qwen2:131072 claude-sonnet-4-5*=default:1000000'",
+        "MEM.MODELS acme-llm-7b",
+        "CONFIG SET mem.models 'acme=nope:1'",
+        "CONFIG GET mem.models",
+    ]),
     ("MEM.INFO", "Counts, settings and ids of a session.", [
         "MEM.INFO mem:{alice}",
         "MEM.INFO mem:{nobody}",
@@ -89,6 +110,7 @@ SECTIONS = [
     ("COMMAND DOCS", "Every command carries its documentation and key specs.", [
         "COMMAND DOCS mem.extget",
         "COMMAND DOCS mem.attrdel",
+        "COMMAND DOCS mem.count",
     ]),
 ]
 

@@ -66,11 +66,14 @@ pub enum Access {
     /// Adds and evicts (like XADD with MAXLEN).
     Update,
     Overwrite,
+    /// No key (MEM.COUNT, MEM.MODELS): no key spec.
+    Keyless,
 }
 
 impl Access {
     fn flags(self) -> u64 {
         u64::from(match self {
+            Access::Keyless => 0,
             Access::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
             Access::Update => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
             Access::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
@@ -111,11 +114,12 @@ pub fn all() -> Vec<Doc> {
                 option("MAXMSGS", integer("n")),
                 option("MAXAGE", integer("seconds")),
                 option("MSGID", string("id")),
+                option("TOKENS", integer("n")),
             ],
         },
         Doc {
             name: "mem.appendbatch",
-            summary: "Appends several messages (a JSON array of {role, content, ts?, meta?, msgid?}) in one atomic step, as consecutive MEM.APPENDs.",
+            summary: "Appends several messages (a JSON array of {role, content, ts?, meta?, msgid?, tokens?}) in one atomic step, as consecutive MEM.APPENDs.",
             complexity: "O(N) in the size of the contents (tokenizing), plus O(M) for M evicted messages.",
             arity: -3,
             access: Update,
@@ -239,6 +243,22 @@ pub fn all() -> Vec<Doc> {
             args: vec![key(), string("name")],
         },
         Doc {
+            name: "mem.count",
+            summary: "Returns the tokens of a text under the model's encoding (with ROLE, of a message as MEM.APPEND counts it: 3 + role + text).",
+            complexity: "O(N) in the size of the text.",
+            arity: -3,
+            access: Keyless,
+            args: vec![string("model"), string("text"), option("ROLE", string("role"))],
+        },
+        Doc {
+            name: "mem.models",
+            summary: "Lists the model table in effect (mem.models entries first, then the built-in ones), or what one model resolves to: encoding, whether exact, context window.",
+            complexity: "O(N) for N entries.",
+            arity: -1,
+            access: Keyless,
+            args: vec![Arg { optional: true, ..string("model") }],
+        },
+        Doc {
             name: "mem._apply",
             summary: "Internal: applies one write as decided by the master (replication and AOF).",
             complexity: "O(N) in the size of the payload.",
@@ -291,6 +311,11 @@ fn raw_args(args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
 
 /// One key spec: the key at argument 1, with `access` flags; null-terminated.
 fn raw_key_specs(access: Access) -> *mut raw::RedisModuleCommandKeySpec {
+    if matches!(access, Access::Keyless) {
+        // SAFETY: the all-zero terminator alone: no key specs.
+        let specs = vec![unsafe { std::mem::zeroed::<raw::RedisModuleCommandKeySpec>() }];
+        return Box::leak(specs.into_boxed_slice()).as_mut_ptr();
+    }
     // SAFETY: zeroed is the documented terminator and a valid base value for
     // this plain C struct of integers, pointers and unions of those.
     let mut spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };

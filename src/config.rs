@@ -37,11 +37,44 @@ enum_configuration! {
     pub enum EncodingConfig {
         o200k_base = 0,
         cl100k_base = 1,
+        llama3 = 2,
+        deepseek_v3 = 3,
+        qwen2 = 4,
+        glm4 = 5,
+        glm5 = 6,
+        kimi_k2 = 7,
+        minimax_m2 = 8,
+        tekken = 9,
     }
 }
 
 pub static DEFAULT_MODEL_CONFIG: ModelSetting = ModelSetting(Mutex::new(Cow::Borrowed(DEFAULT_MODEL)));
 pub static DEFAULT_ENCODING: Mutex<EncodingConfig> = Mutex::new(EncodingConfig::o200k_base);
+
+/// `mem.models`: the operator's model table entries (tokenizer/models.rs),
+/// parsed when set; a malformed value is refused and changes nothing.
+pub static MODELS_CONFIG: ModelsSetting = ModelsSetting;
+
+pub struct ModelsSetting;
+
+impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
+    fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
+        RedisString::create(None, crate::tokenizer::models::operator_text().as_str())
+    }
+
+    fn set(
+        &self,
+        _: &redis_module::configuration::ConfigurationContext,
+        val: RedisString,
+    ) -> Result<(), redis_module::RedisError> {
+        let text = val
+            .try_as_str()
+            .map_err(|_| redis_module::RedisError::Str("mem.models must be valid UTF-8"))?;
+        let entries = crate::tokenizer::models::parse(text).map_err(redis_module::RedisError::String)?;
+        crate::tokenizer::models::set_operator(entries);
+        Ok(())
+    }
+}
 
 /// `mem.default-model`: a string config that refuses names MODEL would refuse.
 pub struct ModelSetting(Mutex<Cow<'static, str>>);
@@ -112,6 +145,14 @@ impl Config {
             default_encoding: match *lock(&DEFAULT_ENCODING) {
                 EncodingConfig::o200k_base => Encoding::O200kBase,
                 EncodingConfig::cl100k_base => Encoding::Cl100kBase,
+                EncodingConfig::llama3 => Encoding::Llama3,
+                EncodingConfig::deepseek_v3 => Encoding::DeepseekV3,
+                EncodingConfig::qwen2 => Encoding::Qwen2,
+                EncodingConfig::glm4 => Encoding::Glm4,
+                EncodingConfig::glm5 => Encoding::Glm5,
+                EncodingConfig::kimi_k2 => Encoding::KimiK2,
+                EncodingConfig::minimax_m2 => Encoding::MinimaxM2,
+                EncodingConfig::tekken => Encoding::Tekken,
             },
             max_message_bytes: get(&MAX_MESSAGE_BYTES),
             async_threshold_bytes: get(&ASYNC_THRESHOLD_BYTES),

@@ -6,6 +6,7 @@ use redis_module::{raw, Context};
 
 use crate::data_type::LIVE_SESSIONS;
 use crate::stats::{self, read};
+use crate::tokenizer::{self, Encoding};
 
 pub fn register(ctx: &Context) {
     // Replaces the crate's default handler, which knows nothing of ours.
@@ -18,6 +19,8 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
         let (threads, queued) = crate::pool::gauges();
         let in_flight = crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
+        // Encodings are built on first use: their totals are those loaded.
+        let (memory, load_usec) = Encoding::ALL.iter().map(|&e| tokenizer::footprint(e)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         let fields: [(&str, u64); 24] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
@@ -37,8 +40,8 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("counts_off_thread", read(&crate::pool::JOBS_DONE)),
             ("counts_in_flight", in_flight as u64),
             ("resumed_refused", read(&stats::RESUMED_REFUSED)),
-            ("encodings_load_usec", read(&stats::ENCODINGS_LOAD_MICROS)),
-            ("encodings_memory_bytes", read(&stats::ENCODINGS_MEMORY_BYTES)),
+            ("encodings_load_usec", load_usec),
+            ("encodings_memory_bytes", memory),
             ("duplicates", read(&stats::DUPLICATES)),
             ("leases_granted", read(&stats::LEASES_GRANTED)),
             ("leases_busy", read(&stats::LEASES_BUSY)),
@@ -47,7 +50,17 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
         for (name, value) in fields {
             raw::add_info_field_unsigned_long_long(ctx, name, value);
         }
-        raw::add_info_field_str(ctx, "encodings", "o200k_base,cl100k_base");
+        let names: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
+        raw::add_info_field_str(ctx, "encodings", &names.join(","));
+        let loaded: Vec<&str> = Encoding::ALL.iter().filter(|e| tokenizer::is_loaded(**e)).map(|e| e.name()).collect();
+        raw::add_info_field_str(ctx, "encodings_loaded", &loaded.join(","));
+        // One line per encoding, as Redis's keyspace lines: state, the bytes
+        // its tables hold, how long the build took.
+        for e in Encoding::ALL {
+            let (bytes, usec) = tokenizer::footprint(e);
+            let line = format!("state={},memory_bytes={bytes},load_usec={usec}", tokenizer::state(e).name());
+            raw::add_info_field_str(ctx, &format!("encoding_{}", e.name()), &line);
+        }
         // Hash of the sources this module was built from (build.rs).
         raw::add_info_field_str(ctx, "build", env!("REDIS_MEM_SOURCE_HASH"));
     })

@@ -6,6 +6,7 @@
 //! - `persistence` / `data_type`: the versioned payload and Redis callbacks
 //! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
 
+pub mod alloc_meter;
 pub mod cluster_route;
 pub mod command_docs;
 pub mod commands;
@@ -76,6 +77,8 @@ fn required_api_present() -> bool {
             present!(RedisModule_ACLCheckCommandPermissions),
             present!(RedisModule_ACLCheckKeyPermissions),
             present!(RedisModule_FreeModuleUser),
+            present!(RedisModule_GetThreadSafeContext),
+            present!(RedisModule_FreeThreadSafeContext),
         ]
         .into_iter()
         .all(|present| present)
@@ -100,28 +103,20 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
                 | redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
         );
     }
-    // Build the encoders now, once, rather than in the first command; their
-    // tables come from the Redis allocator, so used_memory shows their size.
-    let used_memory = || -> u64 {
-        ctx.server_info("memory")
-            .field("used_memory")
-            .and_then(|v| v.parse_integer().ok())
-            .map_or(0, |v| v.max(0) as u64)
-    };
-    let memory_before = used_memory();
-    let start = std::time::Instant::now();
-    for encoding in tokenizer::Encoding::ALL {
-        encoding.warm_up();
+    // Encodings are built the first time a command needs one, on the worker
+    // pool (tokenizer/load.rs). The default model's is started now, off the
+    // main thread, so the usual first command (and MULTI/EXEC, which cannot
+    // wait for a build) finds it ready.
+    let default = config::Config::current();
+    let encoding = tokenizer::encoding_for_model(&default.default_model, default.default_encoding);
+    let started = std::thread::Builder::new().name("mem-load".into()).spawn(move || {
+        guard::or((), || {
+            let _ = tokenizer::load(encoding);
+        })
+    });
+    if started.is_err() {
+        ctx.log_warning("redis-mem: could not start building the default encoding; the first command will");
     }
-    let micros = start.elapsed().as_micros() as u64;
-    let bytes = used_memory().saturating_sub(memory_before);
-    stats::add(&stats::ENCODINGS_LOAD_MICROS, micros);
-    stats::add(&stats::ENCODINGS_MEMORY_BYTES, bytes);
-    ctx.log_notice(&format!(
-        "redis-mem: encodings o200k_base and cl100k_base loaded in {} ms, {} MB",
-        micros / 1000,
-        bytes / (1024 * 1024)
-    ));
     if !commands::async_count::register(ctx) {
         ctx.log_warning("redis-mem: cannot subscribe to the event loop");
         return Status::Err;
@@ -152,18 +147,21 @@ command!(mem_info, commands::info);
 command!(mem_attrset, commands::attr_set);
 command!(mem_attrget, commands::attr_get);
 command!(mem_attrdel, commands::attr_del);
+command!(mem_count, commands::count);
+command!(mem_models, commands::models);
 command!(mem_apply, commands::apply);
 command!(mem_put, commands::put);
 
+// Metered: an encoding's size is measured as it is built (alloc_meter.rs).
 #[cfg(not(test))]
-type Allocator = redis_module::alloc::RedisAlloc;
+type Allocator = alloc_meter::Metered<redis_module::alloc::RedisAlloc>;
 #[cfg(not(test))]
-const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+const ALLOCATOR: Allocator = alloc_meter::Metered(redis_module::alloc::RedisAlloc);
 // Unit tests run without Redis, whose allocator does not exist there.
 #[cfg(test)]
-type Allocator = std::alloc::System;
+type Allocator = alloc_meter::Metered<std::alloc::System>;
 #[cfg(test)]
-const ALLOCATOR: Allocator = std::alloc::System;
+const ALLOCATOR: Allocator = alloc_meter::Metered(std::alloc::System);
 
 redis_module! {
     name: "mem",
@@ -185,6 +183,9 @@ redis_module! {
         ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, ""],
         ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, ""],
         ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, ""],
+        // Keyless: any node of a cluster answers them.
+        ["mem.count", mem_count, "readonly", 0, 0, 0, ""],
+        ["mem.models", mem_models, "readonly fast", 0, 0, 0, ""],
         ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
         ["mem._put", mem_put, "write", 1, 1, 1, ""],
     ],
@@ -208,6 +209,7 @@ redis_module! {
         ],
         string: [
             ["default-model", &config::DEFAULT_MODEL_CONFIG, config::DEFAULT_MODEL, ConfigurationFlags::DEFAULT, None],
+            ["models", &config::MODELS_CONFIG, "", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [

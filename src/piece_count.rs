@@ -253,6 +253,12 @@ fn tag(h: u64) -> u32 {
     ((h >> 56) as u32) | 1
 }
 
+/// Builds the token set of `tokenizer` (cache number `index`) now: an
+/// encoding's first count then finds it ready.
+pub fn prepare(tokenizer: &'static bpe_openai::Tokenizer, index: usize) {
+    let _ = token_set(tokenizer, index);
+}
+
 /// The token set of `tokenizer`, built on first use, kept for the process.
 fn token_set(tokenizer: &'static bpe_openai::Tokenizer, index: usize) -> &'static TokenSet {
     static SETS: std::sync::Mutex<Vec<Option<&'static TokenSet>>> = std::sync::Mutex::new(Vec::new());

@@ -17,11 +17,9 @@ pub static ATTR_SETS: AtomicU64 = AtomicU64::new(0);
 pub static ATTR_DELS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_MICROS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENIZER_CALLS: AtomicU64 = AtomicU64::new(0);
-pub static ENCODINGS_LOAD_MICROS: AtomicU64 = AtomicU64::new(0);
 /// Resumed writes refused by the checks of a fresh command (pause, redirect,
 /// replica, OOM).
 pub static RESUMED_REFUSED: AtomicU64 = AtomicU64::new(0);
-pub static ENCODINGS_MEMORY_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Retried writes recognised (MSGID, or the same summary again): answered
 /// as the original, nothing stored.
 pub static DUPLICATES: AtomicU64 = AtomicU64::new(0);
@@ -47,5 +45,14 @@ pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
     add(&TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
     add(&TOKENIZER_CALLS, 1);
     add(&TOKENS_COUNTED, tokens);
+    tokens
+}
+
+/// Counts a text (MEM.COUNT) and records the time it took.
+pub fn count_text(encoding: Encoding, text: &str) -> u64 {
+    let start = Instant::now();
+    let tokens = encoding.count(text);
+    add(&TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
+    add(&TOKENIZER_CALLS, 1);
     tokens
 }

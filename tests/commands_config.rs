@@ -33,6 +33,7 @@ fn config_get_set_every_mem_config() {
         ("mem.max-messages-limit", "100000", "1000"),
         ("mem.debug-count-delay-ms", "0", "5"),
         ("mem.max-age", "0", "604800"),
+        ("mem.models", "", "my-llm=qwen2:32768 acme-*=default:1000"),
     ];
     for (name, default, new) in defaults {
         assert_eq!(config_get(&mut con, name), default, "default of {name}");
@@ -63,6 +64,8 @@ fn config_get_set_every_mem_config() {
         ("mem.summarize-headroom", "91"),
         ("mem.default-model", ""),
         ("mem.max-message-bytes", "0"),
+        ("mem.models", "x=nope:1"),
+        ("mem.models", "x=qwen2"),
     ] {
         let prev = config_get(&mut con, name);
         let e = err(&mut con, &["CONFIG", "SET", name, bad]);
@@ -257,7 +260,7 @@ fn model_to_encoding_table() {
         ("gpt-3.5-turbo", "cl100k_base"),
         ("claude-3-5-sonnet", "o200k_base"),
         ("gemini-1.5-pro", "o200k_base"),
-        ("llama-3-70b", "o200k_base"),
+        ("mixtral-8x7b", "o200k_base"),
     ] {
         let key = format!("k:{model}");
         let r = append(&mut con, &key, "user", text, &["MODEL", model]);

@@ -74,6 +74,9 @@ fn a_small_session_switches_inline_and_inside_multi() {
     let server = Server::start();
     let mut con = server.client();
     cmd(&mut con, &["MEM.APPEND", "mem:{s}", "user", "hello there"]).unwrap();
+    // cl100k_base is built on first use, which MULTI cannot wait for (that
+    // refusal: tests/models.rs): built first.
+    cmd(&mut con, &["MEM.COUNT", "gpt-4", "x"]).unwrap();
     let done = info_mem(&mut con, "counts_off_thread");
     let r: Vec<Value> = redis::pipe()
         .atomic()
@@ -97,6 +100,9 @@ fn a_small_session_switches_inline_and_inside_multi() {
 fn a_large_text_counted_before_another_client_switched_the_model_is_refused_with_tryagain() {
     let server = Server::start();
     let mut con = server.client();
+    // Both encodings built first (cl100k_base is built on first use), so the
+    // switch below is immediate.
+    cmd(&mut con, &["MEM.COUNT", "gpt-4", "x"]).unwrap();
     cmd(&mut con, &["MEM.APPEND", "mem:{r}", "user", "first", "MAXTOKENS", "10000000", "TTL", "0"]).unwrap();
     cmd(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"]).unwrap();
     let big = text(300_000, 4);

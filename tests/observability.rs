@@ -101,6 +101,8 @@ fn info_mem_counts_what_happened() {
     let mut con = server.client();
     let before = info_mem(&mut con);
     assert!(text_has(&before, "mem_encodings", "o200k_base"));
+    // Only the default model's encoding is built at start (in the background).
+    assert_eq!(before.get("mem_encodings_loaded").map(String::as_str), Some("o200k_base"));
     assert!(num(&before, "mem_encodings_load_usec") > 0);
     assert!(num(&before, "mem_encodings_memory_bytes") > 1_000_000);
     assert_eq!(num(&before, "mem_sessions"), 0);
@@ -164,7 +166,7 @@ fn command_docs_and_key_specs_are_served() {
             a.iter().find(|(k, _)| k == "token").map(|(_, v)| redis::from_redis_value(v).unwrap())
         })
         .collect();
-    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE", "MSGID"]);
+    assert_eq!(tokens, ["TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE", "MSGID", "TOKENS"]);
 
     // Key specs: reads are RO, writes RW (IMPORT: OW), all at argument 1.
     let commands = [
@@ -186,6 +188,13 @@ fn command_docs_and_key_specs_are_served() {
         let text = format!("{:?}", entry[8]); // the key specifications
         assert!(text.contains(&format!("\"{flag}\"")), "{command}: {text}");
         assert!(text.contains("index"), "{command}: {text}");
+    }
+    // The keyless commands (MEM.COUNT, MEM.MODELS) declare no key spec.
+    for command in ["mem.count", "mem.models"] {
+        let info: Value = redis::cmd("COMMAND").arg("INFO").arg(command).query(&mut con).unwrap();
+        let Value::Array(outer) = info else { panic!("{info:?}") };
+        let Value::Array(entry) = &outer[0] else { panic!("{outer:?}") };
+        assert_eq!(entry[8], Value::Array(vec![]), "{command}");
     }
     // Arity is declared: Redis itself refuses a wrong number of arguments.
     let e = cmd(&mut con, &["MEM.INFO"]).unwrap_err();

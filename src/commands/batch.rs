@@ -36,6 +36,9 @@ struct Item<'a> {
     meta: Option<&'a RawValue>,
     #[serde(default)]
     msgid: Option<String>,
+    /// The message's tokens as the client knows them (MEM.APPEND's TOKENS).
+    #[serde(default)]
+    tokens: Option<u64>,
 }
 
 /// A batch message, checked, with its tokens.
@@ -46,6 +49,8 @@ struct Counted {
     ts: Option<i64>,
     meta: Option<String>,
     msgid: Option<String>,
+    /// Given by the client: not counted.
+    given: Option<u64>,
     tokens: u64,
 }
 
@@ -58,15 +63,22 @@ struct Parsed {
     recounted: Option<Recounted>,
 }
 
-fn parse(bytes: &[u8], encoding: Encoding, max_message_bytes: u64) -> Parsed {
-    let messages = parse_items(bytes, max_message_bytes).map(|items| count(items, encoding));
+/// The bounds a batch's items are checked against.
+#[derive(Clone, Copy)]
+struct Limits {
+    message_bytes: u64,
+    tokens: u64,
+}
+
+fn parse(bytes: &[u8], encoding: Encoding, limits: Limits) -> Parsed {
+    let messages = parse_items(bytes, limits).map(|items| count(items, encoding));
     Parsed { encoding, messages, recounted: None }
 }
 
-fn parse_items(bytes: &[u8], max_message_bytes: u64) -> Result<Vec<Counted>, String> {
+fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "messages is not valid UTF-8".to_owned())?;
     let items: Vec<Item> = serde_json::from_str(text).map_err(|e| {
-        format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?,\"msgid\"?}} objects: {e}")
+        format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?,\"msgid\"?,\"tokens\"?}} objects: {e}")
     })?;
     if items.is_empty() || items.len() > MAX_BATCH {
         return Err(format!("a batch holds 1 to {MAX_BATCH} messages"));
@@ -74,11 +86,15 @@ fn parse_items(bytes: &[u8], max_message_bytes: u64) -> Result<Vec<Counted>, Str
     items
         .into_iter()
         .enumerate()
-        .map(|(i, item)| check(item, max_message_bytes).map_err(|e| format!("messages[{i}]: {e}")))
+        .map(|(i, item)| check(item, limits).map_err(|e| format!("messages[{i}]: {e}")))
         .collect()
 }
 
-fn check(item: Item, max_message_bytes: u64) -> Result<Counted, String> {
+fn check(item: Item, limits: Limits) -> Result<Counted, String> {
+    let max_message_bytes = limits.message_bytes;
+    if item.tokens.is_some_and(|n| n > limits.tokens) {
+        return Err(format!("tokens must be at most {} (mem.max-tokens-limit)", limits.tokens));
+    }
     if item.role.is_empty() || item.role.len() > MAX_ROLE_BYTES {
         return Err(format!("role must be 1 to {MAX_ROLE_BYTES} bytes"));
     }
@@ -103,12 +119,15 @@ fn check(item: Item, max_message_bytes: u64) -> Result<Counted, String> {
     if let Some(msgid) = &item.msgid {
         crate::session::check_msgid(msgid)?;
     }
-    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, msgid: item.msgid, tokens: 0 })
+    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, msgid: item.msgid, given: item.tokens, tokens: 0 })
 }
 
 fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
     for m in &mut messages {
-        m.tokens = count_message(encoding, &m.role, &m.content);
+        m.tokens = match m.given {
+            Some(n) => n,
+            None => count_message(encoding, &m.role, &m.content),
+        };
     }
     messages
 }
@@ -176,6 +195,12 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
     let encoding = settings.encoding;
+    // An encoding not built yet is built by the worker that counts.
+    let unbuilt = !resumed && super::lazy::must_wait(ctx, encoding)?;
+    if resumed {
+        super::lazy::require(ctx, encoding)?;
+    }
+    let limits = Limits { message_bytes: cfg.max_message_bytes, tokens: cfg.max_tokens_limit };
 
     let large = raw.len() as u64 >= cfg.async_threshold_bytes;
     let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
@@ -185,12 +210,11 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     if let Some(s) = snapshot.as_ref() {
         refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
     }
-    if !resumed && (large || snapshot.is_some()) && can_block(ctx) {
+    if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
         drop(key);
-        let max = cfg.max_message_bytes;
         if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, encoding);
-            Box::new(Parsed { recounted, ..parse(bytes, encoding, max) })
+            Box::new(Parsed { recounted, ..parse(bytes, encoding, limits) })
         }) {
             return reply;
         }
@@ -198,7 +222,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     }
     let parsed = match output.and_then(|o| o.downcast::<Parsed>().ok()) {
         Some(p) => *p,
-        None => parse(raw.as_slice(), encoding, cfg.max_message_bytes),
+        None => parse(raw.as_slice(), encoding, limits),
     };
     let recounted = parsed.recounted;
     let mut messages = parsed.messages.map_err(|e| err(format!("ERR {e}")))?;

@@ -8,6 +8,8 @@
 //! may exist now), and stores it. Smaller documents take the same path
 //! inline.
 
+use std::cell::Cell;
+
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
@@ -18,6 +20,8 @@ use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
 use crate::persistence;
 use crate::stats::count_message;
+use crate::tokenizer::{self, Encoding};
+use super::lazy;
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -51,7 +55,9 @@ struct Plan {
 }
 
 impl Plan {
-    fn build(self, bytes: &[u8]) -> Result<(Imported, Payload), RedisError> {
+    /// Builds the session. On the main thread (`unbuilt` given), an encoding
+    /// not built yet stops it there: `unbuilt` then names it.
+    fn build(self, bytes: &[u8], unbuilt: Option<&Cell<Option<Encoding>>>) -> Result<(Imported, Payload), RedisError> {
         let text = args::utf8_bytes("json", bytes)?;
         let Plan { mut changes, cfg, now } = self;
         let max = cfg.max_message_bytes;
@@ -61,7 +67,12 @@ impl Plan {
             if let Some(m) = model {
                 changes.default_model(m)?;
             }
-            Ok(changes.merge(None, &cfg))
+            let settings = changes.merge(None, &cfg);
+            if let Some(cell) = unbuilt.filter(|_| !tokenizer::is_loaded(settings.encoding)) {
+                cell.set(Some(settings.encoding));
+                return Err(RedisError::Str("ERR the encoding is not built yet"));
+            }
+            Ok(settings)
         };
         let imported = json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
             ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
@@ -106,12 +117,29 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             }
             if large && can_block(ctx) {
                 let work = plan.clone();
-                let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes))) };
+                let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
                 if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
                     return reply;
                 }
             }
-            plan.build(document.as_slice())
+            let unbuilt = Cell::new(None);
+            let built = plan.clone().build(document.as_slice(), Some(&unbuilt));
+            match unbuilt.get() {
+                None => built,
+                // The document's encoding is not built yet: built and
+                // counted by a worker, as for a large document.
+                Some(encoding) => {
+                    if lazy::must_wait(ctx, encoding)? && can_block(ctx) {
+                        let work = plan.clone();
+                        let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
+                        if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
+                            return reply;
+                        }
+                    }
+                    lazy::require(ctx, encoding)?;
+                    plan.build(document.as_slice(), None)
+                }
+            }
         }
     };
     let (Imported { session, trimmed, .. }, payload) = built?;

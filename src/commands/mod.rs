@@ -12,7 +12,9 @@ mod ext;
 mod model_switch;
 mod import;
 mod internal;
+mod lazy;
 mod lease;
+mod models;
 mod read;
 pub mod reply;
 mod write;
@@ -34,6 +36,7 @@ pub use ext::{ext_get, ext_set};
 pub use import::import;
 pub use internal::{apply, put};
 pub use lease::summarize_begin;
+pub use models::{count, models};
 pub use read::{get, info, summarize_check};
 pub use write::{append, summarize};
 

@@ -6,6 +6,7 @@ use super::args::{self, err, Options};
 use std::sync::Arc;
 
 use super::error;
+use super::lazy;
 use super::model_switch;
 use super::{arity, Events, Write, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Propagate, SettingsOptions};
 use super::async_count::{can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output};
@@ -13,10 +14,10 @@ use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{next_id, Message, Op, Summary, MAX_TS};
 use crate::stats::{self, count_message};
-use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
+use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
-///   [MAXTOKENS n] [MAXMSGS n] [MSGID id]
+///   [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds] [MSGID id] [TOKENS n]
 pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     append_counted(ctx, args, None)
 }
@@ -30,8 +31,11 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let role = args::utf8("role", &args[2])?;
     args::check_role(role)?;
     let raw_content = &args[3];
-    let opts = Options::parse(&args[4..], &[&["TS", "META", "MSGID"][..], &SettingsOptions::NAMES].concat(), &[])?;
+    let opts = Options::parse(&args[4..], &[&["TS", "META", "MSGID", "TOKENS"][..], &SettingsOptions::NAMES].concat(), &[])?;
     let cfg = Config::current();
+    // The message's tokens as the client knows them (a provider's usage):
+    // not counted. Bounded as a session's cap is.
+    let given = opts.u64_at_most("TOKENS", 0, cfg.max_tokens_limit, "mem.max-tokens-limit")?;
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
     if ts.is_some_and(|t| t > MAX_TS as u64) {
@@ -63,6 +67,12 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;
+    // An encoding not built yet is built by the worker that counts.
+    let counts = given.is_none() || model_switch::needed(key.session(), encoding).is_some();
+    let unbuilt = counts && !resumed && lazy::must_wait(ctx, encoding)?;
+    if counts && resumed {
+        lazy::require(ctx, encoding)?;
+    }
 
     // Large content, or a large session to re-count under a new tokenizer:
     // checked and counted by a worker while the client waits; this command
@@ -75,9 +85,22 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     if let Some(s) = snapshot.as_ref() {
         refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
     }
-    if !resumed && (large || snapshot.is_some()) && can_block(ctx) {
+    if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
         drop(key);
-        if let Some(reply) = count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, append_counted) {
+        let reply = match given {
+            // Given tokens: the worker only checks and copies the content.
+            Some(n) => off_thread(ctx, keyname, raw_content, append_counted, move |bytes| {
+                if counts {
+                    // The session's re-count needs it (inline when small).
+                    let _ = tokenizer::load(encoding);
+                }
+                let content = std::str::from_utf8(bytes).ok().map(|text| (Arc::from(text), n));
+                let recounted = model_switch::count(snapshot, encoding);
+                Box::new(Counted { encoding, content, recounted })
+            }),
+            None => count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, append_counted),
+        };
+        if let Some(reply) = reply {
             return reply;
         }
         // The client could not be blocked: count here, as a resumed command.
@@ -91,6 +114,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         None => (None, None),
     };
     let (content, tokens) = match counted_content {
+        Some((_, (content, _))) if given.is_some() => (content, given.unwrap_or(0)),
         Some((e, (content, tokens))) if e == encoding => (content, tokens),
         // Counted under another encoding (the model changed meanwhile).
         Some((e, (content, _))) => {
@@ -101,7 +125,11 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         // Not counted yet (small content, or not UTF-8): here, inline.
         None => {
             let content = args::utf8("content", raw_content)?;
-            (Arc::from(content), count_message(encoding, role, content))
+            let tokens = match given {
+                Some(n) => n,
+                None => count_message(encoding, role, content),
+            };
+            (Arc::from(content), tokens)
         }
     };
 
@@ -168,10 +196,17 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     // Against what a read shows: an upto past maxage is no longer a message.
     session.live(now_ms()).check_summary_upto(upto).map_err(refused)?;
     let encoding = session.settings.encoding;
-    // A large summary is checked and counted by a worker, as a large message.
+    // A large summary is checked and counted by a worker, as a large
+    // message; so is one whose encoding is not built yet (the worker builds it).
     let large = raw_text.len() as u64 >= cfg.async_threshold_bytes;
-    if !resumed && large {
-        refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
+    let unbuilt = !resumed && lazy::must_wait(ctx, encoding)?;
+    if resumed {
+        lazy::require(ctx, encoding)?;
+    }
+    if !resumed && (large || unbuilt) {
+        if large {
+            refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
+        }
         if can_block(ctx) {
             drop(key);
             // The worker checks, copies and counts the text (the main thread

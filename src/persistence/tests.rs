@@ -458,8 +458,8 @@ fn format_2_refuses_what_its_encoder_never_writes() {
     let mut b = good.clone();
     b.splice(9..11, [0x90, 0x9c, 0x00]);
     assert!(decode_session(&b).unwrap_err().contains("varint"));
-    // Encoding code 0 and 3; option tag 2 (summary).
-    for (at, value) in [(8, 0u8), (8, 3), (20, 2)] {
+    // Encoding code 0 and 11 (1-10 are the encodings); option tag 2 (summary).
+    for (at, value) in [(8, 0u8), (8, 11), (20, 2)] {
         let mut b = good.clone();
         b[at] = value;
         assert!(decode_session(&b).is_err(), "byte {at} = {value}");
@@ -575,4 +575,12 @@ fn format_1_built_by_hand_decodes() {
     let mut b = V1(vec![1]);
     b.varint(0).zigzag(5).settings("m", 2);
     assert!(decode_op(&b.0).unwrap_err().contains("unknown encoding 2"));
+}
+
+#[test]
+fn every_encoding_has_a_stored_code_that_round_trips() {
+    for e in Encoding::ALL {
+        let s = Session::new(settings(e), 0);
+        assert_eq!(decode_session(&encode_session(&s)).unwrap().settings.encoding, e, "{}", e.name());
+    }
 }

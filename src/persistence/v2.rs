@@ -45,6 +45,14 @@ fn encoding_code(e: Encoding) -> u8 {
     match e {
         Encoding::O200kBase => 1,
         Encoding::Cl100kBase => 2,
+        Encoding::Llama3 => 3,
+        Encoding::DeepseekV3 => 4,
+        Encoding::Qwen2 => 5,
+        Encoding::Glm4 => 6,
+        Encoding::Glm5 => 7,
+        Encoding::KimiK2 => 8,
+        Encoding::MinimaxM2 => 9,
+        Encoding::Tekken => 10,
     }
 }
 
@@ -52,6 +60,14 @@ fn encoding_from_code(code: u8) -> Result<Encoding> {
     match code {
         1 => Ok(Encoding::O200kBase),
         2 => Ok(Encoding::Cl100kBase),
+        3 => Ok(Encoding::Llama3),
+        4 => Ok(Encoding::DeepseekV3),
+        5 => Ok(Encoding::Qwen2),
+        6 => Ok(Encoding::Glm4),
+        7 => Ok(Encoding::Glm5),
+        8 => Ok(Encoding::KimiK2),
+        9 => Ok(Encoding::MinimaxM2),
+        10 => Ok(Encoding::Tekken),
         c => Err(format!("corrupt payload: unknown encoding code {c}")),
     }
 }

@@ -76,6 +76,20 @@ pub fn check_module_is_current(con: &mut redis::Connection) {
     );
 }
 
+/// The module builds the default model's encoding in the background at
+/// load (others on first use): tests start once it is ready, as they did
+/// when it was built during the load.
+fn wait_default_encoding(con: &mut redis::Connection, deadline: Instant) {
+    loop {
+        let info: String = redis::cmd("INFO").arg("mem").query(con).unwrap_or_default();
+        let ready = info.lines().any(|l| l.starts_with("mem_encodings_loaded:") && l.trim().len() > "mem_encodings_loaded:".len());
+        if ready || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A running redis-server with the module loaded.
 pub struct Server {
     pub port: u16,
@@ -157,6 +171,7 @@ impl Server {
                 let loading: Result<String, _> = redis::cmd("PING").query(&mut c);
                 if loading.is_ok() {
                     check_module_is_current(&mut c);
+                    wait_default_encoding(&mut c, deadline);
                     return;
                 }
             }

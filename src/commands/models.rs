@@ -1,0 +1,122 @@
+//! MEM.COUNT and MEM.MODELS: keyless, read-only (any node of a cluster
+//! answers them).
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, ThreadSafeContext};
+
+use super::args::{self, Options};
+use super::async_count::refuse_where_blocking_is_impossible;
+use super::lazy;
+use super::reply::Reply;
+use crate::config::Config;
+use crate::stats;
+use crate::tokenizer::{self, models, Encoding};
+
+/// MEM.COUNT model text [ROLE role]: the tokens of `text` under the model's
+/// encoding; with ROLE, those of a message (3 + role + text), as MEM.APPEND
+/// counts it. Large texts, and any text whose encoding is not built yet, are
+/// counted on the pool while the client waits.
+pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() < 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let model = args::utf8("model", &args[1])?;
+    args::check_model(model)?;
+    let opts = Options::parse(&args[3..], &["ROLE"], &[])?;
+    let role = opts.str("ROLE")?;
+    if let Some(role) = role {
+        args::check_role(role)?;
+    }
+    let cfg = Config::current();
+    let raw = &args[2];
+    args::check_size("text", raw.len(), cfg.max_message_bytes)?;
+    let encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
+    let large = raw.len() as u64 >= cfg.async_threshold_bytes;
+    if tokenizer::is_loaded(encoding) && !large {
+        let text = args::utf8("text", raw)?;
+        return Ok(RedisValue::Integer(tokens(encoding, role, text) as i64));
+    }
+    if tokenizer::state(encoding) == tokenizer::State::Failed {
+        return Err(lazy::failed(encoding));
+    }
+    if lazy::cannot_wait(ctx) {
+        if large {
+            refuse_where_blocking_is_impossible(ctx, "text", raw.len())?;
+        }
+        lazy::build_in_background(encoding);
+        return Err(lazy::busy(encoding));
+    }
+    // Copied (at most mem.max-message-bytes, a memcpy) so the worker owns it.
+    let bytes = raw.as_slice().to_vec();
+    let role = role.map(str::to_owned);
+    let blocked = ctx.block_client();
+    let job = move || {
+        std::thread::sleep(Config::debug_count_delay());
+        let result = crate::guard::or(Err(super::error::internal()), || {
+            let text = args::utf8_bytes("text", &bytes)?;
+            Ok(RedisValue::Integer(tokens(encoding, role.as_deref(), text) as i64))
+        });
+        crate::pool::job_done();
+        // Replying needs no lock; dropping the context unblocks the client.
+        let reply_to = ThreadSafeContext::with_blocked_client(blocked);
+        reply_to.reply(result);
+    };
+    if let Err(job) = crate::pool::submit(Box::new(job)) {
+        job();
+    }
+    Ok(RedisValue::NoReply)
+}
+
+fn tokens(encoding: Encoding, role: Option<&str>, text: &str) -> u64 {
+    match role {
+        Some(role) => stats::count_message(encoding, role, text),
+        None => stats::count_text(encoding, text),
+    }
+}
+
+/// MEM.MODELS [model]: without a name, every entry of the model table in
+/// effect (the operator's `mem.models` first, then the built-in ones); with
+/// one, what that model resolves to.
+pub fn models(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let reply = Reply::new(ctx);
+    match args.len() {
+        1 => {
+            let all = models::effective();
+            reply.array(all.len());
+            for (entry, mine) in all {
+                reply
+                    .map(4)
+                    .field_str("name", &entry.pattern())
+                    .field_str("encoding", entry.encoding.map_or("default", Encoding::name))
+                    .field_int("context_window", entry.window.unwrap_or(0))
+                    .field_str("source", if mine { "config" } else { "builtin" });
+            }
+        }
+        2 => {
+            let model = args::utf8("model", &args[1])?;
+            args::check_model(model)?;
+            let cfg = Config::current();
+            let r = models::resolve(model);
+            let encoding = r.encoding.unwrap_or(cfg.default_encoding);
+            reply
+                .map(6)
+                .field_str("model", model)
+                .field_str("encoding", encoding.name())
+                // 1: the vendor's own tokenizer; 0: mem.default-encoding
+                // stands in (no public tokenizer, or an unknown model).
+                .field_int("exact", u64::from(r.encoding.is_some()))
+                .field_int("context_window", r.window.unwrap_or(0));
+            match &r.entry {
+                Some((pattern, mine)) => {
+                    reply.field_str("entry", pattern).field_str("source", if *mine { "config" } else { "builtin" });
+                }
+                None => {
+                    reply.bulk("entry");
+                    redis_module::raw::reply_with_null(ctx.ctx);
+                    reply.field_str("source", "none");
+                }
+            }
+        }
+        _ => return Err(RedisError::WrongArity),
+    }
+    Ok(RedisValue::NoReply)
+}

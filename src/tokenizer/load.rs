@@ -1,0 +1,348 @@
+//! Building an encoding's counter, the first time something needs it.
+//!
+//! OpenAI's two encodings come from bpe-openai (its tables serialized at
+//! build time). The open-weight ones are built here from the vocabularies
+//! the `tiktoken` crate (4.x) ships, compressed, inside the module: the
+//! tokens in rank order go to `bpe`'s `BytePairEncoding::from_dictionary`,
+//! the linear-time, panic-free counter bpe-openai is built on, and the
+//! vendor's pre-tokenizer is [`super::split`]. Nothing is read or fetched at
+//! run time. A build takes 1-2 s and 25-45 MB, on a worker thread: the first
+//! command that needs an encoding waits for it as it would for a large count.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use bpe_openai::byte_pair_encoding::BytePairEncoding;
+use bpe_openai::{Normalizable, NormalizedString};
+use either::Either;
+
+use super::split::{Splitter, Stage};
+use super::Encoding;
+
+/// What `Encoding::count` works with: a byte-pair encoding and the
+/// encoding's pre-tokenizer and normalization.
+pub struct Counter {
+    pub bpe: Bpe,
+    pre: Pre,
+    nfc: bool,
+}
+
+/// bpe's encoding, and the tokens it cannot hold: those merging never
+/// produces, which tiktoken (and HuggingFace's `ignore_merges`, Llama 3's
+/// setting) still yields for a piece that is exactly such a token.
+pub struct Bpe {
+    encoding: &'static BytePairEncoding,
+    whole: rustc_hash::FxHashSet<Box<[u8]>>,
+}
+
+impl Bpe {
+    pub fn count(&self, piece: &[u8]) -> usize {
+        if !self.whole.is_empty() && self.whole.contains(piece) {
+            return 1;
+        }
+        self.encoding.count(piece)
+    }
+}
+
+enum Pre {
+    OpenAi(&'static bpe_openai::Tokenizer),
+    Own(Splitter),
+}
+
+impl Counter {
+    pub fn normalize<'a>(&self, text: &'a str) -> NormalizedString<'a> {
+        text.normalize(self.nfc)
+    }
+
+    pub fn split<'a>(&'a self, text: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        match &self.pre {
+            Pre::OpenAi(t) => Either::Left(t.split(text)),
+            Pre::Own(s) => Either::Right(s.split(text)),
+        }
+    }
+
+    /// The count without the piece cache.
+    pub fn count(&self, text: &str) -> usize {
+        let text = self.normalize(text);
+        self.split(text.as_str()).map(|p| self.bpe.count(p.as_bytes())).sum()
+    }
+}
+
+/// Where an encoding stands, for INFO mem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Unloaded,
+    Loading,
+    Loaded,
+    /// The build failed (never expected: every vocabulary is built by the
+    /// unit tests); commands needing it are refused.
+    Failed,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Unloaded => "unloaded",
+            State::Loading => "loading",
+            State::Loaded => "loaded",
+            State::Failed => "failed",
+        }
+    }
+}
+
+struct Slot {
+    counter: OnceLock<Option<Counter>>,
+    state: AtomicU8,
+    bytes: AtomicU64,
+    micros: AtomicU64,
+}
+
+const N: usize = Encoding::ALL.len();
+
+static SLOTS: [Slot; N] = [const {
+    Slot { counter: OnceLock::new(), state: AtomicU8::new(0), bytes: AtomicU64::new(0), micros: AtomicU64::new(0) }
+}; N];
+
+fn slot(e: Encoding) -> &'static Slot {
+    // `Encoding as usize` is below N by construction (ALL lists every variant).
+    &SLOTS[e as usize % N]
+}
+
+/// The counter of `e`, built now (blocking) if it is not yet. Callers on the
+/// main thread check [`is_loaded`] first and otherwise wait on the pool.
+pub fn counter(e: Encoding) -> &'static Counter {
+    match load(e) {
+        Some(c) => c,
+        // Unreachable in practice (the unit tests build every encoding);
+        // commands check `state` first and refuse a failed encoding.
+        None => panic!("encoding {} could not be built", e.name()),
+    }
+}
+
+/// Builds `e` if needed; None if its build failed.
+pub fn load(e: Encoding) -> Option<&'static Counter> {
+    let s = slot(e);
+    s.counter
+        .get_or_init(|| {
+            s.state.store(1, Ordering::Release);
+            let start = std::time::Instant::now();
+            let (built, bytes) = crate::alloc_meter::measure(|| crate::guard::or(None, || build(e)));
+            s.micros.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            s.bytes.store(bytes, Ordering::Relaxed);
+            s.state.store(if built.is_some() { 2 } else { 3 }, Ordering::Release);
+            built
+        })
+        .as_ref()
+}
+
+pub fn is_loaded(e: Encoding) -> bool {
+    matches!(slot(e).counter.get(), Some(Some(_)))
+}
+
+pub fn state(e: Encoding) -> State {
+    match slot(e).state.load(Ordering::Acquire) {
+        0 => State::Unloaded,
+        1 => State::Loading,
+        2 => State::Loaded,
+        _ => State::Failed,
+    }
+}
+
+/// (bytes the encoding's tables hold, microseconds its build took).
+pub fn footprint(e: Encoding) -> (u64, u64) {
+    let s = slot(e);
+    (s.bytes.load(Ordering::Relaxed), s.micros.load(Ordering::Relaxed))
+}
+
+fn build(e: Encoding) -> Option<Counter> {
+    // Every token of OpenAI's vocabularies is produced by merging.
+    let openai = |t: &'static bpe_openai::Tokenizer| Counter {
+        bpe: Bpe { encoding: &t.bpe, whole: Default::default() },
+        pre: Pre::OpenAi(t),
+        nfc: false,
+    };
+    let Some(def) = definition(e) else {
+        // The tables `piece_count` adds (the split's character classes, the
+        // set of whole tokens) are built here too, not by a first count.
+        let (tokenizer, _) = e.openai()?;
+        crate::pretokenize::warm_up();
+        crate::piece_count::prepare(tokenizer, e as usize);
+        return Some(openai(tokenizer));
+    };
+    let (tokens, whole) = reachable(tokens_in_rank_order(&(def.vocabulary)()));
+    let bpe = BytePairEncoding::from_dictionary(tokens, Some(def.hash_factor));
+    let mut stages = Vec::new();
+    for patterns in def.stages {
+        stages.push(Stage::new(patterns).ok()?);
+    }
+    let splitter = Splitter::new(stages).ok()?;
+    // Lives as long as the process, as bpe-openai's own tables do.
+    let encoding: &'static BytePairEncoding = Box::leak(Box::new(bpe));
+    let whole = whole.into_iter().map(Vec::into_boxed_slice).collect();
+    Some(Counter { bpe: Bpe { encoding, whole }, pre: Pre::Own(splitter), nfc: def.nfc })
+}
+
+/// An open-weight encoding: its vocabulary, pre-tokenizer and normalization.
+struct Definition {
+    vocabulary: fn() -> tiktoken::CoreBpe,
+    /// Patterns of each split stage, (pattern, last character is a look-ahead).
+    stages: &'static [&'static [(&'static str, bool)]],
+    nfc: bool,
+    /// Makes the 32-bit token hashes of `bpe` collision-free for this
+    /// vocabulary (found once with `bpe::find_hash_factor_for_dictionary`;
+    /// the unit tests build every encoding with it).
+    hash_factor: u64,
+}
+
+/// `\s+(?!\S)|\s+` written for engines without look-around (see split.rs).
+macro_rules! with_whitespace {
+    ($head:expr) => {
+        &[(concat!($head, r"|\s+$"), false), (r"\s+\s", true), (r"\s+", false)]
+    };
+}
+
+/// The cl100k_base pattern; Llama 3 and GLM-4/5 split exactly so.
+const CL100K: &[(&str, bool)] = with_whitespace!(
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+);
+
+fn definition(e: Encoding) -> Option<Definition> {
+    use Encoding::*;
+    let d = |vocabulary, stages, nfc, hash_factor| Some(Definition { vocabulary, stages, nfc, hash_factor });
+    match e {
+        O200kBase | Cl100kBase => None,
+        // meta-llama/Llama-3.1-8B tokenizer (tiktoken format; cl100k_base's
+        // pattern).
+        Llama3 => d(tiktoken::encoding::llama3, &[CL100K], false, 11_885_191_908_064_990_738),
+        // deepseek-ai/DeepSeek-V3 tokenizer.json: a Sequence of three
+        // Isolated splits, no normalizer.
+        DeepseekV3 => d(
+            tiktoken::encoding::deepseek_v3,
+            &[
+                &[(r"\p{N}{1,3}", false)],
+                &[(r"[一-龥぀-ゟ゠-ヿ]+", false)],
+                with_whitespace!(
+                    r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+"##
+                ),
+            ],
+            false,
+            3_138_526_707_862_123_462,
+        ),
+        // Qwen/Qwen2.5 tokenizer.json: NFC, then single digits.
+        Qwen2 => d(
+            tiktoken::encoding::qwen2,
+            &[with_whitespace!(
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+            )],
+            true,
+            10_111_572_184_271_607_110,
+        ),
+        // zai-org/GLM-4.5 and GLM-5 tokenizer.json: cl100k_base's pattern.
+        Glm4 => d(tiktoken::encoding::glm4, &[CL100K], false, 17_216_760_580_640_435_706),
+        Glm5 => d(tiktoken::encoding::glm5, &[CL100K], false, 2_321_797_000_280_525_654),
+        // moonshotai/Kimi-K2 tokenization_kimi.py: Han runs first, then
+        // o200k-style words that exclude Han.
+        KimiK2 => d(
+            tiktoken::encoding::kimi_k2,
+            &[with_whitespace!(concat!(
+                r"[\p{Han}]+",
+                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+            ))],
+            false,
+            18_171_118_807_956_516_409,
+        ),
+        // MiniMaxAI/MiniMax-M2 tokenizer.json: o200k_base's pattern.
+        MinimaxM2 => d(
+            tiktoken::encoding::minimax_m2,
+            &[with_whitespace!(concat!(
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+"
+            ))],
+            false,
+            3_521_294_511_505_614_368,
+        ),
+        // mistral-common tekken.json (v3, 240911): no contractions, single
+        // digits.
+        Tekken => d(
+            tiktoken::encoding::mistral_v3,
+            &[with_whitespace!(concat!(
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
+                r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+"
+            ))],
+            false,
+            11_467_484_487_342_338_773,
+        ),
+    }
+}
+
+/// The vocabulary's ordinary tokens, lowest rank (first merged) first.
+/// Special tokens (`<|im_start|>`...) are text like any other to the module:
+/// they are left out, as tiktoken's `encode_ordinary` leaves them out.
+fn tokens_in_rank_order(enc: &tiktoken::CoreBpe) -> Vec<Vec<u8>> {
+    // Ranks may have gaps where special tokens sit between them.
+    let bound = (enc.vocab_size() + enc.num_special_tokens()) as u32 + 8192;
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(enc.vocab_size());
+    for id in 0..bound {
+        let bytes = enc.decode(&[id]);
+        if bytes.is_empty() {
+            continue;
+        }
+        // A special token decodes too; it is one that only the special
+        // matcher yields.
+        if let (Some(b'<' | b'[' | b']'), Ok(s)) = (bytes.first(), std::str::from_utf8(&bytes)) {
+            if enc.encode_with_special_tokens(s) == [id] && enc.encode(s) != [id] {
+                continue;
+            }
+        }
+        if seen.insert(bytes.clone()) {
+            out.push(bytes);
+        }
+    }
+    out
+}
+
+/// The tokens byte-pair merging can produce, and the others. A token that
+/// merging its own bytes does not yield is never produced inside a longer
+/// piece either (merges inside its span would run the same way): `bpe`
+/// cannot hold it (it checks every token encodes to itself), and it counts
+/// only as a whole piece ([`Bpe::count`]).
+fn reachable(tokens: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let ranks: HashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, t)| (t.as_slice(), i)).collect();
+    let keep: Vec<bool> = tokens.iter().map(|t| merges_to_itself(t, &ranks)).collect();
+    drop(ranks);
+    let (kept, dropped): (Vec<_>, Vec<_>) = tokens.into_iter().zip(keep).partition(|(_, k)| *k);
+    (kept.into_iter().map(|(t, _)| t).collect(), dropped.into_iter().map(|(t, _)| t).collect())
+}
+
+/// Plain byte-pair merging of `token`'s bytes (lowest rank first, leftmost
+/// on ties): whether it ends as the one token.
+fn merges_to_itself(token: &[u8], ranks: &HashMap<&[u8], usize>) -> bool {
+    if token.len() <= 1 {
+        return true;
+    }
+    // Boundaries between the current parts.
+    let mut cuts: Vec<usize> = (0..=token.len()).collect();
+    loop {
+        let mut best: Option<(usize, usize)> = None;
+        for i in 0..cuts.len().saturating_sub(2) {
+            let pair = cuts.get(i).zip(cuts.get(i + 2)).and_then(|(&a, &b)| token.get(a..b));
+            if let Some(&rank) = pair.and_then(|p| ranks.get(p)) {
+                if best.is_none_or(|(r, _)| rank < r) {
+                    best = Some((rank, i));
+                }
+            }
+        }
+        match best {
+            Some((_, i)) => {
+                cuts.remove(i + 1);
+            }
+            None => return cuts.len() == 2,
+        }
+    }
+}
