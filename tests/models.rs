@@ -365,3 +365,33 @@ fn keyless_commands_are_served_by_every_node_of_a_cluster() {
     }
     assert_eq!(moved, 1);
 }
+
+/// A given count may exceed what its text could count to (a provider's
+/// usage for a short reply, an image): it survives every path a session
+/// takes — a replica (MEM._APPLY validates the op), DEBUG RELOAD (the RDB
+/// load validates the session), DUMP/RESTORE — instead of being refused as
+/// corrupt there.
+#[test]
+fn given_counts_above_the_text_survive_replication_reload_and_restore() {
+    let master = Server::start();
+    let mut con = master.client();
+    let (_replica, mut rcon) = start_replica(&master);
+    let r = map_reply(&mut con, &["MEM.APPEND", "g", "assistant", "ok", "TOKENS", "5000000", "MAXTOKENS", "10000000"]);
+    assert_eq!(int_field(&r, "tokens"), 5_000_000);
+    let batch = r#"[{"role":"user","content":"","tokens":9000}]"#;
+    cmd(&mut con, &["MEM.APPENDBATCH", "g", batch]).unwrap();
+    cmd(&mut con, &["WAIT", "1", "5000"]).unwrap();
+    let total = |c: &mut redis::Connection| int_field(&map_reply(c, &["MEM.INFO", "g"]), "total_tokens");
+    assert_eq!(total(&mut con), 5_009_000);
+    assert_eq!(total(&mut rcon), 5_009_000, "the replica applied both");
+    cmd(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(total(&mut con), 5_009_000, "the RDB loaded the session");
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("g").query(&mut con).unwrap();
+    redis::cmd("RESTORE").arg("g2").arg(0).arg(dump).query::<()>(&mut con).unwrap();
+    assert_eq!(int_field(&map_reply(&mut con, &["MEM.INFO", "g2"]), "total_tokens"), 5_009_000);
+    // Stored in 32 bits: a limit raised past that still stops TOKENS there.
+    cmd(&mut con, &["CONFIG", "SET", "mem.max-tokens-limit", "100000000000"]).unwrap();
+    let e = cmd(&mut con, &["MEM.APPEND", "g", "user", "x", "TOKENS", "4294967296"]).unwrap_err();
+    assert!(e.to_string().contains("at most 4294967295"), "{e}");
+    assert_eq!(int_field(&map_reply(&mut con, &["MEM.INFO", "g"]), "messages"), 2);
+}

@@ -18,7 +18,7 @@ use super::{finish_write, Events, now_ms, session_thresholds, settings_threshold
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
-use crate::session::{next_id, Message, Op, Recounted, Session, Settings, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{MAX_MESSAGE_TOKENS, next_id, Message, Op, Recounted, Session, Settings, MAX_ROLE_BYTES, MAX_TS};
 use crate::stats::{self, count_message};
 use crate::tokenizer::Encoding;
 
@@ -200,7 +200,8 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     if resumed {
         super::lazy::require(ctx, encoding)?;
     }
-    let limits = Limits { message_bytes: cfg.max_message_bytes, tokens: cfg.max_tokens_limit };
+    // A message's tokens are stored in 32 bits, whatever the limit allows.
+    let limits = Limits { message_bytes: cfg.max_message_bytes, tokens: cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS) };
 
     let large = raw.len() as u64 >= cfg.async_threshold_bytes;
     let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };

@@ -12,7 +12,7 @@ use super::{arity, Events, Write, finish_write, now_ms, reply_duplicate, reply_o
 use super::async_count::{can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{next_id, Message, Op, Summary, MAX_TS};
+use crate::session::{next_id, Message, Op, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
 use crate::stats::{self, count_message};
 use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
 
@@ -35,7 +35,8 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let cfg = Config::current();
     // The message's tokens as the client knows them (a provider's usage):
     // not counted. Bounded as a session's cap is.
-    let given = opts.u64_at_most("TOKENS", 0, cfg.max_tokens_limit, "mem.max-tokens-limit")?;
+    // Stored in 32 bits, whatever the limit allows.
+    let given = opts.u64_at_most("TOKENS", 0, cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS), "mem.max-tokens-limit")?;
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
     if ts.is_some_and(|t| t > MAX_TS as u64) {
