@@ -1,4 +1,4 @@
-"""summarizer_worker.py against the real module: keyspace notifications,
+"""redis-mem-summarizer (redis_mem.summarizer) against the real module: keyspace notifications,
 MEM.SUMMARIZE_BEGIN leases / MEM.SUMMARIZE, concurrent appends during a slow
 summary, several workers on one event (one LLM call), an LLM call that
 fails or times out (nothing lost, another worker takes over), the
@@ -18,11 +18,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 import redis
 
-import summarizer_worker as sw
+import redis_mem.summarizer as sw
 from redis_mem import RedisMemClient
 
 KEY = "mem:{worker}"
-PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "redis-mem-summarizer")
 
 
 @pytest.fixture(autouse=True)
@@ -322,7 +322,7 @@ def test_cli_once(clean):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     out = subprocess.run(
-        [sys.executable, os.path.join(PY_ROOT, "summarizer_worker.py"), "--url", clean.url,
+        [SCRIPT, "--url", clean.url,
          "--once", KEY, "--keep", "3"],
         capture_output=True, text=True, timeout=60, env=env,
     )
