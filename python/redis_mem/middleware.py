@@ -171,6 +171,7 @@ class RedisMemMiddleware(AgentMiddleware):
         keep: Optional[int] = None,
         lease_ms: int = 120_000,
         on_unavailable: str = "local",
+        retry_interval: float = 5.0,
     ):
         super().__init__()
         if memory not in ("summarize", "none"):
@@ -194,6 +195,10 @@ class RedisMemMiddleware(AgentMiddleware):
         self.keep = keep
         self.lease_ms = int(lease_ms)
         self.on_unavailable = on_unavailable
+        #: While Redis is down, it is tried again at most this often (seconds),
+        #: so a step does not wait for a dead server every time.
+        self.retry_interval = float(retry_interval)
+        self._skip_until = 0.0
         self.local = _LocalMemory()
         #: Sessions served from local memory right now (Redis was down).
         self.degraded: set = set()
@@ -268,7 +273,11 @@ class RedisMemMiddleware(AgentMiddleware):
 
     # -- unavailable Redis ------------------------------------------------------
 
+    def _skipping(self) -> bool:
+        return self.on_unavailable == "local" and time.monotonic() < self._skip_until
+
     def _down(self, key: str, err: Exception) -> None:
+        self._skip_until = time.monotonic() + self.retry_interval
         if self.on_unavailable == "fail":
             raise RedisMemUnavailable(f"redis-mem: Redis unreachable for session {key}: {err}") from err
         if key not in self.degraded:
@@ -306,6 +315,9 @@ class RedisMemMiddleware(AgentMiddleware):
         msgs = self._with_pending(key, msgs)
         if not msgs:
             return
+        if self._skipping():
+            self.local.add(key, msgs)
+            return
         try:
             results = self._sync_mem().append_batch(key, self._items(msgs), **self.settings)
         except UNAVAILABLE as err:
@@ -319,6 +331,8 @@ class RedisMemMiddleware(AgentMiddleware):
             self._summarize(key)
 
     def _load(self, key: str) -> List[BaseMessage]:
+        if self._skipping():
+            return self.local.load(key, self.budget)
         try:
             entries = self._sync_mem().get(key, budget=self.budget)
         except UNAVAILABLE as err:
@@ -377,6 +391,9 @@ class RedisMemMiddleware(AgentMiddleware):
         msgs = self._with_pending(key, msgs)
         if not msgs:
             return
+        if self._skipping():
+            self.local.add(key, msgs)
+            return
         try:
             results = await self.amem.append_batch(key, self._items(msgs), **self.settings)
         except UNAVAILABLE as err:
@@ -392,6 +409,8 @@ class RedisMemMiddleware(AgentMiddleware):
     async def _aload(self, key: str) -> List[BaseMessage]:
         if self.amem is None:
             return await asyncio.to_thread(self._load, key)
+        if self._skipping():
+            return self.local.load(key, self.budget)
         try:
             entries = await self.amem.get(key, budget=self.budget)
         except UNAVAILABLE as err:

@@ -60,8 +60,7 @@ class Server:
             port=self.port,
             protocol=protocol,
             decode_responses=decode_responses,
-            socket_timeout=30,
-            **kw,
+            **{"socket_timeout": 30, **kw},
         )
 
 
