@@ -1,37 +1,32 @@
-#!/usr/bin/env python3
-"""Summarizer worker for redis-mem sessions.
+"""redis-mem-summarizer: the service that summarizes sessions, run next to Redis.
 
 The module publishes a keyspace notification `mem.threshold` (module class,
 flag `d`) when an append makes a session meet its summarization threshold
 (which sits `mem.summarize-headroom` below the caps, so there is time to
-act before they evict anything). This worker subscribes to
-`__keyevent@<db>__:mem.threshold`, and for each session it is told about:
+act before they evict anything). The service:
 
-1. MEM.SUMMARIZE_BEGIN key lease-ms [KEEP n] -> `upto` (every message but the
-   newest `keep`, never splitting a tool call from its result) and a lease:
-   every worker hears the event, one gets the lease, the others `lease 0`,
-   so one LLM call is made per summary;
-2. MEM.GET key -> the current summary and the messages with id <= upto;
-3. summarizes them with a pluggable function (an OpenAI-compatible endpoint
-   when OPENAI_BASE_URL / OPENAI_API_KEY are set, otherwise an offline
-   extractive summary), bounded by `llm_timeout`;
-4. MEM.SUMMARIZE key upto text LEASE token: the summary replaces exactly
-   the messages it covers; anything appended meanwhile (greater ids) is
-   untouched, and the lease ends.
-
-When the LLM call fails or times out nothing is lost: the messages are
-still in the session, the lease expires, and whichever worker comes first
-then (this one retries at the lease's expiry; a worker told `lease 0`
-looks again then too) takes over. A MEM.SUMMARIZE whose reply was lost is
-recognised when resent (`duplicate`).
+* subscribes to `__keyevent@<db>__:mem.threshold` on the server, or with
+  `--cluster` on every master (keyspace events are node-local), and
+  resubscribes after a connection loss;
+* sweeps every `--sweep-interval` seconds with `SCAN ... TYPE redis-mem` on
+  each master for sessions over their threshold (MEM.SUMMARIZE_CHECK), in
+  case an event was missed (the service was down, a reconnect, a failover);
+* per session: MEM.SUMMARIZE_BEGIN (a lease: of several services hearing the
+  same event one makes the LLM call), MEM.GET, the summary (an
+  OpenAI-compatible endpoint, any LangChain chat model, or offline
+  extractive), MEM.SUMMARIZE ... LEASE. Messages appended meanwhile are kept;
+* retries a failed LLM call with exponential backoff while its lease lasts,
+  then looks at the session again after the lease (nothing is lost: the
+  messages stay in the session);
+* stops cleanly on SIGTERM/SIGINT (the summary in progress is finished);
+* logs one line per summary: key, messages folded, latency, tokens.
 
 Usage:
-    python summarizer_worker.py [--url redis://localhost:6379/0] [--keep 10]
-        [--lease-ms 120000] [--max-events N] [--timeout SECONDS] [--once KEY]
-
-Environment for the LLM summarizer: OPENAI_BASE_URL (e.g.
-https://api.openai.com/v1), OPENAI_API_KEY, OPENAI_MODEL (default
-gpt-4o-mini), OPENAI_TIMEOUT (seconds, default 60).
+    redis-mem-summarizer [--url redis://localhost:6379/0] [--cluster] [--keep 10]
+        [--lease-ms 120000] [--sweep-interval 60] [--once KEY]
+        [--openai-base-url URL --openai-model NAME | --langchain-model provider:model]
+Environment: REDIS_URL, OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL
+(default gpt-4o-mini), OPENAI_TIMEOUT (seconds, default 60).
 """
 
 from __future__ import annotations
@@ -41,149 +36,38 @@ import heapq
 import json
 import logging
 import os
+import queue
+import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, List, Optional, Sequence
 
 import redis
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from redis_mem.client import RedisMemClient, _text  # noqa: E402
+from ._replies import _text
+from .client import RedisMemClient
+from .summarizing import (  # noqa: F401  (re-exported: the service's API)
+    SYSTEM_PROMPT,
+    Entry,
+    Summary,
+    SummarizeFn,
+    default_summarizer,
+    extractive_summarize,
+    langchain_summarizer,
+    openai_summarizer,
+)
 
 log = logging.getLogger("redis_mem.summarizer")
 
-#: summarize_fn(previous_summary or None, messages to fold in) -> summary text
-SummarizeFn = Callable[[Optional[str], Sequence["Entry"]], str]
-
 EVENT = "mem.threshold"
+#: The module's data type name, for SCAN ... TYPE.
+SESSION_TYPE = "redis-mem"
+#: Default lease: long enough for a slow LLM call, short enough that a dead
+#: worker's sessions are picked up again within minutes.
+DEFAULT_LEASE_MS = 120_000
 
-
-@dataclass(frozen=True)
-class Entry:
-    """A message handed to a summarize function."""
-
-    id: int
-    role: str
-    content: str
-    ts: int
-
-
-# --------------------------------------------------------------------------
-# Summarize functions
-# --------------------------------------------------------------------------
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _first_sentence(text: str) -> str:
-    text = " ".join(text.split())
-    for i, ch in enumerate(text):
-        if ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " ") and i >= 20:
-            return text[: i + 1]
-    return text
-
-
-def extractive_summarize(
-    previous: Optional[str],
-    messages: Sequence[Entry],
-    per_message: int = 160,
-    max_chars: int = 4000,
-) -> str:
-    """Offline default: the previous summary plus the first sentence of each
-    message (clipped), newest kept when the result gets too long."""
-    lines = [f"- {m.role}: {_clip(_first_sentence(m.content), per_message)}"
-             for m in messages if m.content.strip()]
-    head = _clip(previous, max_chars // 2) if previous else ""
-    # Room for the head, its newline and an "(N earlier messages omitted)" line.
-    budget = max_chars - len(head) - 1 - 40
-    kept: List[str] = []
-    for line in reversed(lines):
-        if budget - len(line) - 1 < 0:
-            break
-        kept.append(line)
-        budget -= len(line) + 1
-    kept.reverse()
-    dropped = len(lines) - len(kept)
-    parts = []
-    if head:
-        parts.append(head)
-    if dropped:
-        parts.append(f"({dropped} earlier messages omitted)")
-    parts.extend(kept)
-    return "\n".join(parts) if parts else "(empty conversation)"
-
-
-SYSTEM_PROMPT = (
-    "You maintain the running summary of a chat session. Merge the previous "
-    "summary (if any) with the new messages into one concise summary that keeps "
-    "facts, decisions, names, open questions and tool results needed to continue "
-    "the conversation. Reply with the summary only."
-)
-
-
-def openai_summarizer(
-    base_url: str,
-    api_key: Optional[str] = None,
-    model: str = "gpt-4o-mini",
-    timeout: float = 60.0,
-) -> SummarizeFn:
-    """A summarize function calling an OpenAI-compatible
-    `POST {base_url}/chat/completions` with the standard library only."""
-    url = base_url.rstrip("/") + "/chat/completions"
-
-    def summarize(previous: Optional[str], messages: Sequence[Entry]) -> str:
-        transcript = "\n".join(f"{m.role}: {m.content}" for m in messages)
-        user = (f"Previous summary:\n{previous}\n\n" if previous else "") + (
-            f"New messages:\n{transcript}"
-        )
-        body = json.dumps(
-            {
-                "model": model,
-                "messages": [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": user},
-                ],
-                "temperature": 0.2,
-            }
-        ).encode()
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            reply = json.load(resp)
-        text = reply["choices"][0]["message"]["content"]
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError("the endpoint returned an empty summary")
-        return text.strip()
-
-    return summarize
-
-
-def default_summarizer() -> SummarizeFn:
-    """OpenAI-compatible endpoint when OPENAI_BASE_URL or OPENAI_API_KEY is
-    set, else the offline extractive summary."""
-    base = os.environ.get("OPENAI_BASE_URL")
-    key = os.environ.get("OPENAI_API_KEY")
-    if base or key:
-        return openai_summarizer(
-            base or "https://api.openai.com/v1",
-            key,
-            model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
-            timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
-        )
-    return extractive_summarize
-
-
-# --------------------------------------------------------------------------
-# The worker
-# --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SummaryDone:
@@ -191,44 +75,50 @@ class SummaryDone:
     upto: int
     summarized: int  # messages folded into the summary
     messages: int  # left in the session afterwards
-    total_tokens: int
+    total_tokens: int  # of the session afterwards
+    tokens_before: int = 0  # of the session before
+    summary_tokens: int = 0
+    latency_ms: int = 0  # MEM.SUMMARIZE_BEGIN to MEM.SUMMARIZE, LLM call included
+    llm_prompt_tokens: Optional[int] = None
+    llm_completion_tokens: Optional[int] = None
 
 
 class LLMTimeout(Exception):
     """The summarize function did not answer within `llm_timeout`."""
 
 
-#: Default lease: long enough for a slow LLM call, short enough that a dead
-#: worker's sessions are picked up again within minutes.
-DEFAULT_LEASE_MS = 120_000
-
-
 def ensure_notifications(r: "redis.Redis") -> str:
     """Makes sure `notify-keyspace-events` has `d` (module events) and `E`
-    (keyevent channels, which this worker listens on), keeping the flags
+    (keyevent channels, which the service listens on), keeping the flags
     already set. Returns the value in force."""
     reply = r.config_get("notify-keyspace-events") or {}
     current = _text(next(iter(reply.values()), b"")) or ""
     flags = current
     if "d" not in flags and "A" not in flags:  # A = "g$lshzxetd", includes d
         flags += "d"
-    if "E" not in flags:  # the worker listens on __keyevent@<db>__ channels
+    if "E" not in flags:
         flags += "E"
     if flags != current:
         r.config_set("notify-keyspace-events", flags)
     return flags
 
 
+def _is_cluster(client: Any) -> bool:
+    return hasattr(client, "get_primaries")
+
+
 class SummarizerWorker:
-    """``lease_ms``: how long a session is this worker's once granted.
-    ``llm_timeout`` (seconds, default 3/4 of the lease): a summarize call
-    taking longer is abandoned (its summary would come after the lease), the
-    lease runs out and the session is retried. ``retry_jitter``: seconds
-    added to a lease's expiry before looking at the session again."""
+    """``client``: a ``redis.Redis``, or a ``redis.cluster.RedisCluster``
+    (then every master is listened to and swept). ``lease_ms``: how long a
+    session is this worker's once granted. ``llm_timeout`` (seconds, default
+    3/4 of the lease): a summarize call taking longer is abandoned.
+    ``llm_retries``: further attempts after a failed call, ``backoff`` seconds
+    apart, doubling, while the lease leaves time. ``sweep_interval``: seconds
+    between SCAN sweeps in :meth:`run` (0: none)."""
 
     def __init__(
         self,
-        client: "redis.Redis",
+        client: Any,
         summarize_fn: Optional[SummarizeFn] = None,
         keep: Optional[int] = None,
         db: Optional[int] = None,
@@ -236,27 +126,35 @@ class SummarizerWorker:
         lease_ms: int = DEFAULT_LEASE_MS,
         llm_timeout: Optional[float] = None,
         retry_jitter: float = 0.05,
+        llm_retries: int = 2,
+        backoff: float = 1.0,
+        sweep_interval: float = 60.0,
     ):
         self.redis = client
         self.mem = RedisMemClient(client)
         self.summarize_fn = summarize_fn or default_summarizer()
         self.keep = keep
-        self.db = client.connection_pool.connection_kwargs.get("db", 0) if db is None else db
+        if db is None:
+            db = 0 if _is_cluster(client) else client.connection_pool.connection_kwargs.get("db", 0)
+        self.db = db
         self.configure = configure
         self.lease_ms = int(lease_ms)
         self.llm_timeout = self.lease_ms * 0.75 / 1000 if llm_timeout is None else llm_timeout
         self.retry_jitter = retry_jitter
-        #: Set once the subscription is live (tests wait on it).
+        self.llm_retries = int(llm_retries)
+        self.backoff = float(backoff)
+        self.sweep_interval = float(sweep_interval)
+        #: Set once every subscription is live (tests wait on it).
         self.ready = threading.Event()
         self._stop = threading.Event()
-        #: Sessions to look at again: (monotonic time, key), a heap, and the
+        #: Sessions to look at again: a heap of (monotonic time, key), and the
         #: keys in it (each once, however many events came meanwhile).
         self._later: List = []
         self._queued: set = set()
-        #: What happened, for monitoring: LLM calls made, failed (error or
-        #: timeout), summaries committed, commits refused, sessions skipped
-        #: because another worker held them.
-        self.stats = {"llm_calls": 0, "llm_failures": 0, "committed": 0, "refused": 0, "busy": 0}
+        self._events: "queue.Queue[str]" = queue.Queue()
+        #: What happened, for monitoring.
+        self.stats = {"llm_calls": 0, "llm_failures": 0, "committed": 0, "refused": 0, "busy": 0,
+                      "sweeps": 0, "swept_due": 0, "reconnects": 0}
 
     @property
     def channel(self) -> str:
@@ -265,13 +163,23 @@ class SummarizerWorker:
     def stop(self) -> None:
         self._stop.set()
 
-    def _look_again(self, key: str, lease_expires_ms: int) -> None:
+    def nodes(self) -> List["redis.Redis"]:
+        """A plain client per master (one for a plain server)."""
+        if not _is_cluster(self.redis):
+            return [self.redis]
+        kw = self.redis.get_connection_kwargs() if hasattr(self.redis, "get_connection_kwargs") else {}
+        keep = {k: v for k, v in kw.items() if k in ("username", "password", "ssl", "socket_timeout")}
+        return [redis.Redis(host=n.host, port=n.port, **keep) for n in self.redis.get_primaries()]
+
+    # -- one session ---------------------------------------------------------
+
+    def _look_again(self, key: str, lease_expires_ms: int, extra: float = 0.0) -> None:
         """Queues `key` for when the lease that expires at `lease_expires_ms`
         (server clock, Unix ms) has run out."""
         if key in self._queued:
             return
         wait = max(0.0, lease_expires_ms / 1000 - time.time())
-        wait = min(wait, self.lease_ms / 1000) + self.retry_jitter
+        wait = min(wait, self.lease_ms / 1000) + self.retry_jitter + extra
         heapq.heappush(self._later, (time.monotonic() + wait, key))
         self._queued.add(key)
 
@@ -284,13 +192,7 @@ class SummarizerWorker:
             keys.append(key)
         return keys
 
-    def _next_due_in(self) -> Optional[float]:
-        return max(0.0, self._later[0][0] - time.monotonic()) if self._later else None
-
-    def _call_llm(self, previous: Optional[str], todo: Sequence[Entry]) -> str:
-        """The summarize function, bounded by `llm_timeout`: a call that does
-        not answer in time is abandoned (its thread is a daemon; whatever it
-        returns later is dropped)."""
+    def _call_once(self, previous: Optional[str], todo: Sequence[Entry], timeout: float) -> str:
         self.stats["llm_calls"] += 1
         out: dict = {}
 
@@ -300,19 +202,42 @@ class SummarizerWorker:
             except BaseException as e:  # handed to the caller below
                 out["error"] = e
 
+        # A daemon thread: a call that does not answer in time is abandoned
+        # (whatever it returns later is dropped).
         t = threading.Thread(target=call, daemon=True, name="summarize-llm")
         t.start()
-        t.join(self.llm_timeout)
+        t.join(timeout)
         if t.is_alive():
-            raise LLMTimeout(f"no summary within {self.llm_timeout:.1f} s")
+            raise LLMTimeout(f"no summary within {timeout:.1f} s")
         if "error" in out:
             raise out["error"]
         return out["text"]
+
+    def _call_llm(self, previous: Optional[str], todo: Sequence[Entry]) -> str:
+        """The summarize function, bounded by `llm_timeout` overall, retried
+        with exponential backoff after a failure while time is left."""
+        deadline = time.monotonic() + self.llm_timeout
+        delay = self.backoff
+        for attempt in range(self.llm_retries + 1):
+            left = deadline - time.monotonic()
+            try:
+                return self._call_once(previous, todo, max(0.0, left))
+            except LLMTimeout:
+                raise
+            except Exception as err:
+                if attempt == self.llm_retries or time.monotonic() + delay >= deadline:
+                    raise
+                log.warning("summary call failed (%s); retrying in %.1f s", err, delay)
+                if self._stop.wait(delay):
+                    raise
+                delay *= 2
+        raise AssertionError("unreachable")
 
     def run_once(self, key: str) -> Optional[SummaryDone]:
         """Summarizes `key` if it is due and this worker gets its lease; None
         otherwise (nothing to do, another worker holds it, or the LLM call
         failed: then the session is looked at again when the lease expires)."""
+        started = time.monotonic()
         begin = self.mem.summarize_begin(key, self.lease_ms, keep=self.keep)
         if not begin.lease:
             if begin.lease_expires and begin.summarize and begin.upto:
@@ -320,10 +245,8 @@ class SummarizerWorker:
                 self.stats["busy"] += 1
                 self._look_again(key, begin.lease_expires)
             return None
-        entries = self.mem.get(key)
-        previous = None
-        todo: List[Entry] = []
-        for e in entries:
+        previous, todo = None, []
+        for e in self.mem.get(key):
             if e.is_summary:
                 previous = e.content
             elif e.id <= begin.upto:
@@ -337,35 +260,101 @@ class SummarizerWorker:
             # out; then this worker (or another) tries again.
             self.stats["llm_failures"] += 1
             log.warning("summarizing %s failed (%s); retrying after the lease", key, err)
-            self._look_again(key, begin.lease_expires)
+            self._look_again(key, begin.lease_expires, extra=self.backoff)
             return None
         try:
             result = self.mem.summarize(key, begin.upto, text, lease=begin.lease)
         except redis.ResponseError as err:
-            # LEASED: this worker was too slow, its lease expired and another
-            # took over. Otherwise the session changed under the summary
-            # (trimmed, replaced): the next threshold event starts again.
+            # LEASED: this worker was too slow and another took over; or the
+            # session changed under the summary (trimmed, replaced).
             self.stats["refused"] += 1
             log.warning("MEM.SUMMARIZE %s %s refused: %s", key, begin.upto, err)
             return None
         self.stats["committed"] += 1
-        log.info("summarized %s up to id %s (%d messages)", key, begin.upto, len(todo))
-        return SummaryDone(key, begin.upto, len(todo), result.messages, result.total_tokens)
+        done = SummaryDone(
+            key, begin.upto, len(todo), result.messages, result.total_tokens,
+            tokens_before=begin.total_tokens, summary_tokens=result.tokens,
+            latency_ms=int((time.monotonic() - started) * 1000),
+            llm_prompt_tokens=getattr(text, "prompt_tokens", None),
+            llm_completion_tokens=getattr(text, "completion_tokens", None),
+        )
+        llm = ""
+        if done.llm_prompt_tokens is not None or done.llm_completion_tokens is not None:
+            llm = f" llm_tokens={done.llm_prompt_tokens}+{done.llm_completion_tokens}"
+        log.info("summarized key=%s upto=%d messages=%d latency_ms=%d tokens=%d->%d summary_tokens=%d%s",
+                 key, done.upto, done.summarized, done.latency_ms, done.tokens_before, done.total_tokens,
+                 done.summary_tokens, llm)
+        return done
 
-    def run(
-        self,
-        max_events: Optional[int] = None,
-        timeout: Optional[float] = None,
-    ) -> List[SummaryDone]:
-        """Handles mem.threshold events (and the sessions queued to look at
-        again) until `max_events` events were handled, `timeout` seconds
-        passed, or stop() was called."""
-        if self.configure:
-            ensure_notifications(self.redis)
+    # -- finding sessions ------------------------------------------------------
+
+    def sweep(self) -> List[str]:
+        """The sessions over their threshold, found by SCAN TYPE on every
+        master (read-only: MEM.SUMMARIZE_CHECK)."""
+        due = []
+        for node in self.nodes():
+            for key in node.scan_iter(count=1000, _type=SESSION_TYPE):
+                key = _text(key)
+                try:
+                    if self.mem.summarize_check(key, keep=self.keep).summarize:
+                        due.append(key)
+                except redis.ResponseError:
+                    continue  # gone or changed type meanwhile
+        self.stats["sweeps"] += 1
+        self.stats["swept_due"] += len(due)
+        return due
+
+    def _listen(self, node: "redis.Redis", subscribed: threading.Event) -> None:
+        """One master's events onto the queue, resubscribing (with backoff)
+        after a connection loss; a reconnect triggers a sweep."""
+        delay = self.backoff
+        first = True
+        while not self._stop.is_set():
+            pubsub = node.pubsub()
+            try:
+                if self.configure:
+                    ensure_notifications(node)
+                pubsub.subscribe(self.channel)
+                while not self._stop.is_set():
+                    msg = pubsub.get_message(timeout=0.5)
+                    if not msg:
+                        continue
+                    kind = _text(msg.get("type"))
+                    if kind == "subscribe":
+                        subscribed.set()
+                        delay = self.backoff
+                        if not first:
+                            self._events.put("")  # "" = sweep now: events may have been missed
+                        first = False
+                    elif kind == "message":
+                        self._events.put(_text(msg["data"]))
+            except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
+                self.stats["reconnects"] += 1
+                log.warning("lost %s (%s); reconnecting in %.1f s", node, err, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:
+                    pass
+
+    def run(self, max_events: Optional[int] = None, timeout: Optional[float] = None,
+            collect: bool = True) -> List[SummaryDone]:
+        """Handles mem.threshold events, sweeps and the sessions queued to look
+        at again until `max_events` events were handled, `timeout` seconds
+        passed, or stop() was called (SIGTERM in the console script).
+        Returns the summaries made (none kept with ``collect=False``, as a
+        long-running service wants: each is logged)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         done: List[SummaryDone] = []
         handled = 0
-        pubsub = self.redis.pubsub()
+        listeners = []
+        for node in self.nodes():
+            ev = threading.Event()
+            t = threading.Thread(target=self._listen, args=(node, ev), daemon=True, name="summarizer-listen")
+            t.start()
+            listeners.append((t, ev))
 
         def handle(key: str) -> None:
             try:
@@ -373,40 +362,47 @@ class SummarizerWorker:
             except Exception:  # keep serving other sessions
                 log.exception("summarizing %s failed", key)
                 return
-            if res is not None:
+            if res is not None and collect:
                 done.append(res)
 
         try:
-            pubsub.subscribe(self.channel)
-            # Wait for the subscribe confirmation so no event is missed after
-            # `ready` is set.
-            while not self.ready.is_set():
-                msg = pubsub.get_message(timeout=1.0)
-                if msg and _text(msg.get("type")) == "subscribe":
-                    self.ready.set()
-                elif deadline is not None and time.monotonic() > deadline:
+            while not all(ev.is_set() for _, ev in listeners):
+                if self._stop.wait(0.05) or (deadline is not None and time.monotonic() > deadline):
                     return done
+            self.ready.set()
+            # The first sweep at once: events sent while no service ran are lost.
+            next_sweep = time.monotonic() if self.sweep_interval > 0 else None
             while not self._stop.is_set():
                 if max_events is not None and handled >= max_events and not self._later:
                     break
                 for key in self._due():
                     handle(key)
-                wait = 1.0
-                due_in = self._next_due_in()
-                if due_in is not None:
-                    wait = min(wait, due_in)
+                if next_sweep is not None and time.monotonic() >= next_sweep:
+                    for key in self.sweep():
+                        handle(key)
+                    next_sweep = time.monotonic() + self.sweep_interval
+                wait = 0.5
+                if self._later:
+                    wait = min(wait, max(0.0, self._later[0][0] - time.monotonic()))
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     wait = min(wait, left)
-                msg = pubsub.get_message(timeout=wait)
-                if not msg or _text(msg.get("type")) != "message":
+                try:
+                    key = self._events.get(timeout=wait)
+                except queue.Empty:
+                    continue
+                if key == "":
+                    next_sweep = time.monotonic()
                     continue
                 handled += 1
-                handle(_text(msg["data"]))
+                handle(key)
         finally:
-            pubsub.close()
+            self._stop.set()
+            for t, _ in listeners:
+                t.join(5)
+            self._stop.clear()
         return done
 
 
@@ -416,40 +412,73 @@ def run_once(key: str, client: Optional["redis.Redis"] = None, **kwargs) -> Opti
     return SummarizerWorker(client, **kwargs).run_once(key)
 
 
-def run(
-    client: Optional["redis.Redis"] = None,
-    max_events: Optional[int] = None,
-    timeout: Optional[float] = None,
-    **kwargs,
-) -> List[SummaryDone]:
+def run(client: Optional["redis.Redis"] = None, max_events: Optional[int] = None,
+        timeout: Optional[float] = None, **kwargs) -> List[SummaryDone]:
     """Module-level shortcut: the event loop (bounded by max_events/timeout)."""
     client = client or redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     return SummarizerWorker(client, **kwargs).run(max_events=max_events, timeout=timeout)
 
 
+def _summarizer_from_args(a: argparse.Namespace) -> SummarizeFn:
+    if a.langchain_model:
+        from langchain.chat_models import init_chat_model  # the langchain extra
+
+        return langchain_summarizer(init_chat_model(a.langchain_model))
+    if a.openai_base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"):
+        return openai_summarizer(
+            a.openai_base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
+            os.environ.get("OPENAI_API_KEY"),
+            model=a.openai_model or os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
+            timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
+        )
+    log.warning("no LLM configured (OPENAI_BASE_URL / OPENAI_API_KEY / --langchain-model): "
+                "offline extractive summaries")
+    return extractive_summarize
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="redis-mem-summarizer", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
+    p.add_argument("--cluster", action="store_true", help="the URL is a cluster node: serve every master")
     p.add_argument("--keep", type=int, default=None, help="messages left out of the summary")
     p.add_argument("--lease-ms", type=int, default=DEFAULT_LEASE_MS,
                    help="how long a session is this worker's once it starts on it")
+    p.add_argument("--sweep-interval", type=float, default=60.0, help="seconds between SCAN sweeps (0: none)")
+    p.add_argument("--llm-retries", type=int, default=2)
+    p.add_argument("--openai-base-url", default=None)
+    p.add_argument("--openai-model", default=None)
+    p.add_argument("--langchain-model", default=None, help="e.g. openai:gpt-4o-mini (init_chat_model)")
     p.add_argument("--max-events", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None, help="seconds to run")
     p.add_argument("--once", metavar="KEY", help="summarize one session and exit")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="warnings only (no line per summary)")
+    p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)  # the default now
     a = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(message)s")
-    worker = SummarizerWorker(redis.Redis.from_url(a.url), keep=a.keep, lease_ms=a.lease_ms)
+    logging.basicConfig(level=logging.WARNING if a.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    if a.cluster:
+        from redis.cluster import RedisCluster
+
+        client: Any = RedisCluster.from_url(a.url)
+    else:
+        client = redis.Redis.from_url(a.url)
+    worker = SummarizerWorker(client, summarize_fn=_summarizer_from_args(a), keep=a.keep,
+                              lease_ms=a.lease_ms, llm_retries=a.llm_retries, sweep_interval=a.sweep_interval)
     if a.once:
         res = worker.run_once(a.once)
-        print(json.dumps(res.__dict__ if res else None))
+        print(json.dumps(asdict(res) if res else None))
         return 0
-    try:
-        for res in worker.run(max_events=a.max_events, timeout=a.timeout):
-            print(json.dumps(res.__dict__))
-    except KeyboardInterrupt:
-        pass
+
+    def on_signal(signum, _frame):
+        log.warning("signal %d: stopping after the summary in progress", signum)
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    bounded = a.max_events is not None or a.timeout is not None
+    for res in worker.run(max_events=a.max_events, timeout=a.timeout, collect=bounded):
+        print(json.dumps(asdict(res)), flush=True)
+    log.warning("stopped: %s", json.dumps(worker.stats))
     return 0
 
 
