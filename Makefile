@@ -25,10 +25,10 @@ run: build
 	redis-server redis.conf.example
 
 # Unit tests (pure Rust), integration tests (real redis-server processes),
-# then the Python client / LangChain / worker / migration tests (pytest, venv in target/).
+# then the redis-mem Python package (installed into the venv target/venv) and its tests.
 test: build
 	cargo test --release
-	examples/python/run_tests.sh
+	python/run_tests.sh
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),

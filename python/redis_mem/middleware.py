@@ -49,7 +49,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import redis
 import redis.asyncio
-from langchain.agents.middleware import AgentMiddleware, AgentState
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("redis_mem.middleware needs LangChain 1.x: pip install 'redis-mem[langchain]'") from e
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.config import get_config
