@@ -45,6 +45,7 @@ import asyncio
 import logging
 import time
 import warnings
+from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import redis
@@ -109,14 +110,27 @@ def _approx_tokens(m: BaseMessage) -> int:
 class _LocalMemory:
     """Process-local memory while Redis is unreachable: per session, the last
     context loaded from Redis plus what came since, and the messages Redis
-    has not got yet (written first when it answers again)."""
+    has not got yet (written first when it answers again). At most
+    ``max_sessions`` sessions are kept (least recently used go first), so a
+    long-running process serving many threads stays bounded."""
 
-    def __init__(self) -> None:
-        self.context: Dict[str, List[BaseMessage]] = {}
+    def __init__(self, max_sessions: int = 1000) -> None:
+        self.max_sessions = max_sessions
+        self.context: "OrderedDict[str, List[BaseMessage]]" = OrderedDict()
         self.pending: Dict[str, List[BaseMessage]] = {}
 
+    def keep(self, key: str, context: List[BaseMessage]) -> None:
+        self.context[key] = list(context)
+        self.context.move_to_end(key)
+        while len(self.context) > self.max_sessions:
+            old, _ = self.context.popitem(last=False)
+            if self.pending.get(old):
+                log.error("redis-mem: local memory full: %d messages of %s never reached Redis",
+                          len(self.pending[old]), old)
+            self.pending.pop(old, None)
+
     def add(self, key: str, msgs: Sequence[BaseMessage]) -> None:
-        ctx = self.context.setdefault(key, [])
+        ctx = self.context.get(key, [])
         known = {m.id for m in ctx}
         pend = self.pending.setdefault(key, [])
         for m in msgs:
@@ -124,6 +138,7 @@ class _LocalMemory:
                 ctx.append(m)
                 pend.append(m)
                 known.add(m.id)
+        self.keep(key, ctx)
 
     def load(self, key: str, budget: int) -> List[BaseMessage]:
         ctx = self.context.get(key, [])
@@ -151,6 +166,9 @@ class RedisMemMiddleware(AgentMiddleware):
     the session's own / the module's defaults). ``summary_model``: a
     LangChain chat model that summarizes inline (else the summarizer
     service does); ``keep``, ``lease_ms``: for that summary.
+    ``on_unavailable``: ``"local"`` or ``"fail"`` when Redis cannot be
+    reached; ``retry_interval``: seconds before Redis is tried again;
+    ``local_sessions``: sessions the local memory keeps at most.
     """
 
     state_schema = RedisMemState
@@ -176,6 +194,7 @@ class RedisMemMiddleware(AgentMiddleware):
         lease_ms: int = 120_000,
         on_unavailable: str = "local",
         retry_interval: float = 5.0,
+        local_sessions: int = 1000,
     ):
         super().__init__()
         if memory not in ("summarize", "none"):
@@ -203,7 +222,7 @@ class RedisMemMiddleware(AgentMiddleware):
         #: so a step does not wait for a dead server every time.
         self.retry_interval = float(retry_interval)
         self._skip_until = 0.0
-        self.local = _LocalMemory()
+        self.local = _LocalMemory(local_sessions)
         #: Sessions served from local memory right now (Redis was down).
         self.degraded: set = set()
         #: Appends made (replies), summaries committed: for tests and metrics.
@@ -343,7 +362,7 @@ class RedisMemMiddleware(AgentMiddleware):
             self._down(key, err)
             return self.local.load(key, self.budget)
         context = self._context(key, entries)
-        self.local.context[key] = list(context)
+        self.local.keep(key, context)
         return context
 
     def _summarize(self, key: str) -> None:
@@ -421,7 +440,7 @@ class RedisMemMiddleware(AgentMiddleware):
             self._down(key, err)
             return self.local.load(key, self.budget)
         context = self._context(key, entries)
-        self.local.context[key] = list(context)
+        self.local.keep(key, context)
         return context
 
     async def _asummarize(self, key: str) -> None:

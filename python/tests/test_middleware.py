@@ -237,6 +237,19 @@ def test_while_redis_is_down_it_is_tried_again_only_every_retry_interval(own_ser
     assert r.exists("mem:{alice}") == 0
 
 
+def test_local_memory_is_bounded(own_server):
+    srv = own_server()
+    r = srv.client(socket_timeout=2, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    mw = RedisMemMiddleware(r, retry_interval=3600, local_sessions=2)
+    agent, _ = agent_with(mw)
+    srv.stop()
+    with pytest.warns(RuntimeWarning):
+        for thread in ("t1", "t2", "t3"):
+            agent.invoke({"messages": [HumanMessage("hi")]}, cfg(thread))
+    assert list(mw.local.context) == ["mem:{t2}", "mem:{t3}"]
+    assert set(mw.local.pending) == {"mem:{t2}", "mem:{t3}"}
+
+
 def test_redis_down_fails_when_so_configured(own_server):
     srv = own_server()
     r = srv.client(socket_timeout=2, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
