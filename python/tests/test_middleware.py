@@ -282,6 +282,25 @@ def test_async_hooks_with_redis_asyncio(clean):
     assert [e.role for e in stored(clean.client())] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
 
 
+def test_async_inline_summary_under_a_lease(clean):
+    async def main():
+        ar = redis.asyncio.Redis(port=clean.port)
+        try:
+            summarizer = ScriptedModel(respond=lambda m: AIMessage("ASYNC SUMMARY"), prompts=[])
+            mw = RedisMemMiddleware(async_client=ar, maxmsgs=10, keep=2, summary_model=summarizer)
+            agent, _ = agent_with(mw)
+            for i in range(6):
+                await agent.ainvoke({"messages": [HumanMessage(f"question {i}")]}, cfg())
+            return mw
+        finally:
+            await ar.aclose()
+
+    mw = asyncio.run(main())
+    entries = stored(clean.client())
+    assert entries[0].is_summary and entries[0].content == "ASYNC SUMMARY"
+    assert mw.stats["summaries"] >= 1
+
+
 def test_async_hooks_with_a_sync_client_run_in_a_thread(r):
     agent, model = agent_with(RedisMemMiddleware(r))
     asyncio.run(agent.ainvoke({"messages": [HumanMessage("add 1 1")]}, cfg()))
