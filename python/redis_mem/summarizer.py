@@ -114,7 +114,8 @@ class SummarizerWorker:
     3/4 of the lease): a summarize call taking longer is abandoned.
     ``llm_retries``: further attempts after a failed call, ``backoff`` seconds
     apart, doubling, while the lease leaves time. ``sweep_interval``: seconds
-    between SCAN sweeps in :meth:`run` (0: none)."""
+    between SCAN sweeps in :meth:`run`, the first at its start (0, the
+    default here: none; the console script sweeps every 60 s)."""
 
     def __init__(
         self,
@@ -128,7 +129,7 @@ class SummarizerWorker:
         retry_jitter: float = 0.05,
         llm_retries: int = 2,
         backoff: float = 1.0,
-        sweep_interval: float = 60.0,
+        sweep_interval: float = 0.0,
     ):
         self.redis = client
         self.mem = RedisMemClient(client)
