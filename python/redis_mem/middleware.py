@@ -197,6 +197,7 @@ class RedisMemMiddleware(AgentMiddleware):
         local_sessions: int = 1000,
     ):
         super().__init__()
+        memory = {"summarize_at_limit": "summarize", "summarize at limit": "summarize"}.get(memory, memory)
         if memory not in ("summarize", "none"):
             raise ValueError('memory must be "summarize" (summarize at the limit) or "none"')
         if on_unavailable not in ("local", "fail"):
