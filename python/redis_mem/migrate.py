@@ -176,6 +176,7 @@ def check_document(text: str) -> Dict[str, Any]:
 
 
 def _reply_map(reply: Any) -> Dict[str, Any]:
+    items: Any
     if isinstance(reply, dict):
         items = reply.items()
     else:

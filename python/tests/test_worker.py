@@ -219,24 +219,28 @@ def test_a_timed_out_llm_call_is_taken_over_by_another_worker(clean):
     mem = RedisMemClient(r)
     for i in range(1, 7):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
-    late = threading.Event()
+    late, release = threading.Event(), threading.Event()
 
     def hung(previous, messages):
-        time.sleep(1.5)
+        release.wait(10)  # answers only after the test is done with the lease
         late.set()
         return "too late"
 
-    stuck = sw.SummarizerWorker(clean.client(), summarize_fn=hung, keep=2, lease_ms=500, llm_timeout=0.2)
+    # A 2 s lease: long enough that the helper's first look surely falls inside it.
+    stuck = sw.SummarizerWorker(clean.client(), summarize_fn=hung, keep=2, lease_ms=2000, llm_timeout=0.2)
     assert stuck.run_once(KEY) is None
     assert stuck.stats["llm_failures"] == 1
-    helper = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: "taken over", keep=2, lease_ms=500)
+    helper = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: "taken over", keep=2, lease_ms=2000)
     assert helper.run_once(KEY) is None  # the stuck worker's lease is still live
     assert helper.stats["busy"] == 1
     # Every message is still there meanwhile.
     assert [m.id for m in mem.get(KEY)] == [1, 2, 3, 4, 5, 6]
-    time.sleep(0.6)
-    res = helper.run_once(KEY)
+    res, end = None, time.monotonic() + 10
+    while res is None and time.monotonic() < end:  # until the stuck lease expires
+        time.sleep(0.1)
+        res = helper.run_once(KEY)
     assert res is not None and res.upto == 4
+    release.set()
     late.wait(5)
     entries = mem.get(KEY)
     assert (entries[0].id, entries[0].content) == (4, "taken over")
