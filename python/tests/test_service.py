@@ -189,3 +189,24 @@ def test_the_service_listens_on_every_master_of_a_cluster(cluster):
         assert worker.stats["sweeps"] == 0  # events alone did it
     finally:
         rc.close()
+
+
+def test_the_service_resubscribes_after_redis_restarts(own_server):
+    srv = own_server()
+    r = srv.client(socket_connect_timeout=1)
+    worker = sw.SummarizerWorker(srv.client(socket_connect_timeout=1, socket_timeout=5),
+                                 summarize_fn=sw.extractive_summarize, keep=2, backoff=0.1, sweep_interval=0)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        wait_for("subscribed", worker.ready.is_set)
+        srv.stop()
+        wait_for("the loss noticed", lambda: worker.stats["reconnects"] >= 1)
+        srv.start_again()  # an empty server: notifications off again
+        wait_for("subscribed again", lambda: r.pubsub_numsub("__keyevent@0__:mem.threshold")[0][1] == 1)
+        fill(RedisMemClient(r), "mem:{back}")
+        wait_for("summarized after the restart", lambda: worker.stats["committed"] == 1)
+    finally:
+        worker.stop()
+        t.join(10)
+    assert RedisMemClient(r).get("mem:{back}")[0].is_summary
