@@ -24,13 +24,18 @@ build: deps
 run: build
 	redis-server redis.conf.example
 
-# Unit tests (pure Rust), integration tests (real redis-server processes),
-# then the Python client / LangChain / worker / migration tests (pytest, venv in target/),
-# then token counts against the vendors' own tokenizers (tests/oracle, PyPI, venv in target/).
+# Unit tests (pure Rust), integration tests (real redis-server processes, Debian's
+# Redis 7.0.15), then the redis-mem Python package (installed into the venv
+# target/venv) and its tests, then token counts against the vendors' own tokenizers
+# (tests/oracle, PyPI, venv in target/), then the integration tests again on the other
+# servers users run (test-compat: Valkey 8.0.1, Redis 8.0.2, Valkey 8.1.1; built or
+# fetched once into target/compat/). TEST_COMPAT= (empty) skips that last step.
+TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
 test: build
 	cargo test --release
-	examples/python/run_tests.sh
+	python/run_tests.sh
 	tests/oracle/run.sh
+	@if [ -n "$(TEST_COMPAT)" ]; then COMPAT_SERVERS="$(TEST_COMPAT)" tests/compat/run.sh; fi
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),

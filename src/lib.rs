@@ -25,7 +25,8 @@ pub mod stats;
 pub mod tokenizer;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{redis_module, Context, RedisString, Status};
+// AclCategory: named by the redis_module! expansion of `acl_categories`.
+use redis_module::{redis_module, AclCategory, Context, RedisString, Status};
 
 use crate::data_type::SESSION_TYPE;
 
@@ -168,24 +169,28 @@ redis_module! {
     version: 1,
     allocator: (Allocator, ALLOCATOR),
     data_types: [SESSION_TYPE],
+    // ACL category `mem` (`ACL SETUSER app +@mem`) where the server has
+    // RedisModule_AddACLCategory (Redis 7.4+, Valkey 8); elsewhere the crate
+    // logs a warning and the module loads without it.
+    acl_categories: ["mem",],
     init: init,
     commands: [
-        ["mem.append", mem_append, "write deny-oom", 1, 1, 1, ""],
-        ["mem.appendbatch", mem_append_batch, "write deny-oom", 1, 1, 1, ""],
-        ["mem.get", mem_get, "readonly", 1, 1, 1, ""],
-        ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, ""],
-        ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, ""],
-        ["mem.summarize_begin", mem_summarize_begin, "write deny-oom", 1, 1, 1, ""],
-        ["mem.extset", mem_extset, "write deny-oom", 1, 1, 1, ""],
-        ["mem.extget", mem_extget, "readonly", 1, 1, 1, ""],
-        ["mem.import", mem_import, "write deny-oom", 1, 1, 1, ""],
-        ["mem.info", mem_info, "readonly", 1, 1, 1, ""],
-        ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, ""],
-        ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, ""],
-        ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, ""],
+        ["mem.append", mem_append, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.appendbatch", mem_append_batch, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.get", mem_get, "readonly", 1, 1, 1, "", "mem"],
+        ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, "", "mem"],
+        ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.summarize_begin", mem_summarize_begin, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.extset", mem_extset, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.extget", mem_extget, "readonly", 1, 1, 1, "", "mem"],
+        ["mem.import", mem_import, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.info", mem_info, "readonly", 1, 1, 1, "", "mem"],
+        ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, "", "mem"],
+        ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, "", "mem"],
+        ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, "", "mem"],
         // Keyless: any node of a cluster answers them.
-        ["mem.count", mem_count, "readonly", 0, 0, 0, ""],
-        ["mem.models", mem_models, "readonly fast", 0, 0, 0, ""],
+        ["mem.count", mem_count, "readonly", 0, 0, 0, "", "mem"],
+        ["mem.models", mem_models, "readonly fast", 0, 0, 0, "", "mem"],
         ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
         ["mem._put", mem_put, "write", 1, 1, 1, ""],
     ],

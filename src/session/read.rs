@@ -88,7 +88,15 @@ impl Session {
             (0, 0)
         } else {
             let upto = self.messages.head(first_kept - 1).map_or(0, |h| h.id);
-            (upto, self.messages.tokens_in(0..first_kept))
+            // From the running total, so the cost is the kept part's (a few
+            // messages), not the session's.
+            let kept = self.messages.tokens_in(first_kept..self.messages.len());
+            let messages_total = self.total_tokens.saturating_sub(self.summary_tokens());
+            let covered = match messages_total.checked_sub(kept) {
+                Some(covered) => covered,
+                None => self.messages.tokens_in(0..first_kept),
+            };
+            (upto, covered)
         };
         SummarizeCheck {
             summarize: self.meets(thresholds),

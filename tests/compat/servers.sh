@@ -22,7 +22,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT="$ROOT/target/compat"
+# REDIS_MEM_COMPAT_DIR: where the servers are cached (default target/compat,
+# inside the clone: a clean clone builds them once).
+OUT="${REDIS_MEM_COMPAT_DIR:-$ROOT/target/compat}"
 APTDIR="$OUT/apt"
 DL="$OUT/downloads"
 JOBS="${COMPAT_JOBS:-2}"

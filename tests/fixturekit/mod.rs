@@ -187,7 +187,7 @@ pub fn writes_v2() -> Vec<Vec<String>> {
 /// (a new lease's expiry).
 pub fn answer_json(r: redis::RedisResult<Value>, to_json: impl Fn(&Value) -> Json) -> Json {
     match r {
-        Err(e) => json!({ "error": e.to_string() }),
+        Err(e) => json!({ "error": without_lease_time(&e.to_string()) }),
         Ok(v) => match to_json(&v) {
             Json::Array(a) if a.len() % 2 == 0 && a.chunks(2).any(|kv| kv[0] == "lease_expires") => {
                 Json::Array(a.chunks(2).filter(|kv| kv[0] != "lease_expires").flatten().cloned().collect())
@@ -195,6 +195,15 @@ pub fn answer_json(r: redis::RedisResult<Value>, to_json: impl Fn(&Value) -> Jso
             other => other,
         },
     }
+}
+
+/// A LEASED error names the lease's time left in ms, which depends on when
+/// the answer was taken: written as `N`.
+pub fn without_lease_time(error: &str) -> String {
+    let Some(at) = error.find(" lease for ") else { return error.to_owned() };
+    let from = at + " lease for ".len();
+    let digits = error[from..].bytes().take_while(u8::is_ascii_digit).count();
+    format!("{}N{}", &error[..from], &error[from + digits..])
 }
 
 // ---- format checks ----------------------------------------------------

@@ -1,4 +1,4 @@
-"""summarizer_worker.py against the real module: keyspace notifications,
+"""redis-mem-summarizer (redis_mem.summarizer) against the real module: keyspace notifications,
 MEM.SUMMARIZE_BEGIN leases / MEM.SUMMARIZE, concurrent appends during a slow
 summary, several workers on one event (one LLM call), an LLM call that
 fails or times out (nothing lost, another worker takes over), the
@@ -18,11 +18,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 import redis
 
-import summarizer_worker as sw
+import redis_mem.summarizer as sw
 from redis_mem import RedisMemClient
 
 KEY = "mem:{worker}"
-PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "redis-mem-summarizer")
 
 
 @pytest.fixture(autouse=True)
@@ -219,24 +219,28 @@ def test_a_timed_out_llm_call_is_taken_over_by_another_worker(clean):
     mem = RedisMemClient(r)
     for i in range(1, 7):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
-    late = threading.Event()
+    late, release = threading.Event(), threading.Event()
 
     def hung(previous, messages):
-        time.sleep(1.5)
+        release.wait(10)  # answers only after the test is done with the lease
         late.set()
         return "too late"
 
-    stuck = sw.SummarizerWorker(clean.client(), summarize_fn=hung, keep=2, lease_ms=500, llm_timeout=0.2)
+    # A 2 s lease: long enough that the helper's first look surely falls inside it.
+    stuck = sw.SummarizerWorker(clean.client(), summarize_fn=hung, keep=2, lease_ms=2000, llm_timeout=0.2)
     assert stuck.run_once(KEY) is None
     assert stuck.stats["llm_failures"] == 1
-    helper = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: "taken over", keep=2, lease_ms=500)
+    helper = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: "taken over", keep=2, lease_ms=2000)
     assert helper.run_once(KEY) is None  # the stuck worker's lease is still live
     assert helper.stats["busy"] == 1
     # Every message is still there meanwhile.
     assert [m.id for m in mem.get(KEY)] == [1, 2, 3, 4, 5, 6]
-    time.sleep(0.6)
-    res = helper.run_once(KEY)
+    res, end = None, time.monotonic() + 10
+    while res is None and time.monotonic() < end:  # until the stuck lease expires
+        time.sleep(0.1)
+        res = helper.run_once(KEY)
     assert res is not None and res.upto == 4
+    release.set()
     late.wait(5)
     entries = mem.get(KEY)
     assert (entries[0].id, entries[0].content) == (4, "taken over")
@@ -322,7 +326,7 @@ def test_cli_once(clean):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     out = subprocess.run(
-        [sys.executable, os.path.join(PY_ROOT, "summarizer_worker.py"), "--url", clean.url,
+        [SCRIPT, "--url", clean.url,
          "--once", KEY, "--keep", "3"],
         capture_output=True, text=True, timeout=60, env=env,
     )

@@ -1,4 +1,4 @@
-"""migrate_user_memory.py against the real module."""
+"""redis-mem-migrate (redis_mem.migrate) against the real module: user_memory_* JSON keys."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-import migrate_user_memory as mig
+import redis_mem.migrate as mig
 from redis_mem import RedisMemClient
 
-PY_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The console script pip installed beside the interpreter.
+SCRIPT = os.path.join(os.path.dirname(sys.executable), "redis-mem-migrate")
 
 ALICE = {
     "conversation_history": [
@@ -139,11 +140,10 @@ def test_custom_pattern_and_template(clean):
 def test_cli_dry_run_then_real_run(clean):
     r = clean.client()
     seed(r)
-    script = os.path.join(PY_ROOT, "migrate_user_memory.py")
     host, port = "127.0.0.1", str(clean.port)
     before = snapshot(r)
     dry = subprocess.run(
-        [sys.executable, script, "--host", host, "--port", port, "--dry-run", "--json"],
+        [SCRIPT, "--host", host, "--port", port, "--dry-run", "--json"],
         capture_output=True, text=True, timeout=60)
     assert dry.returncode == 1, dry.stderr  # failures in the report
     rep = json.loads(dry.stdout)
@@ -151,7 +151,7 @@ def test_cli_dry_run_then_real_run(clean):
     assert snapshot(r) == before
 
     real = subprocess.run(
-        [sys.executable, script, "--url", clean.url, "--delete-source"],
+        [SCRIPT, "--url", clean.url, "--delete-source"],
         capture_output=True, text=True, timeout=60)
     assert real.returncode == 1
     assert "moved 2, skipped 0, failed 4" in real.stdout
@@ -161,11 +161,11 @@ def test_cli_dry_run_then_real_run(clean):
     assert r.exists("user_memory_badjson")
 
     ok = subprocess.run(
-        [sys.executable, script, "--url", clean.url, "--pattern", "user_memory_alice*"],
+        [SCRIPT, "--url", clean.url, "--pattern", "user_memory_alice*"],
         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and "moved 0, skipped 0, failed 0" in ok.stdout
 
-    bad = subprocess.run([sys.executable, script, "--target-template", "fixed"],
+    bad = subprocess.run([SCRIPT, "--target-template", "fixed"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--target-template" in bad.stderr
 

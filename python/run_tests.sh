@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Runs the Python tests of redis-mem (client, LangChain history, summarizer
-# worker, migration script) against a real redis-server with the module.
+# Runs the tests of the redis-mem Python package (python/tests: clients,
+# agent middleware, LangGraph nodes, summarizer service, migration, examples)
+# against real redis-server processes with the module, which the tests start
+# and stop themselves on free loopback ports.
 #
-#   examples/python/run_tests.sh [pytest args...]
+#   python/run_tests.sh [pytest args...]
 #
 # Creates the venv target/venv (python3 -m venv; installs python3-venv with
-# apt-get when that fails and we are root), installs requirements.txt when it
-# changed, then runs pytest -q on examples/python/tests.
+# apt-get when that fails and we are root), installs the package from python/
+# into it with its test extra (`pip install ./python[test]`, as a user would:
+# not editable) whenever its sources changed, then runs pytest -q.
 # Env: PYTHON (default python3), REDIS_MEM_VENV (default <repo>/target/venv),
 # REDIS_MEM_MODULE (default <repo>/target/release/libredis_mem.so),
-# REDIS_SERVER (default: redis-server on PATH).
+# REDIS_SERVER / REDIS_CLI (default: redis-server / redis-cli on PATH).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
 VENV="${REDIS_MEM_VENV:-$REPO/target/venv}"
 PY="${PYTHON:-python3}"
 export DEBIAN_FRONTEND=noninteractive
@@ -23,7 +26,7 @@ apt_install() {
     if is_root && command -v apt-get >/dev/null 2>&1; then
         echo "run_tests.sh: apt-get install $*" >&2
         apt-get update -qq >/dev/null
-        apt-get install -y -qq "$@" >/dev/null
+        RUNLEVEL=1 apt-get install -y -qq "$@" >/dev/null
     else
         echo "run_tests.sh: please install: $*" >&2
         return 1
@@ -45,11 +48,16 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/nul
     fi
 fi
 
-# Install the requirements when they changed since the last install.
-STAMP="$VENV/.redis-mem-requirements"
-WANT="$(cat "$HERE/requirements.txt")"
+# Install the package (and its test extra) when its sources changed since
+# the last install.
+STAMP="$VENV/.redis-mem-package"
+WANT="$(cd "$HERE" && find pyproject.toml README.md redis_mem -type f -not -path '*/__pycache__/*' -print0 \
+        | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$HERE/requirements.txt"
+    echo "run_tests.sh: pip install $HERE[test] into $VENV" >&2
+    rm -rf "$HERE/build" "$HERE"/*.egg-info
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$HERE[test]"
+    rm -rf "$HERE/build" "$HERE"/*.egg-info
     printf '%s' "$WANT" > "$STAMP"
 fi
 
@@ -64,6 +72,8 @@ if [ ! -f "$MODULE" ] && [ -z "${REDIS_MEM_MODULE:-}" ]; then
 fi
 export REDIS_MEM_MODULE="$MODULE"
 
-cd "$HERE"
+# From tests/ so that `import redis_mem` is the installed package, not the
+# source tree beside it.
+cd "$HERE/tests"
 export PYTHONDONTWRITEBYTECODE=1
-exec "$VENV/bin/python" -m pytest -q tests "$@"
+exec "$VENV/bin/python" -m pytest -q -c "$HERE/pyproject.toml" --rootdir "$HERE" "$@"

@@ -15,9 +15,8 @@ import pytest
 import redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY_ROOT = os.path.dirname(HERE)  # examples/python
-REPO_ROOT = os.path.normpath(os.path.join(PY_ROOT, "..", ".."))
-sys.path.insert(0, PY_ROOT)
+PY_ROOT = os.path.dirname(HERE)  # python/ (the distribution; installed, not put on sys.path)
+REPO_ROOT = os.path.normpath(os.path.join(PY_ROOT, ".."))
 
 DEFAULT_MODULE = os.path.join(REPO_ROOT, "target", "release", "libredis_mem.so")
 
@@ -33,11 +32,27 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, port: int, proc: subprocess.Popen, logfile: str):
+    def __init__(self, port: int, proc: subprocess.Popen, logfile: str, argv=None):
         self.port = port
         self.proc = proc
         self.logfile = logfile
+        self.argv = argv
         self.url = f"redis://127.0.0.1:{port}/0"
+
+    def stop(self) -> None:
+        """SIGTERM and wait (the server saves nothing: --save '')."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def start_again(self) -> None:
+        """Starts the server again on the same port (after stop())."""
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_ready(self.port, self.proc)
 
     def client(self, protocol: int = 2, decode_responses: bool = True, **kw) -> redis.Redis:
         return redis.Redis(
@@ -45,12 +60,35 @@ class Server:
             port=self.port,
             protocol=protocol,
             decode_responses=decode_responses,
-            socket_timeout=30,
-            **kw,
+            **{"socket_timeout": 30, **kw},
         )
 
 
-def _start(module: str, workdir: str) -> Server:
+def _wait_ready(port: int, proc: subprocess.Popen) -> bool:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping():
+                return True
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    return False
+
+
+def module_path() -> str:
+    module = os.path.abspath(os.environ.get("REDIS_MEM_MODULE", DEFAULT_MODULE))
+    if not os.path.isfile(module):
+        pytest.fail(f"module not found at {module}: build it (cargo build --release) "
+                    "or set REDIS_MEM_MODULE")
+    return module
+
+
+def start_server(workdir: str, extra=()) -> Server:
+    """A redis-server with the module on a free loopback port."""
+    return _start(module_path(), workdir, list(extra))
+
+
+def _start(module: str, workdir: str, extra=()) -> Server:
     binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
     if not binary:
         pytest.fail("redis-server not found (install redis-server or set REDIS_SERVER)")
@@ -58,8 +96,7 @@ def _start(module: str, workdir: str) -> Server:
     for _attempt in range(5):
         port = _free_port()
         logfile = os.path.join(workdir, f"redis-{port}.log")
-        proc = subprocess.Popen(
-            [
+        argv = [
                 binary,
                 "--port", str(port),
                 "--bind", "127.0.0.1",
@@ -71,17 +108,11 @@ def _start(module: str, workdir: str) -> Server:
                 "--daemonize", "no",
                 # DEBUG SLEEP: a server stall, to time a client out.
                 "--enable-debug-command", "yes",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if redis.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping():
-                    return Server(port, proc, logfile)
-            except redis.ConnectionError:
-                time.sleep(0.05)
+                *extra,
+        ]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if _wait_ready(port, proc):
+            return Server(port, proc, logfile, argv)
         proc.kill()
         proc.wait(timeout=10)
         try:
@@ -94,22 +125,29 @@ def _start(module: str, workdir: str) -> Server:
 
 @pytest.fixture(scope="session")
 def server():
-    module = os.path.abspath(os.environ.get("REDIS_MEM_MODULE", DEFAULT_MODULE))
-    if not os.path.isfile(module):
-        pytest.fail(f"module not found at {module}: build it (cargo build --release) "
-                    "or set REDIS_MEM_MODULE")
+    module = module_path()
     workdir = tempfile.mkdtemp(prefix="redis-mem-pytest-")
     srv = _start(module, workdir)
     try:
         yield srv
     finally:
-        srv.proc.terminate()
-        try:
-            srv.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.proc.kill()
-            srv.proc.wait(timeout=10)
+        srv.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """A server of this test's own (to stop and start again), removed after."""
+    servers = []
+
+    def make(*extra):
+        srv = start_server(str(tmp_path), extra)
+        servers.append(srv)
+        return srv
+
+    yield make
+    for srv in servers:
+        srv.stop()
 
 
 @pytest.fixture

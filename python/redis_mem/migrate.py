@@ -1,6 +1,27 @@
-#!/usr/bin/env python3
-"""Move client-side `user_memory_*` JSON keys into redis-mem sessions.
+"""redis-mem-migrate: move the chat memory of the stores redis-mem replaces
+into redis-mem sessions.
 
+Sources (--from):
+  user-memory      client-side `user_memory_*` JSON strings (below)
+  langchain        langchain-community RedisChatMessageHistory lists,
+                   `message_store:<session>` (--pattern)
+  langchain-redis  langchain-redis per-message JSON documents,
+                   `chat:<session>:<ULID>` (--prefix)
+The LangChain sources become one session per session id, messages in order,
+each with its LangChain type and fields in META and its id as MSGID (see
+redis_mem.migrate_lc). Target names: --target-template with <session> (the
+session id; for user-memory the key after the pattern's prefix, also
+<suffix>) or <key> (the source key).
+
+Every source: --dry-run (read and check, write nothing), a progress bar on
+stderr (a terminal, or --progress), a report (text or --json), resumable
+(--state FILE journals each finished session; a rerun skips what it lists,
+and without one a session already imported is skipped as existing), and a
+source that cannot be imported is reported failed and left untouched.
+--delete-source deletes a source only after its import, and only if it did
+not change meanwhile (WATCH).
+
+user-memory in detail:
 Before redis-mem, applications kept each user's memory as a JSON string:
     user_memory_<id> = {"conversation_history": [{"role", "content",
                         "timestamp"}...], "user_profile": {...}, "context": {...}}
@@ -18,9 +39,11 @@ WATCH; a changed source is imported again). --dry-run reads and checks but
 writes nothing.
 
 Examples:
-    python migrate_user_memory.py --url redis://localhost:6379/0 --dry-run
-    python migrate_user_memory.py --host 10.0.0.5 --port 6379 --delete-source
-    python migrate_user_memory.py --target-template 'chat:<suffix>' --json
+    redis-mem-migrate --url redis://localhost:6379/0 --dry-run
+    redis-mem-migrate --host 10.0.0.5 --port 6379 --delete-source
+    redis-mem-migrate --target-template 'chat:<suffix>' --json
+    redis-mem-migrate --from langchain --state migrate.state
+    redis-mem-migrate --from langchain-redis --prefix chat: --target-template 'mem:{<session>}'
 Template placeholders: <suffix> (the key name after the pattern's literal
 prefix, e.g. "42" for user_memory_42) and <key> (the whole source name).
 Exit status: 0 when nothing failed, 1 otherwise.
@@ -33,12 +56,15 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Union
 
 import redis
 
+from . import migrate_lc as lc
+
 DEFAULT_PATTERN = "user_memory_*"
 DEFAULT_TEMPLATE = "mem:{<suffix>}"
+SOURCES = ("user-memory", "langchain", "langchain-redis")
 MAX_ATTEMPTS = 3
 
 MOVED = "moved"
@@ -124,7 +150,7 @@ def literal_prefix(pattern: str) -> str:
 def target_name(source: bytes, pattern: str, template: str) -> bytes:
     prefix = _b(literal_prefix(pattern))
     suffix = source[len(prefix):] if prefix and source.startswith(prefix) else source
-    return _b(template).replace(b"<suffix>", suffix).replace(b"<key>", source)
+    return _b(template).replace(b"<suffix>", suffix).replace(b"<session>", suffix).replace(b"<key>", source)
 
 
 def check_document(text: str) -> Dict[str, Any]:
@@ -150,6 +176,7 @@ def check_document(text: str) -> Dict[str, Any]:
 
 
 def _reply_map(reply: Any) -> Dict[str, Any]:
+    items: Any
     if isinstance(reply, dict):
         items = reply.items()
     else:
@@ -266,9 +293,122 @@ def migrate_key(
     return res
 
 
+def migrate_unit(
+    r: "redis.Redis",
+    unit: "lc.Unit",
+    read: Callable[["redis.Redis", "lc.Unit"], Any],
+    target: bytes,
+    dry_run: bool = False,
+    delete_source: bool = False,
+    replace: bool = False,
+    model: Optional[str] = None,
+    ttl: Optional[int] = None,
+) -> KeyResult:
+    """One LangChain session (a list, or a group of documents) into `target`."""
+    res = KeyResult(unit.session, _show(target), FAILED)
+    if target in unit.keys:
+        res.reason = "the target template maps the session onto one of its source keys"
+        return res
+    try:
+        doc, snapshot = read(r, unit)
+    except (ValueError, redis.ResponseError) as e:
+        res.reason = str(e)
+        return res
+    if not doc["conversation_history"]:
+        res.status, res.reason = SKIPPED, "no messages"
+        return res
+    if not replace and r.exists(target):
+        res.status, res.reason = SKIPPED, "target key exists (use --replace)"
+        return res
+    if dry_run:
+        res.status, res.messages = WOULD_MOVE, len(doc["conversation_history"])
+        return res
+    try:
+        reply = _import(r, target, json.dumps(doc, ensure_ascii=False).encode(), replace, model, ttl)
+    except redis.ResponseError as e:
+        msg = str(e)
+        if msg.startswith("BUSYKEY") or "already exists" in msg:
+            res.status, res.reason = SKIPPED, "target key exists (use --replace)"
+        else:
+            res.reason = f"MEM.IMPORT refused it: {msg}"
+        return res
+    res.status, res.messages = MOVED, int(reply.get("messages", 0))
+    if delete_source:
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(*unit.keys)
+                if lc.unchanged(pipe, snapshot):
+                    pipe.multi()
+                    pipe.delete(*unit.keys)
+                    pipe.execute()
+                    res.deleted = True
+            except redis.WatchError:
+                pass
+        if not res.deleted:
+            res.reason = "source changed during migration; source kept (run again with --replace)"
+    return res
+
+
+class Progress:
+    """A progress bar on a terminal (stderr): sessions done of all, failed."""
+
+    def __init__(self, total: int, stream: Optional[TextIO] = None, enabled: Optional[bool] = None):
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.done = self.failed = 0
+
+    def step(self, status: str) -> None:
+        self.done += 1
+        self.failed += status == FAILED
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * self.done // max(1, self.total)
+        pct = 100 * self.done // max(1, self.total)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {pct:3d}% "
+                          f"{self.done}/{self.total} sessions, {self.failed} failed")
+        if self.done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+class Journal:
+    """--state FILE: one JSON line per finished source; a rerun skips those
+    moved or skipped (failed ones are tried again)."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = path
+        self.finished: Dict[str, Dict[str, Any]] = {}
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut by an interrupted run
+                    if row.get("status") in (MOVED, SKIPPED):
+                        self.finished[row["source"]] = row
+                    else:
+                        self.finished.pop(row.get("source"), None)
+        self._f = open(path, "a", encoding="utf-8") if path else None
+
+    def done_before(self, source: str) -> bool:
+        return source in self.finished
+
+    def record(self, res: KeyResult) -> None:
+        if self._f is not None and res.status != WOULD_MOVE:
+            self._f.write(json.dumps(asdict(res)) + "\n")
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+
+
 def migrate(
     r: "redis.Redis",
-    pattern: str = DEFAULT_PATTERN,
+    pattern: Optional[str] = None,
     target_template: str = DEFAULT_TEMPLATE,
     dry_run: bool = False,
     delete_source: bool = False,
@@ -276,34 +416,81 @@ def migrate(
     model: Optional[str] = None,
     ttl: Optional[int] = None,
     scan_count: int = 500,
+    source: str = "user-memory",
+    prefix: str = lc.DEFAULT_DOC_PREFIX,
+    state: Optional[str] = None,
+    progress: Optional[bool] = False,
+    progress_stream: Optional[TextIO] = None,
 ) -> Report:
-    """Migrates every string key matching `pattern`; returns the report."""
+    """Migrates every session of `source` (see the module doc); returns the
+    report. ``progress``: None = a bar when stderr is a terminal."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}")
     report = Report(dry_run=dry_run)
-    seen = set()
-    for source in r.scan_iter(match=pattern, count=scan_count, _type="string"):
-        source = _b(source)
-        if source in seen:  # SCAN may return a key twice
-            continue
-        seen.add(source)
-        target = target_name(source, pattern, target_template)
-        report.results.append(
-            migrate_key(r, source, target, dry_run, delete_source, replace, model, ttl)
-        )
+    work: List[Any] = []  # (name, run() -> KeyResult)
+    if source == "user-memory":
+        pattern = pattern or DEFAULT_PATTERN
+        seen = set()
+        for key in r.scan_iter(match=pattern, count=scan_count, _type="string"):
+            key = _b(key)
+            if key not in seen:  # SCAN may return a key twice
+                seen.add(key)
+                tgt = target_name(key, pattern, target_template)
+                work.append((_show(key), lambda k=key, t=tgt: migrate_key(
+                    r, k, t, dry_run, delete_source, replace, model, ttl)))
+        work.sort(key=lambda w: w[0])
+    else:
+        if source == "langchain":
+            pattern = pattern or lc.DEFAULT_LIST_PATTERN
+            units, read = lc.find_lists(r, pattern, scan_count), lc.read_list
+        else:
+            pattern = prefix + "*"
+            units, read = lc.find_documents(r, prefix, scan_count), lc.read_documents
+        for u in units:
+            tgt = _b(target_template).replace(b"<suffix>", _b(u.session)).replace(
+                b"<session>", _b(u.session)).replace(b"<key>", u.keys[0])
+            work.append((u.session, lambda u=u, t=tgt: migrate_unit(
+                r, u, read, t, dry_run, delete_source, replace, model, ttl)))
+    journal = Journal(state)
+    bar = Progress(len(work), progress_stream, progress)
+    try:
+        for name, run in work:
+            if journal.done_before(name):
+                row = journal.finished[name]
+                res = KeyResult(name, row.get("target", ""), SKIPPED, "finished in an earlier run (--state)",
+                                row.get("messages", 0), row.get("deleted", False))
+            else:
+                res = run()
+                journal.record(res)
+            report.results.append(res)
+            bar.step(res.status)
+    finally:
+        journal.close()
     report.results.sort(key=lambda x: x.source)
     return report
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
-        description="Move user_memory_* JSON keys into redis-mem sessions (MEM.IMPORT).",
-        epilog="Template placeholders: <suffix>, <key>.",
+        prog="redis-mem-migrate",
+        description="Move user_memory_* JSON keys, LangChain message_store:* lists or langchain-redis "
+                    "documents into redis-mem sessions (MEM.IMPORT).",
+        epilog="Template placeholders: <session> (= <suffix>), <key>.",
     )
+    p.add_argument("--from", dest="source", choices=SOURCES, default="user-memory",
+                   help="the store to migrate from (default user-memory)")
     p.add_argument("--url", help="redis://[:password@]host:port/db (overrides --host/--port/--db)")
     p.add_argument("--host", default="localhost")
     p.add_argument("--port", type=int, default=6379)
     p.add_argument("--db", type=int, default=0)
     p.add_argument("--password", default=os.environ.get("REDISCLI_AUTH"))
-    p.add_argument("--pattern", default=DEFAULT_PATTERN, help=f"SCAN MATCH pattern (default {DEFAULT_PATTERN})")
+    p.add_argument("--pattern", default=None,
+                   help=f"SCAN MATCH pattern (default {DEFAULT_PATTERN}; langchain: {lc.DEFAULT_LIST_PATTERN})")
+    p.add_argument("--prefix", default=lc.DEFAULT_DOC_PREFIX,
+                   help=f"langchain-redis key_prefix (default {lc.DEFAULT_DOC_PREFIX})")
+    p.add_argument("--state", metavar="FILE", help="journal of finished sessions: a rerun resumes after them")
+    p.add_argument("--progress", action="store_true", default=None,
+                   help="progress bar on stderr even when it is not a terminal")
     p.add_argument("--target-template", default=DEFAULT_TEMPLATE,
                    help=f"session key name (default {DEFAULT_TEMPLATE})")
     p.add_argument("--dry-run", action="store_true", help="check and report, write nothing")
@@ -314,8 +501,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--scan-count", type=int, default=500)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     a = p.parse_args(argv)
-    if "<suffix>" not in a.target_template and "<key>" not in a.target_template:
-        p.error("--target-template must contain <suffix> or <key>")
+    if not any(x in a.target_template for x in ("<suffix>", "<session>", "<key>")):
+        p.error("--target-template must contain <session>, <suffix> or <key>")
     if a.ttl is not None and a.ttl < 0:
         p.error("--ttl must be >= 0")
 
@@ -334,6 +521,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             model=a.model,
             ttl=a.ttl,
             scan_count=a.scan_count,
+            source=a.source,
+            prefix=a.prefix,
+            state=a.state,
+            progress=a.progress,
         )
     except redis.RedisError as e:
         print(f"error: {e}", file=sys.stderr)

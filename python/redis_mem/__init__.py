@@ -1,0 +1,38 @@
+"""redis-mem for Python: typed sync and asyncio clients of the redis-mem Redis
+module, a LangChain 1.x agent middleware, LangGraph nodes, a summarizer
+service, migration from other stores, and orchestrator (Dify/n8n)
+conversation ids.
+
+The LangChain/LangGraph parts need the ``langchain`` extra
+(``pip install 'redis-mem[langchain]'``); the rest needs only redis-py.
+"""
+
+from ._commands import MAX_MSGID_BYTES, new_msgid
+from .client import (
+    SUMMARY_ROLE,
+    AppendResult,
+    AsyncRedisMemClient,
+    Message,
+    RedisMemClient,
+    SessionInfo,
+    SummarizeBegin,
+    SummarizeCheck,
+)
+from .conversation_ids import AsyncConversationIds, ConversationIds
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "MAX_MSGID_BYTES",
+    "SUMMARY_ROLE",
+    "AppendResult",
+    "AsyncConversationIds",
+    "AsyncRedisMemClient",
+    "ConversationIds",
+    "Message",
+    "RedisMemClient",
+    "SessionInfo",
+    "SummarizeBegin",
+    "SummarizeCheck",
+    "new_msgid",
+]

@@ -1,0 +1,147 @@
+"""The MEM.* commands as (arguments, reply parser) pairs.
+
+One definition per command, shared by :class:`redis_mem.RedisMemClient`
+(redis-py) and :class:`redis_mem.AsyncRedisMemClient` (redis.asyncio), so
+the two send byte-for-byte the same commands.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from ._replies import (
+    AppendResult,
+    Message,
+    SessionInfo,
+    SummarizeBegin,
+    SummarizeCheck,
+    _meta_arg,
+    _text,
+    _to_map,
+)
+
+Command = Tuple[List[Any], Callable[[Any], Any]]
+Meta = Union[None, str, bytes, Mapping[str, Any]]
+
+#: The module's longest MSGID, in bytes.
+MAX_MSGID_BYTES = 128
+
+
+def _opt(name: str, value: Any) -> List[Any]:
+    return [] if value is None else [name, value]
+
+
+def _ok(reply: Any) -> bool:
+    return reply is True or _text(reply) == "OK"
+
+
+def new_msgid() -> str:
+    """A fresh MSGID (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def _settings(model, ttl, maxtokens, maxmsgs, maxage) -> List[Any]:
+    return (
+        _opt("MODEL", model)
+        + _opt("TTL", ttl)
+        + _opt("MAXTOKENS", maxtokens)
+        + _opt("MAXMSGS", maxmsgs)
+        + _opt("MAXAGE", maxage)
+    )
+
+
+def append(key, role, content, ts, meta, model, ttl, maxtokens, maxmsgs, maxage, msgid, tokens) -> Command:
+    args = ["MEM.APPEND", key, role, content]
+    args += _opt("TS", ts) + _opt("META", _meta_arg(meta))
+    args += _settings(model, ttl, maxtokens, maxmsgs, maxage)
+    args += _opt("MSGID", msgid) + _opt("TOKENS", tokens)
+    return args, lambda r: AppendResult.from_reply(r, msgid)
+
+
+def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List[Dict[str, Any]]:
+    items = []
+    for m in messages:
+        item: Dict[str, Any] = {"role": m["role"], "content": m["content"]}
+        if m.get("ts") is not None:
+            item["ts"] = m["ts"]
+        meta = m.get("meta")
+        if meta is not None:
+            item["meta"] = json.loads(meta) if isinstance(meta, (str, bytes)) else meta
+        msgid = m.get("msgid") or (new_msgid() if auto_msgid else None)
+        if msgid is not None:
+            item["msgid"] = msgid
+        items.append(item)
+    return items
+
+
+def append_batch(key, items: List[Dict[str, Any]], model, ttl, maxtokens, maxmsgs, maxage) -> Command:
+    args = ["MEM.APPENDBATCH", key, json.dumps(items, ensure_ascii=False, separators=(",", ":"))]
+    args += _settings(model, ttl, maxtokens, maxmsgs, maxage)
+    return args, lambda r: [AppendResult.from_reply(x, i.get("msgid")) for x, i in zip(r, items)]
+
+
+def get(key, last, after, budget) -> Command:
+    args = ["MEM.GET", key] + _opt("LAST", last) + _opt("AFTER", after) + _opt("BUDGET", budget)
+    return args, lambda r: [Message.from_reply(e) for e in r or []]
+
+
+def get_json(key, last, after, budget) -> Command:
+    args = get(key, last, after, budget)[0] + ["FORMAT", "JSON"]
+    return args, lambda r: json.loads(_text(r))
+
+
+def _check_args(name, key, extra, model, context, keep) -> List[Any]:
+    return [name, key, *extra] + _opt("MODEL", model) + _opt("CONTEXT", context) + _opt("KEEP", keep)
+
+
+def summarize_check(key, model, context, keep) -> Command:
+    return _check_args("MEM.SUMMARIZE_CHECK", key, [], model, context, keep), SummarizeCheck.from_reply
+
+
+def summarize_begin(key, lease_ms, model, context, keep) -> Command:
+    return _check_args("MEM.SUMMARIZE_BEGIN", key, [lease_ms], model, context, keep), SummarizeBegin.from_reply
+
+
+def summarize(key, upto, text, lease) -> Command:
+    return ["MEM.SUMMARIZE", key, upto, text] + _opt("LEASE", lease or None), AppendResult.from_reply
+
+
+def extset(key, system, conversation_id, ex) -> Command:
+    return ["MEM.EXTSET", key, system, conversation_id] + _opt("EX", ex), _ok
+
+
+def extget(key, system) -> Command:
+    return ["MEM.EXTGET", key, system], _text
+
+
+def import_json(key, doc, replace, model, ttl) -> Command:
+    if not isinstance(doc, (str, bytes)):
+        doc = json.dumps(doc, ensure_ascii=False)
+    args = ["MEM.IMPORT", key, doc] + (["REPLACE"] if replace else []) + _opt("MODEL", model) + _opt("TTL", ttl)
+    return args, AppendResult.from_reply
+
+
+def attrset(key, name, value, raw) -> Command:
+    text = value if raw else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return ["MEM.ATTRSET", key, name, text], _ok
+
+
+def attrget(key, name, raw) -> Command:
+    decode = _text if raw else (lambda v: json.loads(_text(v)))
+    if name is not None:
+        return ["MEM.ATTRGET", key, name], lambda r: None if r is None else decode(r)
+    return ["MEM.ATTRGET", key], lambda r: {k: decode(v) for k, v in _to_map(r).items()}
+
+
+def attrdel(key, name) -> Command:
+    return ["MEM.ATTRDEL", key, name], lambda r: int(r) == 1
+
+
+def info(key) -> Command:
+    return ["MEM.INFO", key], lambda r: None if r is None else SessionInfo.from_reply(r)
+
+
+def count(model, text) -> Command:
+    return ["MEM.COUNT", model, text], int

@@ -1,0 +1,207 @@
+"""Replies of the redis-mem module as typed values.
+
+Every reply is normalised whatever the connection looks like: RESP2 (maps
+arrive as flat field/value arrays) or RESP3 (real maps), with
+``decode_responses`` on or off. Shared by the sync and asyncio clients.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+
+__all__ = [
+    "AppendResult",
+    "Message",
+    "SummarizeCheck",
+    "SummarizeBegin",
+    "SessionInfo",
+    "SUMMARY_ROLE",
+    "JsonObject",
+]
+
+#: The role MEM.GET gives the summary entry (always the first entry).
+SUMMARY_ROLE = "summary"
+
+JsonObject = Dict[str, Any]
+
+
+# --------------------------------------------------------------------------
+# Reply normalisation
+# --------------------------------------------------------------------------
+
+def _text(v: Any) -> Any:
+    """bytes -> str (UTF-8); anything else unchanged."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("utf-8")
+    return v
+
+
+def _to_map(reply: Any) -> Dict[str, Any]:
+    """A module map reply as a dict with str keys: RESP3 gives a dict, RESP2
+    a flat [field, value, field, value, ...] list."""
+    if isinstance(reply, dict):
+        items: Iterable = reply.items()
+    elif isinstance(reply, (list, tuple)):
+        if len(reply) % 2:
+            raise ValueError(f"not a field/value array: {reply!r}")
+        items = zip(reply[0::2], reply[1::2])
+    else:
+        raise ValueError(f"not a map reply: {reply!r}")
+    return {_text(k): v for k, v in items}
+
+
+def _from_map(cls, m: Mapping[str, Any], **override):
+    """Builds dataclass ``cls`` from a map, ignoring fields it does not know
+    (a newer module may add some)."""
+    kw = {}
+    for f in fields(cls):
+        if f.name in override:
+            kw[f.name] = override[f.name]
+        elif f.name in m:
+            kw[f.name] = m[f.name]
+    return cls(**kw)
+
+
+def _meta_arg(meta: Union[None, str, bytes, Mapping[str, Any]]) -> Optional[Union[str, bytes]]:
+    if meta is None or isinstance(meta, (str, bytes)):
+        return meta
+    return json.dumps(meta, ensure_ascii=False, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------
+# Typed results
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT. ``duplicate``: the
+    write was a retry of one already applied (same MSGID, or the same summary):
+    nothing changed and ``id``/``tokens`` are the original message's.
+    ``msgid``: the MSGID this client sent (None for other commands)."""
+
+    id: int
+    tokens: int
+    total_tokens: int
+    messages: int
+    trimmed: int
+    summarize: bool
+    duplicate: bool = False
+    msgid: Optional[str] = None
+
+    @classmethod
+    def from_reply(cls, reply: Any, msgid: Optional[str] = None) -> "AppendResult":
+        m = _to_map(reply)
+        return _from_map(
+            cls,
+            m,
+            summarize=bool(int(m.get("summarize", 0))),
+            duplicate=bool(int(m.get("duplicate", 0))),
+            msgid=msgid,
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """One entry of MEM.GET. The summary, when there is one, is an entry with
+    role ``"summary"`` whose ``id`` is the last message id it covers."""
+
+    id: int
+    role: str
+    content: str
+    ts: int
+    tokens: int
+    meta: Optional[JsonObject] = None
+    #: The client's id of the message (MSGID), when it was given one.
+    msgid: Optional[str] = None
+
+    @property
+    def is_summary(self) -> bool:
+        return self.role == SUMMARY_ROLE
+
+    @property
+    def timestamp(self) -> datetime:
+        """``ts`` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.ts / 1000, tz=timezone.utc)
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "Message":
+        m = _to_map(reply)
+        meta = _text(m.get("meta"))
+        return cls(
+            id=int(m["id"]),
+            role=_text(m["role"]),
+            content=_text(m["content"]),
+            ts=int(m["ts"]),
+            tokens=int(m["tokens"]),
+            meta=json.loads(meta) if meta is not None else None,
+            msgid=_text(m.get("msgid")),
+        )
+
+
+@dataclass(frozen=True)
+class SummarizeCheck:
+    """Reply of MEM.SUMMARIZE_CHECK."""
+
+    summarize: bool
+    total_tokens: int
+    messages: int
+    threshold_tokens: int
+    threshold_messages: int
+    keep: int
+    upto: int
+    upto_tokens: int
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "SummarizeCheck":
+        m = _to_map(reply)
+        return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
+
+
+@dataclass(frozen=True)
+class SummarizeBegin(SummarizeCheck):
+    """Reply of MEM.SUMMARIZE_BEGIN: the check, plus ``lease`` (the token to
+    give MEM.SUMMARIZE, 0 when not granted: nothing to do, or another worker
+    holds the session) and ``lease_expires`` (Unix ms of the live lease's
+    end, this one's or the other worker's; 0 when none)."""
+
+    lease: int = 0
+    lease_expires: int = 0
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "SummarizeBegin":
+        m = _to_map(reply)
+        return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """Reply of MEM.INFO."""
+
+    messages: int
+    total_tokens: int
+    model: str
+    encoding: str
+    context_window: int
+    maxtokens: int
+    maxmsgs: int
+    ttl: int
+    first_id: int
+    last_id: int
+    created: int
+    updated: int
+    summary_upto: int
+    external: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "SessionInfo":
+        m = _to_map(reply)
+        return _from_map(
+            cls,
+            m,
+            model=_text(m.get("model")),
+            encoding=_text(m.get("encoding")),
+            external=[_text(x) for x in (m.get("external") or [])],
+        )

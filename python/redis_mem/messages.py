@@ -1,0 +1,141 @@
+"""LangChain messages <-> redis-mem session entries, shared by the agent
+middleware, the LangGraph nodes, the legacy chat history and the migration.
+
+The role column gets the OpenAI-style role (human -> user, ai -> assistant,
+tool -> tool, system -> system, function -> function, ChatMessage -> its own
+role), the content column the text, and META everything else the message
+carries (tool_calls, tool_call_id, name, additional_kwargs, id, ...) plus its
+LangChain type, so the message comes back equal to what was added. Messages
+written by other clients (no LangChain type in META) are mapped back from
+their role.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Dict, Optional
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+)
+
+try:  # deprecated upstream, still part of langchain-core 1.x
+    from langchain_core.messages import FunctionMessage
+except ImportError:  # pragma: no cover - removed in a future langchain-core
+    FunctionMessage = None  # type: ignore[assignment,misc]
+
+from ._commands import MAX_MSGID_BYTES
+from ._replies import Message
+
+__all__ = ["message_to_mem", "message_from_mem", "msgid_of", "DEFAULT_SUMMARY_PREFIX", "MAX_MSGID_BYTES"]
+
+#: Text put before the stored summary when it is turned into a SystemMessage.
+DEFAULT_SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+
+# META members this module owns.
+_TYPE = "lc_type"
+_CONTENT = "lc_content"
+
+_ROLE_OF_TYPE = {
+    "human": "user",
+    "ai": "assistant",
+    "tool": "tool",
+    "system": "system",
+    "function": "function",
+}
+_TYPE_OF_ROLE = {v: k for k, v in _ROLE_OF_TYPE.items()}
+
+_CLASSES: Dict[str, type] = {
+    "human": HumanMessage,
+    "ai": AIMessage,
+    "tool": ToolMessage,
+    "system": SystemMessage,
+    "chat": ChatMessage,
+}
+if FunctionMessage is not None:
+    _CLASSES["function"] = FunctionMessage
+
+
+def _empty(v: Any) -> bool:
+    return v is None or v == {} or v == []
+
+
+def _role_of(msg: BaseMessage) -> str:
+    if isinstance(msg, ChatMessage):
+        return msg.role
+    t = msg.type
+    if t.endswith("MessageChunk"):  # e.g. AIMessageChunk
+        t = t[: -len("MessageChunk")].lower()
+    return _ROLE_OF_TYPE.get(t, t)
+
+
+def message_to_mem(msg: BaseMessage) -> tuple:
+    """(role, content, meta dict) for MEM.APPEND."""
+    try:
+        data = msg.model_dump(mode="json")
+    except Exception:  # an artifact pydantic cannot serialise: best effort
+        data = json.loads(json.dumps(msg.model_dump(), default=str))
+    meta: Dict[str, Any] = {_TYPE: msg.type}
+    for k, v in data.items():
+        if k in ("content", "type") or _empty(v):
+            continue
+        if k == "role" and isinstance(msg, ChatMessage):
+            continue  # stored in the role column
+        meta[k] = v
+    content = msg.content
+    if not isinstance(content, str):
+        # Content blocks (multimodal, Anthropic-style...): the text goes to
+        # the content column (so tokens are counted on it), the blocks to META.
+        meta[_CONTENT] = data.get("content")
+        content = msg.text if isinstance(getattr(msg, "text", None), str) else msg.text()
+    return _role_of(msg), content, meta
+
+
+def msgid_of(msg: BaseMessage) -> Optional[str]:
+    """The MSGID of a LangChain message: its ``id`` (a provider's message
+    id, or one the application set), hashed when too long; None when it
+    has none (the client then makes one up)."""
+    mid = getattr(msg, "id", None)
+    if not mid:
+        return None
+    mid = str(mid)
+    if len(mid.encode("utf-8")) > MAX_MSGID_BYTES:
+        return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
+    return mid
+
+
+def message_from_mem(m: Message) -> BaseMessage:
+    """A stored MEM.GET entry back as a LangChain message."""
+    meta = dict(m.meta or {})
+    lc_type = meta.pop(_TYPE, None)
+    content = meta.pop(_CONTENT, m.content)
+    if lc_type is None:
+        lc_type = _TYPE_OF_ROLE.get(m.role, "chat")
+    cls = _CLASSES.get(lc_type)
+    if cls is None:  # chunks and other types langchain knows by name
+        try:
+            return messages_from_dict([{"type": lc_type, "data": {"content": content, **meta}}])[0]
+        except Exception:
+            cls = ChatMessage
+            lc_type = "chat"
+    known = set(cls.model_fields)
+    data: Dict[str, Any] = {"content": content}
+    extra: Dict[str, Any] = {}
+    for k, v in meta.items():
+        (data if k in known else extra)[k] = v
+    if extra:  # META members of another client: keep them visible
+        data["additional_kwargs"] = {**extra, **data.get("additional_kwargs", {})}
+    if cls is ChatMessage:
+        data["role"] = m.role
+    try:
+        return cls(**data)
+    except Exception:
+        # e.g. a "tool" message written without tool_call_id by another client
+        return ChatMessage(role=m.role, content=m.content, additional_kwargs=m.meta or {})

@@ -1,0 +1,204 @@
+"""Readers of the LangChain stores redis-mem replaces, for redis-mem-migrate.
+
+* langchain-community ``RedisChatMessageHistory``: one list per session,
+  ``message_store:<session_id>``, each item ``json.dumps(message_to_dict(m))``
+  = ``{"type": "human", "data": {<the message's fields>}}``, pushed with
+  LPUSH (newest first). No timestamps.
+* langchain-redis ``RedisChatMessageHistory``: one JSON document per message
+  (RedisJSON; a RedisVL index ``idx:chat_history`` over them), key
+  ``<key_prefix><session_id>:<ULID>`` (prefix ``chat:``), value
+  ``{"type", "message_id": <ULID>, "data": {"content", "additional_kwargs",
+  "type", ["tool_call_id", "status"]}, "session_id", "timestamp": <Unix
+  seconds, float>}``. Read with JSON.GET where the key is RedisJSON's type,
+  GET where the same document was stored as a string.
+
+Both become MEM.IMPORT documents whose messages carry what the middleware
+and :mod:`redis_mem.messages` store (role, content, META with the LangChain
+type and fields, MSGID = the message id), so LangChain code reads them back
+as the same messages. Needs no LangChain install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import redis
+
+DEFAULT_LIST_PATTERN = "message_store:*"
+DEFAULT_DOC_PREFIX = "chat:"
+
+_ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system", "function": "function"}
+_MAX_MSGID = 128
+
+
+@dataclass
+class Unit:
+    """One session to migrate: its id, its source keys, and (documents) the
+    values read while grouping."""
+
+    session: str
+    keys: List[bytes]
+    values: Dict[bytes, bytes] = field(default_factory=dict)
+    error: str = ""
+
+
+def _msgid(mid: Any) -> Optional[str]:
+    if not mid:
+        return None
+    mid = str(mid)
+    if len(mid.encode("utf-8")) > _MAX_MSGID:
+        return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
+    return mid
+
+
+def _empty(v: Any) -> bool:
+    return v is None or v == {} or v == []
+
+
+def message_item(lc_type: str, data: Dict[str, Any], ts: Optional[int] = None,
+                 msgid: Any = None) -> Dict[str, Any]:
+    """A LangChain message dict (``message_to_dict``'s ``type`` and ``data``)
+    as a MEM.IMPORT message, mapped as redis_mem.messages maps a message."""
+    if not isinstance(data, dict):
+        raise ValueError("the message's data is not an object")
+    content = data.get("content", "")
+    meta: Dict[str, Any] = {"lc_type": lc_type}
+    for k, v in data.items():
+        if k in ("content", "type") or _empty(v) or (k == "role" and lc_type == "chat"):
+            continue
+        meta[k] = v
+    if not isinstance(content, str):
+        if not isinstance(content, list):
+            raise ValueError("the message's content is neither text nor content blocks")
+        meta["lc_content"] = content
+        content = "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content
+                          if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
+    if lc_type == "chat":
+        role = data.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError("a chat message without a role")
+    else:
+        role = _ROLE_OF_TYPE.get(lc_type, lc_type)
+    item: Dict[str, Any] = {"role": role, "content": content, "meta": meta}
+    if ts is not None:
+        item["ts"] = ts
+    mid = _msgid(msgid if msgid is not None else data.get("id"))
+    if mid:
+        item["msgid"] = mid
+    return item
+
+
+def _b(v: Any) -> bytes:
+    return v if isinstance(v, bytes) else str(v).encode("utf-8")
+
+
+def _decode(raw: bytes, what: str) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what} is not valid JSON: {e}") from None
+
+
+# -- langchain-community: message_store:<session> lists --------------------------
+
+def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int = 500) -> List[Unit]:
+    prefix = _b(pattern.split("*", 1)[0])
+    units, seen = [], set()
+    for key in r.scan_iter(match=pattern, count=count, _type="list"):
+        key = _b(key)
+        if key in seen:
+            continue
+        seen.add(key)
+        session = key[len(prefix):] if key.startswith(prefix) else key
+        units.append(Unit(session.decode("utf-8", "backslashreplace"), [key]))
+    return sorted(units, key=lambda u: u.keys)
+
+
+def read_list(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes, Any]]:
+    """(MEM.IMPORT document, snapshot of the source for an unchanged check)."""
+    key = unit.keys[0]
+    raw = [_b(x) for x in r.lrange(key, 0, -1)]
+    items = []
+    for i, value in enumerate(reversed(raw)):  # LPUSH: newest first
+        d = _decode(value, f"item {len(raw) - 1 - i}")
+        if not isinstance(d, dict) or not isinstance(d.get("type"), str):
+            raise ValueError(f"item {len(raw) - 1 - i} is not a message_to_dict object")
+        items.append(message_item(d["type"], d.get("data") or {}))
+    return {"conversation_history": items}, {key: raw}
+
+
+# -- langchain-redis: <prefix><session>:<ulid> JSON documents ----------------------
+
+def _read_doc(r: "redis.Redis", key: bytes) -> bytes:
+    kind = r.type(key)
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind == "ReJSON-RL":
+        return _b(r.execute_command("JSON.GET", key))
+    if kind == "string":
+        return _b(r.get(key))
+    raise ValueError(f"{key!r} is a {kind}, not a langchain-redis document")
+
+
+def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: int = 500) -> List[Unit]:
+    """Every message document under ``prefix``, grouped by session (the key
+    minus its prefix and ``:<ULID>``, checked against the document)."""
+    groups: Dict[str, Unit] = {}
+    seen = set()
+    p = _b(prefix)
+    for key in r.scan_iter(match=prefix.replace("*", r"\*") + "*", count=count):
+        key = _b(key)
+        if key in seen:
+            continue
+        seen.add(key)
+        rest = key[len(p):]
+        if b":" not in rest:
+            continue  # not a message document (e.g. the prefix's own keys)
+        session = rest.rsplit(b":", 1)[0].decode("utf-8", "backslashreplace")
+        unit = groups.setdefault(session, Unit(session, []))
+        unit.keys.append(key)
+        try:
+            unit.values[key] = _read_doc(r, key)
+        except (ValueError, redis.ResponseError) as e:
+            unit.error = unit.error or str(e)
+    return [groups[s] for s in sorted(groups)]
+
+
+def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes, Any]]:
+    if unit.error:
+        raise ValueError(unit.error)
+    rows = []
+    for key in unit.keys:
+        d = _decode(unit.values[key], key.decode("utf-8", "backslashreplace"))
+        if isinstance(d, list) and len(d) == 1:  # JSON.GET with a $ path
+            d = d[0]
+        if not isinstance(d, dict) or not isinstance(d.get("type"), str) or not isinstance(d.get("data"), dict):
+            raise ValueError(f"{key!r} is not a langchain-redis message document")
+        if d.get("session_id") != unit.session:
+            raise ValueError(f"{key!r} belongs to session {d.get('session_id')!r}, not {unit.session!r}")
+        ts = d.get("timestamp")
+        if not isinstance(ts, (int, float)):
+            raise ValueError(f"{key!r} has no numeric timestamp")
+        rows.append((float(ts), str(d.get("message_id") or key), d))
+    rows.sort(key=lambda x: (x[0], x[1]))  # timestamp, then ULID (time-ordered)
+    items = [message_item(d["type"], d["data"], ts=int(ts * 1000), msgid=mid) for ts, mid, d in rows]
+    return {"conversation_history": items}, dict(unit.values)
+
+
+def unchanged(r: "redis.Redis", snapshot: Dict[bytes, Any]) -> bool:
+    """Whether every source key still holds its snapshot (inside WATCH)."""
+    for key, value in snapshot.items():
+        if isinstance(value, list):
+            if [_b(x) for x in r.lrange(key, 0, -1)] != value:
+                return False
+        else:
+            try:
+                if _read_doc(r, key) != value:
+                    return False
+            except (ValueError, redis.ResponseError):
+                return False
+    return True

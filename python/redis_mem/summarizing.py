@@ -1,0 +1,209 @@
+"""What makes a summary: the prompt shared by the summarizer service and the
+middleware's inline summaries (OpenAI-style role/content dicts, which an
+OpenAI-compatible endpoint and every LangChain chat model accept), and the
+summarize functions the service can use: an OpenAI-compatible endpoint
+(standard library only), any LangChain chat model, or an offline extractive
+summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ._replies import Message
+
+__all__ = [
+    "SUMMARY_PROMPT",
+    "Entry",
+    "Summary",
+    "SummarizeFn",
+    "default_summarizer",
+    "extractive_summarize",
+    "langchain_summarizer",
+    "openai_summarizer",
+    "split_for_summary",
+    "summary_prompt",
+]
+
+SUMMARY_PROMPT = (
+    "You maintain the running summary of a chat session. Merge the previous "
+    "summary (if any) with the new messages into one concise summary that keeps "
+    "facts, decisions, names, open questions and tool results needed to continue "
+    "the conversation. Reply with the summary only."
+)
+
+
+def split_for_summary(entries: Sequence[Message], upto: int) -> Tuple[Optional[str], List[Message]]:
+    """(previous summary text or None, the messages with id <= upto)."""
+    previous = None
+    todo: List[Message] = []
+    for e in entries:
+        if e.is_summary:
+            previous = e.content
+        elif e.id <= upto:
+            todo.append(e)
+    return previous, todo
+
+
+def transcript(previous: Optional[str], todo: Sequence[Any]) -> str:
+    lines = "\n".join(f"{m.role}: {m.content}" for m in todo)
+    return (f"Previous summary:\n{previous}\n\n" if previous else "") + f"New messages:\n{lines}"
+
+
+def summary_prompt(entries: Sequence[Message], upto: int, instructions: str = SUMMARY_PROMPT) -> List[Dict[str, str]]:
+    previous, todo = split_for_summary(entries, upto)
+    return [
+        {"role": "system", "content": instructions},
+        {"role": "user", "content": transcript(previous, todo)},
+    ]
+
+
+class Summary(str):
+    """A summary text that knows what the LLM call cost, when the endpoint
+    said (``usage``): for the service's log line."""
+
+    prompt_tokens: Optional[int]
+    completion_tokens: Optional[int]
+
+    def __new__(cls, text: str, prompt_tokens: Optional[int] = None, completion_tokens: Optional[int] = None):
+        obj = super().__new__(cls, text)
+        obj.prompt_tokens = prompt_tokens
+        obj.completion_tokens = completion_tokens
+        return obj
+
+
+#: summarize_fn(previous_summary or None, messages to fold in) -> summary text
+SummarizeFn = Callable[[Optional[str], Sequence["Entry"]], str]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A message handed to a summarize function."""
+
+    id: int
+    role: str
+    content: str
+    ts: int
+
+
+# --------------------------------------------------------------------------
+# Summarize functions
+# --------------------------------------------------------------------------
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    for i, ch in enumerate(text):
+        if ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " ") and i >= 20:
+            return text[: i + 1]
+    return text
+
+
+def extractive_summarize(
+    previous: Optional[str],
+    messages: Sequence[Entry],
+    per_message: int = 160,
+    max_chars: int = 4000,
+) -> str:
+    """Offline default: the previous summary plus the first sentence of each
+    message (clipped), newest kept when the result gets too long."""
+    lines = [f"- {m.role}: {_clip(_first_sentence(m.content), per_message)}"
+             for m in messages if m.content.strip()]
+    head = _clip(previous, max_chars // 2) if previous else ""
+    # Room for the head, its newline and an "(N earlier messages omitted)" line.
+    budget = max_chars - len(head) - 1 - 40
+    kept: List[str] = []
+    for line in reversed(lines):
+        if budget - len(line) - 1 < 0:
+            break
+        kept.append(line)
+        budget -= len(line) + 1
+    kept.reverse()
+    dropped = len(lines) - len(kept)
+    parts = []
+    if head:
+        parts.append(head)
+    if dropped:
+        parts.append(f"({dropped} earlier messages omitted)")
+    parts.extend(kept)
+    return "\n".join(parts) if parts else "(empty conversation)"
+
+
+SYSTEM_PROMPT = SUMMARY_PROMPT
+
+
+def openai_summarizer(
+    base_url: str,
+    api_key: Optional[str] = None,
+    model: str = "gpt-4o-mini",
+    timeout: float = 60.0,
+) -> SummarizeFn:
+    """A summarize function calling an OpenAI-compatible
+    `POST {base_url}/chat/completions` with the standard library only."""
+    url = base_url.rstrip("/") + "/chat/completions"
+
+    def summarize(previous: Optional[str], messages: Sequence[Entry]) -> str:
+        user = transcript(previous, messages)
+        body = json.dumps(
+            {
+                "model": model,
+                "messages": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": user},
+                ],
+                "temperature": 0.2,
+            }
+        ).encode()
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            reply = json.load(resp)
+        text = reply["choices"][0]["message"]["content"]
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("the endpoint returned an empty summary")
+        usage = reply.get("usage") or {}
+        return Summary(text.strip(), usage.get("prompt_tokens"), usage.get("completion_tokens"))
+
+    return summarize
+
+
+def langchain_summarizer(model: Any, instructions: str = SUMMARY_PROMPT) -> SummarizeFn:
+    """A summarize function calling any LangChain chat model
+    (``init_chat_model("openai:gpt-4o-mini")``, ``ChatAnthropic(...)``, ...)."""
+
+    def summarize(previous: Optional[str], messages: Sequence[Entry]) -> str:
+        reply = model.invoke([
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": transcript(previous, messages)},
+        ])
+        text = reply.text if isinstance(reply.text, str) else reply.text()
+        if not text.strip():
+            raise ValueError("the model returned an empty summary")
+        usage = getattr(reply, "usage_metadata", None) or {}
+        return Summary(text.strip(), usage.get("input_tokens"), usage.get("output_tokens"))
+
+    return summarize
+
+
+def default_summarizer() -> SummarizeFn:
+    """OpenAI-compatible endpoint when OPENAI_BASE_URL or OPENAI_API_KEY is
+    set, else the offline extractive summary."""
+    base = os.environ.get("OPENAI_BASE_URL")
+    key = os.environ.get("OPENAI_API_KEY")
+    if base or key:
+        return openai_summarizer(
+            base or "https://api.openai.com/v1",
+            key,
+            model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
+            timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
+        )
+    return extractive_summarize
