@@ -1,8 +1,6 @@
 """AsyncRedisMemClient (redis.asyncio) against the real module, the same
-commands as the sync client byte for byte; TOKENS and MEM.COUNT (SPEC v2,
-being added to the module on another branch: these skip only while the
-loaded module answers "unknown option" / "unknown command"); the
-ConversationIds helper (MEM.EXTSET/EXTGET) sync and async."""
+commands as the sync client byte for byte; TOKENS and MEM.COUNT (SPEC v2);
+the ConversationIds helper (MEM.EXTSET/EXTGET) sync and async."""
 
 from __future__ import annotations
 
@@ -70,29 +68,16 @@ def test_sync_and_async_send_the_same_commands():
     assert c.count("gpt-4o", "hello")[0] == ["MEM.COUNT", "gpt-4o", "hello"]
 
 
-def _skip_until_the_module_has(err: redis.ResponseError, what: str) -> None:
-    text = str(err).lower()
-    if "unknown option" in text or "unknown command" in text:
-        pytest.skip(f"the loaded module has no {what} yet (SPEC v2, another branch)")
-    raise err
-
-
 def test_append_with_tokens_given(r):
     mem = RedisMemClient(r)
-    try:
-        res = mem.append("mem:{tok}", "user", "a message counted by the provider", tokens=42)
-    except redis.ResponseError as e:
-        _skip_until_the_module_has(e, "MEM.APPEND ... TOKENS")
+    res = mem.append("mem:{tok}", "user", "a message counted by the provider", tokens=42)
     assert res.tokens == 42 and res.total_tokens == 42
     assert mem.get("mem:{tok}")[0].tokens == 42
 
 
 def test_count(r):
     mem = RedisMemClient(r)
-    try:
-        n = mem.count("gpt-4o", "hello world")
-    except redis.ResponseError as e:
-        _skip_until_the_module_has(e, "MEM.COUNT")
+    n = mem.count("gpt-4o", "hello world")
     assert n == 2  # o200k_base: "hello", " world"
     # The same count an append makes of its content (3 + role + content).
     assert mem.append("mem:{cnt}", "user", "hello world", model="gpt-4o").tokens == 3 + mem.count("gpt-4o", "user") + n
@@ -107,10 +92,7 @@ def test_async_tokens_and_count(clean):
         finally:
             await ar.aclose()
 
-    try:
-        res, n = run(main())
-    except redis.ResponseError as e:
-        _skip_until_the_module_has(e, "TOKENS / MEM.COUNT")
+    res, n = run(main())
     assert res.tokens == 9 and n == 2
 
 
