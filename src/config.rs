@@ -129,6 +129,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// Texts of at least this many bytes are counted under `encoding` on the
+    /// worker pool, not inline. The open-weight encodings' splits are up to
+    /// ~16x slower than OpenAI's on pathological text (Tekken: 0.5-0.9 s per
+    /// MB of one repeated letter), so their texts go to the pool sooner.
+    pub fn inline_limit(&self, encoding: Encoding) -> u64 {
+        if encoding.openai().is_some() {
+            self.async_threshold_bytes
+        } else {
+            (self.async_threshold_bytes / 16).max(1)
+        }
+    }
+
     pub fn current() -> Config {
         Config {
             ttl: get(&TTL),

@@ -203,7 +203,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     // A message's tokens are stored in 32 bits, whatever the limit allows.
     let limits = Limits { message_bytes: cfg.max_message_bytes, tokens: cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS) };
 
-    let large = raw.len() as u64 >= cfg.async_threshold_bytes;
+    let large = raw.len() as u64 >= cfg.inline_limit(encoding);
     let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
     if !resumed && large {
         refuse_where_blocking_is_impossible(ctx, "messages", raw.len())?;

@@ -19,7 +19,7 @@ pub fn needed(session: Option<&Session>, encoding: Encoding) -> Option<&Session>
 /// The snapshot a worker counts, when the re-count is large enough for one.
 pub fn offload(session: Option<&Session>, encoding: Encoding, cfg: &Config) -> Option<Snapshot> {
     needed(session, encoding)
-        .filter(|s| s.text_bytes() as u64 >= cfg.async_threshold_bytes)
+        .filter(|s| s.text_bytes() as u64 >= cfg.inline_limit(encoding))
         .map(Session::snapshot)
 }
 
@@ -44,7 +44,7 @@ pub fn apply(
     }
     // What changed while the worker counted is counted here, if small.
     let cfg = Config::current();
-    if session.uncovered_bytes(encoding, done) as u64 >= cfg.async_threshold_bytes {
+    if session.uncovered_bytes(encoding, done) as u64 >= cfg.inline_limit(encoding) {
         return Err(changed_meanwhile());
     }
     let op = session.recount_op(now, encoding, done, &count_message);
@@ -65,7 +65,7 @@ pub fn changed_meanwhile() -> RedisError {
 /// Whether a text counted under `counted_as` must be counted again under
 /// `encoding`, refused when it is large (see [`changed_meanwhile`]).
 pub fn recount_inline_allowed(counted_as: Encoding, encoding: Encoding, bytes: usize, cfg: &Config) -> Result<(), RedisError> {
-    if counted_as != encoding && bytes as u64 >= cfg.async_threshold_bytes {
+    if counted_as != encoding && bytes as u64 >= cfg.inline_limit(encoding) {
         return Err(changed_meanwhile());
     }
     Ok(())

@@ -78,7 +78,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     // Large content, or a large session to re-count under a new tokenizer:
     // checked and counted by a worker while the client waits; this command
     // runs again with the counts.
-    let large = raw_content.len() as u64 >= cfg.async_threshold_bytes;
+    let large = raw_content.len() as u64 >= cfg.inline_limit(encoding);
     let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
     if !resumed && large {
         refuse_where_blocking_is_impossible(ctx, "content", raw_content.len())?;
@@ -199,7 +199,7 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     let encoding = session.settings.encoding;
     // A large summary is checked and counted by a worker, as a large
     // message; so is one whose encoding is not built yet (the worker builds it).
-    let large = raw_text.len() as u64 >= cfg.async_threshold_bytes;
+    let large = raw_text.len() as u64 >= cfg.inline_limit(encoding);
     let unbuilt = !resumed && lazy::must_wait(ctx, encoding)?;
     if resumed {
         lazy::require(ctx, encoding)?;

@@ -181,6 +181,51 @@ pub fn decode_data(data: &[u8]) -> Option<(&str, Option<&str>, &str)> {
     Some((role, meta, std::str::from_utf8(rest).ok()?))
 }
 
+/// Role, meta and content of bytes the log holds, without checking UTF-8
+/// again: a read of a session must not cost a pass over its text.
+fn decode_stored(data: &[u8]) -> (&str, Option<&str>, &str) {
+    let Some((&tag, mut rest)) = data.split_first() else {
+        return ("", None, "");
+    };
+    fn text(bytes: &[u8]) -> &str {
+        // The unit tests check what release builds take on trust.
+        #[cfg(test)]
+        assert!(std::str::from_utf8(bytes).is_ok(), "stored bytes split inside a character");
+        // SAFETY: the log holds only bytes `encode_data` wrote from `&str`s
+        // (`push`) or that `check_data` decoded as UTF-8 (`push_data`,
+        // `from_stored`), split at the boundaries they were written with: every
+        // slice taken here is one whole string as it was written.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
+    let role = match tag & ROLE_MASK {
+        ROLE_INLINE => {
+            let len = rest.first().map_or(0, |&l| usize::from(l));
+            let role = rest.get(1..1 + len).unwrap_or(&[]);
+            rest = rest.get(1 + len..).unwrap_or(&[]);
+            text(role)
+        }
+        code => ROLES.get(usize::from(code)).copied().unwrap_or(""),
+    };
+    let meta = if tag & HAS_META != 0 {
+        let mut len = 0usize;
+        let mut shift = 0;
+        while let Some((&byte, after)) = rest.split_first() {
+            rest = after;
+            len |= usize::from(byte & 0x7f) << shift.min(63);
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        let meta = rest.get(..len).unwrap_or(&[]);
+        rest = rest.get(len..).unwrap_or(&[]);
+        Some(text(meta))
+    } else {
+        None
+    };
+    (role, meta, text(rest))
+}
+
 /// Stored bytes must be what [`encode_data`] writes for what they decode
 /// to: a role with a code is never written out (the tool rule reads only
 /// the code), lengths in their shortest form.
@@ -274,9 +319,7 @@ impl MessageLog {
 
     pub fn get(&self, i: usize) -> Option<MessageRef<'_>> {
         let h = self.heads.get(i)?;
-        // Every message was written by `push` from strings, or checked by
-        // `push_data`, so decoding cannot fail here.
-        let (role, meta, content) = decode_data(self.data(i)).unwrap_or(("", None, ""));
+        let (role, meta, content) = decode_stored(self.data(i));
         Some(MessageRef { id: h.id, ts: h.ts, tokens: u64::from(h.tokens), role, content, meta })
     }
 
