@@ -117,3 +117,35 @@ fn the_default_encoding_moved_to_an_unbuilt_one() {
     let n = cmd(&mut con, &["MEM.COUNT", "no-such-model", "深度求索"]).unwrap();
     assert_eq!(n, redis::Value::Int(d.count("深度求索") as i64));
 }
+
+#[test]
+fn debug_reload_and_flushall_async_while_writes_wait_for_a_build() {
+    let server = Server::start();
+    let mut con = server.client();
+    map_reply(&mut con, &["MEM.APPEND", "r", "user", "before", "MODEL", "gpt-4o", "MSGID", "m1"]);
+    cmd(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "800"]).unwrap();
+    // A switch to llama3 (unbuilt) waits while the keyspace is reloaded.
+    let waiting = append_in_thread(&server, &["MEM.APPEND", "r", "user", "after", "MODEL", "llama-3.3-70b", "MSGID", "m2"]);
+    poll_until(&mut con, "the append to wait", |c| blocked_appends(c) == 1);
+    cmd(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    let r = as_fields(waiting.join().unwrap().unwrap());
+    let l = tiktoken::get_encoding("llama3").unwrap();
+    assert_eq!(int_field(&r, "id"), 2);
+    let info = map_reply(&mut con, &["MEM.INFO", "r"]);
+    assert_eq!(str_field(&info, "encoding"), "llama3");
+    assert_eq!(int_field(&info, "total_tokens"), msg(&l, "user", "before") + msg(&l, "user", "after"));
+    // Retries after the reload are duplicates.
+    let r = map_reply(&mut con, &["MEM.APPEND", "r", "user", "after", "MSGID", "m2"]);
+    assert_eq!(int_field(&r, "duplicate"), 1);
+    // FLUSHALL ASYNC while a write waits for tekken: the write lands in an
+    // empty keyspace as a new session.
+    let waiting = append_in_thread(&server, &["MEM.APPEND", "r", "user", "again", "MODEL", "codestral-latest", "MSGID", "m3"]);
+    poll_until(&mut con, "the append to wait", |c| blocked_appends(c) == 1);
+    cmd(&mut con, &["FLUSHALL", "ASYNC"]).unwrap();
+    let r = as_fields(waiting.join().unwrap().unwrap());
+    assert_eq!((int_field(&r, "id"), int_field(&r, "duplicate")), (1, 0), "a new session");
+    let r = map_reply(&mut con, &["MEM.APPEND", "r", "user", "before", "MSGID", "m1"]);
+    assert_eq!((int_field(&r, "id"), int_field(&r, "duplicate")), (2, 0), "m1 was flushed with its session");
+    let t = tiktoken::get_encoding("mistral_v3").unwrap();
+    assert_eq!(int_field(&map_reply(&mut con, &["MEM.INFO", "r"]), "total_tokens"), msg(&t, "user", "again") + msg(&t, "user", "before"));
+}
