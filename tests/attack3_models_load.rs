@@ -288,24 +288,29 @@ fn model_switches_across_families_survive_aof_rewrite_restart_and_match_the_repl
     assert_eq!(int_field(&r, "id"), 1);
 }
 
-/// SLOWLOG entries of MEM.* commands over 10 ms: (microseconds, first args).
+/// MEM.* commands that held the main thread over 10 ms, from SLOWLOG:
+/// (microseconds, first args). Commands run several times with the same
+/// first args count by their quickest run: work that takes over 10 ms does
+/// so every time, while a main thread descheduled by a busy machine (2 cores
+/// for several test servers) shows in one run only.
 fn held_over_10ms(con: &mut redis::Connection) -> Vec<(i64, String)> {
     let log = match cmd(con, &["SLOWLOG", "GET", "-1"]).unwrap() {
         redis::Value::Array(items) => items,
         other => panic!("{other:?}"),
     };
     let text = |v: &redis::Value| redis::from_redis_value::<String>(v).unwrap_or_default();
-    let mut worst = Vec::new();
+    let mut quickest: std::collections::BTreeMap<String, i64> = Default::default();
     for entry in log {
         let redis::Value::Array(f) = entry else { continue };
         let (redis::Value::Int(micros), redis::Value::Array(args)) = (&f[2], &f[3]) else { continue };
         let name = args.first().map(text).unwrap_or_default();
-        if name.to_uppercase().starts_with("MEM.") && *micros > 10_000 {
+        if name.to_uppercase().starts_with("MEM.") {
             let shown: Vec<String> = args.iter().take(3).map(|a| text(a).chars().take(12).collect()).collect();
-            worst.push((*micros, shown.join(" ")));
+            let q = quickest.entry(shown.join(" ")).or_insert(i64::MAX);
+            *q = (*q).min(*micros);
         }
     }
-    worst
+    quickest.into_iter().filter(|(_, m)| *m > 10_000).map(|(k, m)| (m, k)).collect()
 }
 
 fn slowlog_server() -> (Server, redis::Connection) {
@@ -327,14 +332,18 @@ fn first_use_large_counts_and_the_model_table_do_not_hold_the_main_thread() {
         map_reply(&mut con, &["MEM.APPEND", &format!("s{i}"), "user", "first", "MODEL", model]);
         cmd(&mut con, &["MEM.APPENDBATCH", &format!("b{i}"), r#"[{"role":"user","content":"b"}]"#, "MODEL", model]).unwrap();
     }
-    // 4 MB, off the main thread.
+    // 4 MB, off the main thread (three times each: see held_over_10ms).
     for model in &FAMILIES {
-        cmd(&mut con, &["MEM.COUNT", model, &"x".repeat(4 << 20)]).unwrap();
+        for _ in 0..3 {
+            cmd(&mut con, &["MEM.COUNT", model, &"x".repeat(4 << 20)]).unwrap();
+        }
     }
     // The whole table, with 1024 operator entries.
     let many: String = (0..1024).map(|i| format!("{}{i:04}*=glm5:{} ", "z".repeat(200), i + 1)).collect();
     cmd(&mut con, &["CONFIG", "SET", "mem.models", &many]).unwrap();
-    cmd(&mut con, &["MEM.MODELS"]).unwrap();
+    for _ in 0..3 {
+        cmd(&mut con, &["MEM.MODELS"]).unwrap();
+    }
     for model in &FAMILIES {
         cmd(&mut con, &["MEM.MODELS", model]).unwrap();
         cmd(&mut con, &["MEM.COUNT", model, "after a big table"]).unwrap();
@@ -347,7 +356,8 @@ fn first_use_large_counts_and_the_model_table_do_not_hold_the_main_thread() {
 /// FINDING (not fixed): texts just under mem.async-threshold-bytes are
 /// counted inline, and for Tekken (Mistral) a 64 KB run of one letter or of
 /// spaces takes 15-30 ms (measured 14.5-29 ms for "a" x 65535, 14-23 ms for
-/// spaces, 8-13 ms for digits; qwen2 digits 6.5 ms, o200k < 1 ms). The
+/// spaces, 8-13 ms for digits; quickest of 3 runs: Tekken spaces 15.7 ms,
+/// glm4 "'s" x 32767 10.3 ms; qwen2 digits 6.5 ms, o200k < 1 ms). The
 /// inline bound is in bytes, the same for every encoding; the fix is a
 /// per-encoding bound (or counting Tekken's long pieces on the pool), which
 /// changes which texts MULTI/EXEC refuses: left to the lead.
@@ -364,7 +374,9 @@ fn texts_just_under_the_async_threshold_count_inline_within_10_ms() {
     cmd(&mut con, &["SLOWLOG", "RESET"]).unwrap();
     for model in &FAMILIES {
         for text in &shapes {
-            cmd(&mut con, &["MEM.COUNT", model, text]).unwrap();
+            for _ in 0..3 {
+                cmd(&mut con, &["MEM.COUNT", model, text]).unwrap();
+            }
         }
     }
     let worst = held_over_10ms(&mut con);
