@@ -378,3 +378,18 @@ fn tokens_edge_values_with_retries_batches_summaries_and_switches() {
     let sum: i64 = entries.into_iter().map(|e| int_field(&as_fields(e), "tokens")).sum();
     assert_eq!(int_field(&info, "total_tokens"), sum, "totals are the sum of what MEM.GET shows");
 }
+
+/// Found and fixed (tokenizer/models.rs): names were looked up with
+/// OpenAI's `ft:` prefix dropped first, so an operator entry written with it
+/// (a fine-tuned model's full name) was accepted and listed but never
+/// matched. The full name is now looked up first, then without `ft:`.
+#[test]
+fn an_operator_entry_for_a_fine_tuned_name_matches_it() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["CONFIG", "SET", "mem.models", "ft:gpt-4o-mini:acme*=qwen2:4096"]).unwrap();
+    assert_eq!(resolve(&mut con, "ft:gpt-4o-mini:acme::abc"), ("qwen2".into(), 1, 4096, "config".into()));
+    // Other fine-tuned names still resolve to their base model's entry.
+    assert_eq!(resolve(&mut con, "ft:gpt-4o-mini:other::abc"), ("o200k_base".into(), 1, 128_000, "builtin".into()));
+    assert_eq!(resolve(&mut con, "ft:gpt-4:other::abc").0, "cl100k_base");
+}
