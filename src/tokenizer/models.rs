@@ -4,8 +4,9 @@
 //! window), and the operator's entries (`mem.models`, CONFIG SET or
 //! redis.conf), which win over it. An entry is an exact name or a prefix
 //! (`name*`); in each table an exact name wins, then the longest prefix.
-//! Names compare case-insensitively; OpenAI's `ft:` prefix of fine-tuned
-//! models is dropped, and a name with a router's `vendor/` prefix
+//! Names compare case-insensitively; a name with OpenAI's `ft:` prefix of
+//! fine-tuned models that matches no entry as written is looked up without
+//! it, and a name with a router's `vendor/` prefix
 //! (`qwen/qwen3-max`, `meta-llama/Llama-3.1-8B`) that matches nothing is
 //! looked up again without it.
 
@@ -221,7 +222,10 @@ pub fn resolve_in(ops: &[Entry], model: &str) -> Resolved {
     let lookup = |name: &str| {
         best(ops, name).map(|e| (e, true)).or_else(|| best(built_in(), name).map(|e| (e, false)))
     };
-    let found = lookup(name).or_else(|| name.rsplit_once('/').and_then(|(_, rest)| lookup(rest)));
+    // The full name first: an operator's entry may be written with `ft:`.
+    let found = lookup(&lower)
+        .or_else(|| (name.len() < lower.len()).then(|| lookup(name)).flatten())
+        .or_else(|| name.rsplit_once('/').and_then(|(_, rest)| lookup(rest)));
     match found {
         Some((e, mine)) => Resolved { encoding: e.encoding, window: e.window, entry: Some((e.pattern(), mine)) },
         None => Resolved { encoding: None, window: None, entry: None },
