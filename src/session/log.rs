@@ -467,7 +467,10 @@ impl MessageLog {
     /// right before and after: this only moves bytes.
     pub fn settle(&mut self) {
         if Arc::get_mut(&mut self.buf).is_none() {
-            return;
+            self.release_dead_shared();
+            if Arc::get_mut(&mut self.buf).is_none() {
+                return;
+            }
         }
         let live = self.live_bytes();
         let slack = if live > SMALL_LOG_BYTES { live / 8 } else { 0 };
@@ -494,6 +497,35 @@ impl MessageLog {
             if let Some(buf) = Arc::get_mut(&mut self.buf) {
                 buf.shrink_to(fits);
             }
+        }
+    }
+
+    /// Drops this log's hold on a shared buffer once every byte of it is
+    /// evicted: its live bytes are all in the side buffer, which becomes
+    /// the buffer. Without this, a log whose buffer stays shared (a COPY, a
+    /// long re-count) at its caps would keep every evicted byte of its side
+    /// buffer, since only an unshared buffer is compacted.
+    fn release_dead_shared(&mut self) {
+        if self.dead >= self.buf.len() {
+            self.start = self.start.wrapping_add(self.buf.len() as u32);
+            self.dead -= self.buf.len();
+            self.buf = Arc::new(std::mem::take(&mut self.extra));
+        }
+    }
+
+    /// A copy that shares nothing with this log (COPY: two keys, each
+    /// compacting its own bytes; MEMORY USAGE of each is what it holds).
+    pub fn detached(&self) -> MessageLog {
+        let (a, b) = self.stored_bytes();
+        let mut buf = Vec::with_capacity(size_class(a.len() + b.len()));
+        buf.extend_from_slice(a);
+        buf.extend_from_slice(b);
+        MessageLog {
+            heads: self.heads.clone(),
+            buf: Arc::new(buf),
+            start: self.start.wrapping_add(self.dead as u32),
+            dead: 0,
+            extra: Vec::new(),
         }
     }
 

@@ -206,3 +206,30 @@ fn size_classes_are_jemallocs() {
     assert_eq!(size_class(4096), 4096);
     assert_eq!(size_class(18_000), 20_480);
 }
+
+#[test]
+fn a_log_at_its_cap_with_its_buffer_shared_stays_bounded() {
+    // A copy holds the buffer for good (a worker's snapshot, held long).
+    let mut log = MessageLog::new();
+    let text = "b".repeat(2000);
+    for id in 1..=30 {
+        push(&mut log, id, "user", &text);
+        log.settle();
+    }
+    let held = log.clone();
+    let usage = log.mem_usage();
+    for id in 31..=3000 {
+        push(&mut log, id, "assistant", &text);
+        log.pop_front();
+        log.settle();
+        assert!(log.mem_usage() < 3 * usage, "at {id}: {} B (was {usage})", log.mem_usage());
+    }
+    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), (2971..=3000).collect::<Vec<_>>());
+    assert!(log.iter().all(|m| m.content == text && m.role == "assistant"));
+    // The copy still reads what it held.
+    assert_eq!(held.iter().map(|m| m.id).collect::<Vec<_>>(), (1..=30).collect::<Vec<_>>());
+    assert!(held.iter().all(|m| m.content == text && m.role == "user"));
+    let detached = log.detached();
+    assert_eq!(detached, log);
+    assert!(detached.mem_usage() <= log.mem_usage());
+}
