@@ -368,7 +368,9 @@ impl MessageLog {
         match Arc::get_mut(&mut self.buf) {
             Some(buf) if fits => buf,
             _ => {
-                self.extra.reserve_exact(len);
+                // Amortized: a loop of pushes without a settle (a rebuild,
+                // a stream) must not reallocate the side buffer per push.
+                self.extra.reserve(len);
                 &mut self.extra
             }
         }
@@ -421,18 +423,30 @@ impl MessageLog {
         self.dead = 0;
     }
 
-    /// Keeps the messages `keep` accepts, in order (rebuilds the bytes).
-    pub fn retain(&mut self, mut keep: impl FnMut(MessageRef<'_>) -> bool) {
-        let mut next = MessageLog::new();
-        for (i, m) in self.iter().enumerate() {
-            if keep(m) {
-                let data = self.data(i);
-                // Same bytes, fewer of them: cannot exceed the limits.
-                let _ = next.push_data(m.id, m.ts, m.tokens, data);
+    /// Keeps the messages whose head `keep` accepts, in order. Dropping
+    /// only the oldest ones (the usual age eviction) is a cursor move;
+    /// anything else rebuilds the bytes in one buffer of the kept size.
+    /// Heads only: deciding reads no text (a decode checks its UTF-8).
+    pub fn retain(&mut self, keep: impl FnMut(&Head) -> bool) {
+        let kept: Vec<bool> = self.heads.iter().map(keep).collect();
+        let dropped_prefix = kept.iter().take_while(|k| !**k).count();
+        if kept.iter().skip(dropped_prefix).all(|k| *k) {
+            for _ in 0..dropped_prefix {
+                self.pop_front();
+            }
+            self.settle();
+            return;
+        }
+        let bytes: usize = (0..self.len()).filter(|&i| kept[i]).map(|i| self.data(i).len()).sum();
+        let mut buf = Vec::with_capacity(size_class(bytes));
+        let mut heads = VecDeque::with_capacity(self.len() - kept.iter().filter(|k| !**k).count());
+        for (i, h) in self.heads.iter().enumerate() {
+            if kept[i] {
+                buf.extend_from_slice(self.data(i));
+                heads.push_back(Head { end: buf.len() as u32, ..*h });
             }
         }
-        next.settle();
-        *self = next;
+        *self = MessageLog { heads, buf: Arc::new(buf), ..MessageLog::default() };
     }
 
     /// Sets message `i`'s tokens (a re-count). Counts come from a count of

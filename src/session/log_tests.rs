@@ -99,9 +99,13 @@ fn pop_back_and_retain_keep_the_rest() {
     }
     assert_eq!(log.pop_back(), Some((10, 10)));
     push(&mut log, 11, "user", "m11");
-    log.retain(|m| !m.is_tool());
+    log.retain(|h| h.id % 2 == 1);
     assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 3, 5, 7, 9, 11]);
-    assert_eq!(log.get(5).unwrap().content, "m11");
+    // Dropping only the oldest takes the cursor path.
+    log.retain(|h| h.id > 3);
+    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![5, 7, 9, 11]);
+    assert_eq!(log.get(0).unwrap().content, "m5");
+    assert_eq!(log.get(3).unwrap().content, "m11");
     while log.pop_front().is_some() {}
     assert!(log.is_empty());
     push(&mut log, 12, "user", "m12");
