@@ -81,7 +81,6 @@ fn attack3_model_switch_while_the_snapshot_shares_the_buffer() {
     }
     let reply = reply.join().unwrap().unwrap_or_else(|e| panic!("round 2: {e}"));
     ok(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "0"]);
-    ok(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "0"]);
     assert_eq!(str_field(&map_reply(&mut con, &["MEM.INFO", k]), "encoding"), "cl100k_base");
     let doc = relkit::parse_doc(&relkit::json_text(&mut con, k));
     for m in &doc.messages {

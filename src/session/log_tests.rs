@@ -237,3 +237,36 @@ fn a_log_at_its_cap_with_its_buffer_shared_stays_bounded() {
     assert_eq!(detached, log);
     assert!(detached.mem_usage() <= log.mem_usage());
 }
+
+#[test]
+fn positions_wrap_past_four_gib_of_appends() {
+    // A session at its caps that has taken more than 4 GiB over its life:
+    // logical positions wrap. Start just before the wrap.
+    let mut log = MessageLog { start: u32::MAX - 50_000, ..MessageLog::default() };
+    let text = |id: u64| format!("{id} {}", "w".repeat((id as usize * 37) % 9000));
+    let mut held = None;
+    for id in 1..=400u64 {
+        push(&mut log, id, if id % 5 == 0 { "tool" } else { "user" }, &text(id));
+        if log.len() > 12 {
+            log.pop_front();
+        }
+        if id % 50 == 0 {
+            held = Some(log.clone()); // a shared buffer across the wrap
+        }
+        if id % 97 == 0 {
+            log.retain(|h| h.id % 2 == 0 || h.id == id);
+        }
+        log.settle();
+        for m in log.iter() {
+            assert_eq!(m.content, text(m.id), "id {} after push {id}", m.id);
+            assert_eq!(m.role, if m.id % 5 == 0 { "tool" } else { "user" });
+        }
+    }
+    assert!(log.start < u32::MAX - 50_000, "the positions did not wrap");
+    let held = held.unwrap();
+    assert!(held.iter().all(|m| m.content == text(m.id)));
+    let (a, b) = log.stored_bytes();
+    let heads: Vec<(u64, i64, u64, usize)> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+    let loaded = MessageLog::from_stored(heads, &[a, b].concat()).unwrap();
+    assert_eq!(loaded, log);
+}
