@@ -165,3 +165,30 @@ fn attack3_a_session_of_sixty_megabytes_round_trips() {
     let got = get(&mut con, &["MEM.GET", k, "LAST", "2"]);
     assert_eq!(got.last().unwrap().content, varied_text(4 * 1024 * 1024 - 100, 14));
 }
+
+#[test]
+fn attack3_summarizing_a_hundred_thousand_messages_gives_the_memory_back() {
+    let server = Server::start();
+    let mut con = server.client();
+    ok(&mut con, &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"]);
+    let k = "mem:{shrink}";
+    let cap = ["MAXMSGS", "100000", "MAXTOKENS", "1000000000"];
+    for start in (0..100_000).step_by(1000) {
+        let batch: Vec<serde_json::Value> = (start..start + 1000).map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")})).collect();
+        ok(&mut con, &["MEM.APPENDBATCH", k, &serde_json::to_string(&batch).unwrap(), cap[0], cap[1], cap[2], cap[3]]);
+    }
+    let full = memory_usage(&mut con, k);
+    let used = used_memory(&mut con);
+    let last = int_field(&map_reply(&mut con, &["MEM.INFO", k]), "last_id");
+    ok(&mut con, &["MEM.SUMMARIZE", k, &(last - 100).to_string(), "most of it"]);
+    let after = memory_usage(&mut con, k);
+    let freed = used - used_memory(&mut con);
+    println!("attack3 scale: 100,000 tiny messages summarized to 100: MEMORY USAGE {full} -> {after}, used_memory -{freed}");
+    // The heads' ring (3 MB for 100,000) is given back with the bytes.
+    assert!(after < 64 * 1024, "MEMORY USAGE {after} B for 100 messages (was {full})");
+    assert!(freed * 10 >= (full - after) * 9, "used_memory fell {freed}, MEMORY USAGE {}", full - after);
+    append(&mut con, k, "user", "after", &cap);
+    let got = get(&mut con, &["MEM.GET", k]);
+    assert_eq!(got.len(), 102); // the summary, 100 kept, the new one
+    assert_eq!(got[1].content, format!("m{}", 100_000 - 100));
+}

@@ -270,3 +270,22 @@ fn positions_wrap_past_four_gib_of_appends() {
     let loaded = MessageLog::from_stored(heads, &[a, b].concat()).unwrap();
     assert_eq!(loaded, log);
 }
+
+#[test]
+fn heads_give_back_their_ring_after_a_large_drop() {
+    let mut log = MessageLog::new();
+    for id in 1..=100_000 {
+        push(&mut log, id, "user", "m");
+    }
+    log.settle();
+    let full = log.mem_usage();
+    while log.len() > 100 {
+        log.pop_front();
+    }
+    log.settle();
+    assert!(log.mem_usage() < full / 100, "{} B held for 100 messages (was {full})", log.mem_usage());
+    assert_eq!(log.front().unwrap().id, 99_901);
+    push(&mut log, 100_001, "user", "after");
+    log.settle();
+    assert_eq!(log.back().unwrap().content, "after");
+}
