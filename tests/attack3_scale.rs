@@ -82,7 +82,7 @@ fn attack3_hundred_thousand_messages_at_the_cap() {
     assert_eq!(relkit::digest(&mut con, k), relkit::digest(&mut rcon, k));
     let before = relkit::snap(&mut con, k);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD of 100,000 messages", 2000);
+    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD of 100,000 messages", 30_000);
     let d = relkit::dump(&mut con, k);
     redis::cmd("RESTORE").arg("mem:{100k}:copy").arg(0).arg(&d).query::<()>(&mut con).unwrap();
     assert_eq!(json_text(&mut con, "mem:{100k}:copy"), before.json);
@@ -157,7 +157,7 @@ fn attack3_a_session_of_sixty_megabytes_round_trips() {
     assert!((usage - growth).abs() * 10 <= growth, "MEMORY USAGE {usage} vs used_memory growth {growth}");
     let before = relkit::snap(&mut con, k);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD of 60 MB", 2000);
+    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD of 60 MB", 30_000);
     // Loaded, it holds its bytes in their size class (no write slack).
     let usage_loaded = memory_usage(&mut con, k);
     println!("attack3 scale: 15 x 4 MB: MEMORY USAGE after DEBUG RELOAD {usage_loaded}");

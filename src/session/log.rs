@@ -500,10 +500,14 @@ impl MessageLog {
             if buf.is_empty() {
                 *buf = std::mem::take(&mut self.extra);
             } else if !self.extra.is_empty() {
+                // Keep an eighth spare once compacted, so the next move of
+                // the live bytes is at least live/8 appended bytes away (a
+                // buffer the last growth left nearly full would move them
+                // on every append at the caps). A reallocation the
+                // allocator can extend in place copies nothing.
                 let need = buf.len() + self.extra.len();
-                if need > buf.capacity() {
-                    let want = size_class(need + slack);
-                    buf.reserve_exact(want - buf.len());
+                if need + slack > buf.capacity() {
+                    buf.reserve_exact(size_class(need + slack) - buf.len());
                 }
                 buf.extend_from_slice(&self.extra);
                 self.extra = Vec::new();

@@ -289,3 +289,32 @@ fn heads_give_back_their_ring_after_a_large_drop() {
     log.settle();
     assert_eq!(log.back().unwrap().content, "after");
 }
+
+#[test]
+fn a_log_at_its_caps_moves_its_bytes_at_most_once_per_eighth_appended() {
+    // Whatever the count at the caps (the buffer may have been left nearly
+    // full by the last growth), the live bytes move (compaction or copy)
+    // at most once per live/8 bytes appended.
+    let text = "c".repeat(2000);
+    for n in [2_000u64, 2_013, 2_027, 2_048, 2_100, 5_000, 5_003] {
+        let mut log = MessageLog::new();
+        for id in 1..=n {
+            push(&mut log, id, "user", &text);
+            log.settle();
+        }
+        let mut moves = 0;
+        let appends = 3 * n;
+        for id in n + 1..=n + appends {
+            let before = log.dead;
+            push(&mut log, id, "user", &text);
+            log.pop_front();
+            log.settle();
+            moves += usize::from(log.dead < before);
+        }
+        let live = log.live_bytes();
+        let most = (appends as usize * 2008).div_ceil(live / 8) + 1;
+        assert!(moves <= most, "n {n}: {moves} moves in {appends} appends (at most {most})");
+        assert!(log.buf.capacity() <= size_class(live + live / 8 + 2008), "n {n}: capacity {} for {live}", log.buf.capacity());
+        assert!(log.iter().all(|m| m.content == text));
+    }
+}
