@@ -175,7 +175,13 @@ unsafe extern "C" fn copy(
     crate::guard::or(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of our type.
         match unsafe { session_ref(value) } {
-            Some(session) => into_raw(session.clone()),
+            Some(session) => {
+                // A copy of its own: a shared buffer would keep both keys
+                // from reclaiming evicted bytes (session/log.rs).
+                let mut copy = session.clone();
+                copy.messages = session.messages.detached();
+                into_raw(copy)
+            }
             None => std::ptr::null_mut(),
         }
     })

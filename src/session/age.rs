@@ -82,11 +82,11 @@ impl Session {
         let mut tokens = 0u64;
         let mut left = Vec::new();
         let mut flags = gone.into_iter();
-        self.messages.retain(|m| {
+        self.messages.retain(|h| {
             let go = flags.next().unwrap_or(false);
             if go {
-                tokens += m.tokens;
-                left.push((m.id, m.tokens));
+                tokens += u64::from(h.tokens);
+                left.push((h.id, u64::from(h.tokens)));
             }
             !go
         });

@@ -411,7 +411,9 @@ impl MessageLog {
         match Arc::get_mut(&mut self.buf) {
             Some(buf) if fits => buf,
             _ => {
-                self.extra.reserve_exact(len);
+                // Amortized: a loop of pushes without a settle (a rebuild,
+                // a stream) must not reallocate the side buffer per push.
+                self.extra.reserve(len);
                 &mut self.extra
             }
         }
@@ -464,18 +466,30 @@ impl MessageLog {
         self.dead = 0;
     }
 
-    /// Keeps the messages `keep` accepts, in order (rebuilds the bytes).
-    pub fn retain(&mut self, mut keep: impl FnMut(MessageRef<'_>) -> bool) {
-        let mut next = MessageLog::new();
-        for (i, m) in self.iter().enumerate() {
-            if keep(m) {
-                let data = self.data(i);
-                // Same bytes, fewer of them: cannot exceed the limits.
-                let _ = next.push_data(m.id, m.ts, m.tokens, data);
+    /// Keeps the messages whose head `keep` accepts, in order. Dropping
+    /// only the oldest ones (the usual age eviction) is a cursor move;
+    /// anything else rebuilds the bytes in one buffer of the kept size.
+    /// Heads only: deciding reads no text (a decode checks its UTF-8).
+    pub fn retain(&mut self, keep: impl FnMut(&Head) -> bool) {
+        let kept: Vec<bool> = self.heads.iter().map(keep).collect();
+        let dropped_prefix = kept.iter().take_while(|k| !**k).count();
+        if kept.iter().skip(dropped_prefix).all(|k| *k) {
+            for _ in 0..dropped_prefix {
+                self.pop_front();
+            }
+            self.settle();
+            return;
+        }
+        let bytes: usize = (0..self.len()).filter(|&i| kept[i]).map(|i| self.data(i).len()).sum();
+        let mut buf = Vec::with_capacity(size_class(bytes));
+        let mut heads = VecDeque::with_capacity(self.len() - kept.iter().filter(|k| !**k).count());
+        for (i, h) in self.heads.iter().enumerate() {
+            if kept[i] {
+                buf.extend_from_slice(self.data(i));
+                heads.push_back(Head { end: buf.len() as u32, ..*h });
             }
         }
-        next.settle();
-        *self = next;
+        *self = MessageLog { heads, buf: Arc::new(buf), ..MessageLog::default() };
     }
 
     /// Sets message `i`'s tokens (a re-count). Counts come from a count of
@@ -509,8 +523,17 @@ impl MessageLog {
     /// it holds; called once a write is done (it has trimmed). Reads are
     /// right before and after: this only moves bytes.
     pub fn settle(&mut self) {
+        // Heads too: a summary of 100,000 messages down to 100 would keep
+        // 3 MB of ring. Shrunk to twice what is held, so appends that
+        // follow do not reallocate at once.
+        if self.heads.capacity() > 64 && self.heads.capacity() > 4 * self.heads.len() {
+            self.heads.shrink_to(2 * self.heads.len());
+        }
         if Arc::get_mut(&mut self.buf).is_none() {
-            return;
+            self.release_dead_shared();
+            if Arc::get_mut(&mut self.buf).is_none() {
+                return;
+            }
         }
         let live = self.live_bytes();
         let slack = if live > SMALL_LOG_BYTES { live / 8 } else { 0 };
@@ -520,10 +543,14 @@ impl MessageLog {
             if buf.is_empty() {
                 *buf = std::mem::take(&mut self.extra);
             } else if !self.extra.is_empty() {
+                // Keep an eighth spare once compacted, so the next move of
+                // the live bytes is at least live/8 appended bytes away (a
+                // buffer the last growth left nearly full would move them
+                // on every append at the caps). A reallocation the
+                // allocator can extend in place copies nothing.
                 let need = buf.len() + self.extra.len();
-                if need > buf.capacity() {
-                    let want = size_class(need + slack);
-                    buf.reserve_exact(want - buf.len());
+                if need + slack > buf.capacity() {
+                    buf.reserve_exact(size_class(need + slack) - buf.len());
                 }
                 buf.extend_from_slice(&self.extra);
                 self.extra = Vec::new();
@@ -537,6 +564,35 @@ impl MessageLog {
             if let Some(buf) = Arc::get_mut(&mut self.buf) {
                 buf.shrink_to(fits);
             }
+        }
+    }
+
+    /// Drops this log's hold on a shared buffer once every byte of it is
+    /// evicted: its live bytes are all in the side buffer, which becomes
+    /// the buffer. Without this, a log whose buffer stays shared (a COPY, a
+    /// long re-count) at its caps would keep every evicted byte of its side
+    /// buffer, since only an unshared buffer is compacted.
+    fn release_dead_shared(&mut self) {
+        if self.dead >= self.buf.len() {
+            self.start = self.start.wrapping_add(self.buf.len() as u32);
+            self.dead -= self.buf.len();
+            self.buf = Arc::new(std::mem::take(&mut self.extra));
+        }
+    }
+
+    /// A copy that shares nothing with this log (COPY: two keys, each
+    /// compacting its own bytes; MEMORY USAGE of each is what it holds).
+    pub fn detached(&self) -> MessageLog {
+        let (a, b) = self.stored_bytes();
+        let mut buf = Vec::with_capacity(size_class(a.len() + b.len()));
+        buf.extend_from_slice(a);
+        buf.extend_from_slice(b);
+        MessageLog {
+            heads: self.heads.clone(),
+            buf: Arc::new(buf),
+            start: self.start.wrapping_add(self.dead as u32),
+            dead: 0,
+            extra: Vec::new(),
         }
     }
 

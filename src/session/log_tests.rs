@@ -99,9 +99,13 @@ fn pop_back_and_retain_keep_the_rest() {
     }
     assert_eq!(log.pop_back(), Some((10, 10)));
     push(&mut log, 11, "user", "m11");
-    log.retain(|m| !m.is_tool());
+    log.retain(|h| h.id % 2 == 1);
     assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 3, 5, 7, 9, 11]);
-    assert_eq!(log.get(5).unwrap().content, "m11");
+    // Dropping only the oldest takes the cursor path.
+    log.retain(|h| h.id > 3);
+    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![5, 7, 9, 11]);
+    assert_eq!(log.get(0).unwrap().content, "m5");
+    assert_eq!(log.get(3).unwrap().content, "m11");
     while log.pop_front().is_some() {}
     assert!(log.is_empty());
     push(&mut log, 12, "user", "m12");
@@ -205,4 +209,112 @@ fn size_classes_are_jemallocs() {
     assert_eq!(size_class(6145), 7168);
     assert_eq!(size_class(4096), 4096);
     assert_eq!(size_class(18_000), 20_480);
+}
+
+#[test]
+fn a_log_at_its_cap_with_its_buffer_shared_stays_bounded() {
+    // A copy holds the buffer for good (a worker's snapshot, held long).
+    let mut log = MessageLog::new();
+    let text = "b".repeat(2000);
+    for id in 1..=30 {
+        push(&mut log, id, "user", &text);
+        log.settle();
+    }
+    let held = log.clone();
+    let usage = log.mem_usage();
+    for id in 31..=3000 {
+        push(&mut log, id, "assistant", &text);
+        log.pop_front();
+        log.settle();
+        assert!(log.mem_usage() < 3 * usage, "at {id}: {} B (was {usage})", log.mem_usage());
+    }
+    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), (2971..=3000).collect::<Vec<_>>());
+    assert!(log.iter().all(|m| m.content == text && m.role == "assistant"));
+    // The copy still reads what it held.
+    assert_eq!(held.iter().map(|m| m.id).collect::<Vec<_>>(), (1..=30).collect::<Vec<_>>());
+    assert!(held.iter().all(|m| m.content == text && m.role == "user"));
+    let detached = log.detached();
+    assert_eq!(detached, log);
+    assert!(detached.mem_usage() <= log.mem_usage());
+}
+
+#[test]
+fn positions_wrap_past_four_gib_of_appends() {
+    // A session at its caps that has taken more than 4 GiB over its life:
+    // logical positions wrap. Start just before the wrap.
+    let mut log = MessageLog { start: u32::MAX - 50_000, ..MessageLog::default() };
+    let text = |id: u64| format!("{id} {}", "w".repeat((id as usize * 37) % 9000));
+    let mut held = None;
+    for id in 1..=400u64 {
+        push(&mut log, id, if id % 5 == 0 { "tool" } else { "user" }, &text(id));
+        if log.len() > 12 {
+            log.pop_front();
+        }
+        if id % 50 == 0 {
+            held = Some(log.clone()); // a shared buffer across the wrap
+        }
+        if id % 97 == 0 {
+            log.retain(|h| h.id % 2 == 0 || h.id == id);
+        }
+        log.settle();
+        for m in log.iter() {
+            assert_eq!(m.content, text(m.id), "id {} after push {id}", m.id);
+            assert_eq!(m.role, if m.id % 5 == 0 { "tool" } else { "user" });
+        }
+    }
+    assert!(log.start < u32::MAX - 50_000, "the positions did not wrap");
+    let held = held.unwrap();
+    assert!(held.iter().all(|m| m.content == text(m.id)));
+    let (a, b) = log.stored_bytes();
+    let heads: Vec<(u64, i64, u64, usize)> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+    let loaded = MessageLog::from_stored(heads, &[a, b].concat()).unwrap();
+    assert_eq!(loaded, log);
+}
+
+#[test]
+fn heads_give_back_their_ring_after_a_large_drop() {
+    let mut log = MessageLog::new();
+    for id in 1..=100_000 {
+        push(&mut log, id, "user", "m");
+    }
+    log.settle();
+    let full = log.mem_usage();
+    while log.len() > 100 {
+        log.pop_front();
+    }
+    log.settle();
+    assert!(log.mem_usage() < full / 100, "{} B held for 100 messages (was {full})", log.mem_usage());
+    assert_eq!(log.front().unwrap().id, 99_901);
+    push(&mut log, 100_001, "user", "after");
+    log.settle();
+    assert_eq!(log.back().unwrap().content, "after");
+}
+
+#[test]
+fn a_log_at_its_caps_moves_its_bytes_at_most_once_per_eighth_appended() {
+    // Whatever the count at the caps (the buffer may have been left nearly
+    // full by the last growth), the live bytes move (compaction or copy)
+    // at most once per live/8 bytes appended.
+    let text = "c".repeat(2000);
+    for n in [2_000u64, 2_013, 2_027, 2_048, 2_100, 5_000, 5_003] {
+        let mut log = MessageLog::new();
+        for id in 1..=n {
+            push(&mut log, id, "user", &text);
+            log.settle();
+        }
+        let mut moves = 0;
+        let appends = 3 * n;
+        for id in n + 1..=n + appends {
+            let before = log.dead;
+            push(&mut log, id, "user", &text);
+            log.pop_front();
+            log.settle();
+            moves += usize::from(log.dead < before);
+        }
+        let live = log.live_bytes();
+        let most = (appends as usize * 2008).div_ceil(live / 8) + 1;
+        assert!(moves <= most, "n {n}: {moves} moves in {appends} appends (at most {most})");
+        assert!(log.buf.capacity() <= size_class(live + live / 8 + 2008), "n {n}: capacity {} for {live}", log.buf.capacity());
+        assert!(log.iter().all(|m| m.content == text));
+    }
 }
