@@ -51,7 +51,7 @@ bench: build
 # The many-sessions comparison (100,000 sessions of 30 x 200 B / 600 B: redis-mem vs
 # a list vs the seed's JSON string; used_memory, MEMORY USAGE, RDB bytes, SAVE, DEBUG
 # RELOAD) and per-command server CPU at 30 / 1,000 / 10,000 messages: benches/density.py,
-# part of `make bench` too; about 5 minutes, writes its section of docs/PERFORMANCE.md.
+# part of `make bench` too; 6-10 minutes by the load, writes its section of docs/PERFORMANCE.md.
 # With DENSITY_ARGS it only prints (add --out docs/PERFORMANCE.md to write); the quick
 # memory-only loop: make density DENSITY_ARGS="--memory-only --sizes 200 --sessions 20000 --runs 1"
 density: build

@@ -144,7 +144,7 @@ def render_doc(a, mem, cmd, failures, m0, m1, elapsed):
             f"are timed in interleaved runs (run 1 of every store, then run 2, ...), so load from elsewhere "
             f"falls on all alike: {a.runs} run(s) of SAVE and DEBUG RELOAD NOSAVE (free everything, load the "
             f"file just saved), timed from the client (wall) and by the server process's CPU time (utime + "
-            f"stime from /proc, which other load on the shared machine does not inflate). DEBUG RELOAD, what the issue measured, is exactly "
+            f"stime from /proc, which other load on the machine inflates far less). DEBUG RELOAD, what the issue measured, is exactly "
             f"those two (rdbSave, emptyData, rdbLoad in Redis's debug.c), so its time is their sum per run: "
             f"a third less wall time than timing it too (`--debug-reload` does; in a check at 600 B the "
             f"medians of the sum and of the command agreed within 1-4%). The key count and the newest "

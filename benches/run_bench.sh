@@ -11,8 +11,8 @@
 # docs/PERFORMANCE.md (part 7, benches/agent_sim.py, simulates agents and summarizer
 # workers for about 45 s), then benches/density.py (100,000 sessions against lists
 # and JSON strings, per-command cost by session size; its own redis-servers, a
-# kept section of docs/PERFORMANCE.md; about 5 more minutes). About 8-10 minutes
-# on a 2-core machine (plus the first compilation of the tokenizer bench). Extra
+# kept section of docs/PERFORMANCE.md; 6-10 more minutes). About 10-15 minutes
+# on a shared 2-core machine (plus the first compilation of the tokenizer bench). Extra
 # arguments go to bench.py, or with --density-only to density.py alone.
 set -u -o pipefail
 
