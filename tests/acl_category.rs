@@ -11,7 +11,7 @@ use common::*;
 const PUBLIC: &[&str] = &[
     "mem.append", "mem.appendbatch", "mem.get", "mem.summarize_check", "mem.summarize",
     "mem.summarize_begin", "mem.extset", "mem.extget", "mem.import", "mem.info",
-    "mem.attrset", "mem.attrget", "mem.attrdel",
+    "mem.attrset", "mem.attrget", "mem.attrdel", "mem.count", "mem.models",
 ];
 
 /// (major, minor) of the server, and whether it is Valkey.
