@@ -115,9 +115,20 @@ pub fn counter(e: Encoding) -> &'static Counter {
     match load(e) {
         Some(c) => c,
         // Unreachable in practice (the unit tests build every encoding);
-        // commands check `state` first and refuse a failed encoding.
-        None => panic!("encoding {} could not be built", e.name()),
+        // commands check `state` first and refuse a failed encoding. Never a
+        // panic inside Redis: o200k_base's tables (bpe-openai's, built in)
+        // count instead.
+        None => {
+            static FALLBACK: OnceLock<Counter> = OnceLock::new();
+            FALLBACK.get_or_init(|| openai_counter(bpe_openai::o200k_base()))
+        }
     }
+}
+
+/// The counter of one of OpenAI's encodings (bpe-openai's tables; every
+/// token of these vocabularies is produced by merging).
+fn openai_counter(t: &'static bpe_openai::Tokenizer) -> Counter {
+    Counter { bpe: Bpe { encoding: &t.bpe, whole: Default::default() }, pre: Pre::OpenAi(t), nfc: false }
 }
 
 /// Builds `e` if needed; None if its build failed.
@@ -156,19 +167,13 @@ pub fn footprint(e: Encoding) -> (u64, u64) {
 }
 
 fn build(e: Encoding) -> Option<Counter> {
-    // Every token of OpenAI's vocabularies is produced by merging.
-    let openai = |t: &'static bpe_openai::Tokenizer| Counter {
-        bpe: Bpe { encoding: &t.bpe, whole: Default::default() },
-        pre: Pre::OpenAi(t),
-        nfc: false,
-    };
     let Some(def) = definition(e) else {
         // The tables `piece_count` adds (the split's character classes, the
         // set of whole tokens) are built here too, not by a first count.
         let (tokenizer, _) = e.openai()?;
         crate::pretokenize::warm_up();
         crate::piece_count::prepare(tokenizer, e as usize);
-        return Some(openai(tokenizer));
+        return Some(openai_counter(tokenizer));
     };
     let (tokens, whole) = reachable(tokens_in_rank_order(&(def.vocabulary)()));
     let bpe = BytePairEncoding::from_dictionary(tokens, Some(def.hash_factor));
