@@ -144,6 +144,27 @@ fn data_len(role: &str, meta: Option<&str>, content: &str) -> usize {
 /// Role, meta and content of a message's stored bytes; `None` when they are
 /// not a well-formed message (a corrupt load).
 pub fn decode_data(data: &[u8]) -> Option<(&str, Option<&str>, &str)> {
+    decode_with(data, |bytes| std::str::from_utf8(bytes).ok())
+}
+
+/// Role, meta and content of bytes the log holds, without checking UTF-8
+/// again: a read of a session must not cost a pass over its text.
+fn decode_stored(data: &[u8]) -> (&str, Option<&str>, &str) {
+    fn trusted(bytes: &[u8]) -> Option<&str> {
+        // The unit tests check what release builds take on trust.
+        #[cfg(test)]
+        assert!(std::str::from_utf8(bytes).is_ok(), "stored bytes split inside a character");
+        // SAFETY: the log holds only bytes `encode_data` wrote from `&str`s
+        // (`push`) or that `check_data` decoded as UTF-8 (`push_data`,
+        // `from_stored`), split at the boundaries they were written with: every
+        // slice taken here is one whole string as it was written.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    }
+    decode_with(data, trusted).unwrap_or(("", None, ""))
+}
+
+/// The layout of a message's stored bytes, its strings made by `text`.
+fn decode_with<'a>(data: &'a [u8], text: fn(&'a [u8]) -> Option<&'a str>) -> Option<(&'a str, Option<&'a str>, &'a str)> {
     let (&tag, mut rest) = data.split_first()?;
     if tag & !(ROLE_MASK | HAS_META) != 0 {
         return None;
@@ -153,7 +174,7 @@ pub fn decode_data(data: &[u8]) -> Option<(&str, Option<&str>, &str)> {
             let (&len, after) = rest.split_first()?;
             let (role, after) = after.split_at_checked(usize::from(len))?;
             rest = after;
-            std::str::from_utf8(role).ok()?
+            text(role)?
         }
         code => ROLES.get(usize::from(code))?,
     };
@@ -174,56 +195,11 @@ pub fn decode_data(data: &[u8]) -> Option<(&str, Option<&str>, &str)> {
         }
         let (meta, after) = rest.split_at_checked(usize::try_from(len).ok()?)?;
         rest = after;
-        Some(std::str::from_utf8(meta).ok()?)
+        Some(text(meta)?)
     } else {
         None
     };
-    Some((role, meta, std::str::from_utf8(rest).ok()?))
-}
-
-/// Role, meta and content of bytes the log holds, without checking UTF-8
-/// again: a read of a session must not cost a pass over its text.
-fn decode_stored(data: &[u8]) -> (&str, Option<&str>, &str) {
-    let Some((&tag, mut rest)) = data.split_first() else {
-        return ("", None, "");
-    };
-    fn text(bytes: &[u8]) -> &str {
-        // The unit tests check what release builds take on trust.
-        #[cfg(test)]
-        assert!(std::str::from_utf8(bytes).is_ok(), "stored bytes split inside a character");
-        // SAFETY: the log holds only bytes `encode_data` wrote from `&str`s
-        // (`push`) or that `check_data` decoded as UTF-8 (`push_data`,
-        // `from_stored`), split at the boundaries they were written with: every
-        // slice taken here is one whole string as it was written.
-        unsafe { std::str::from_utf8_unchecked(bytes) }
-    }
-    let role = match tag & ROLE_MASK {
-        ROLE_INLINE => {
-            let len = rest.first().map_or(0, |&l| usize::from(l));
-            let role = rest.get(1..1 + len).unwrap_or(&[]);
-            rest = rest.get(1 + len..).unwrap_or(&[]);
-            text(role)
-        }
-        code => ROLES.get(usize::from(code)).copied().unwrap_or(""),
-    };
-    let meta = if tag & HAS_META != 0 {
-        let mut len = 0usize;
-        let mut shift = 0;
-        while let Some((&byte, after)) = rest.split_first() {
-            rest = after;
-            len |= usize::from(byte & 0x7f) << shift.min(63);
-            shift += 7;
-            if byte & 0x80 == 0 {
-                break;
-            }
-        }
-        let meta = rest.get(..len).unwrap_or(&[]);
-        rest = rest.get(len..).unwrap_or(&[]);
-        Some(text(meta))
-    } else {
-        None
-    };
-    (role, meta, text(rest))
+    Some((role, meta, text(rest)?))
 }
 
 /// Stored bytes must be what [`encode_data`] writes for what they decode
