@@ -65,6 +65,9 @@ pub enum Access {
     Read,
     /// Adds and evicts (like XADD with MAXLEN).
     Update,
+    /// Updates and replies with what it read (like INCR or SET ... GET):
+    /// a write-only user (`%W~`) must not read through it.
+    ReadUpdate,
     Overwrite,
     /// No key (MEM.COUNT, MEM.MODELS): no key spec.
     Keyless,
@@ -76,6 +79,9 @@ impl Access {
             Access::Keyless => 0,
             Access::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
             Access::Update => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+            Access::ReadUpdate => {
+                raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE
+            }
             Access::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
         })
     }
@@ -164,7 +170,8 @@ pub fn all() -> Vec<Doc> {
             summary: "A summarizer's start: the MEM.SUMMARIZE_CHECK answer plus a time-limited lease, granted to one worker at a time when the session meets its threshold.",
             complexity: "O(N) for N messages.",
             arity: -3,
-            access: Update,
+            // Its reply is MEM.SUMMARIZE_CHECK's map.
+            access: ReadUpdate,
             args: vec![
                 key(),
                 integer("lease-ms"),

@@ -59,7 +59,9 @@ pub struct ModelsSetting;
 
 impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
-        RedisString::create(None, crate::tokenizer::models::operator_text().as_str())
+        // create_from_slice: the crate's `create` unwraps a CString, which
+        // panics (aborting the server) on a NUL byte.
+        RedisString::create_from_slice(std::ptr::null_mut(), crate::tokenizer::models::operator_text().as_bytes())
     }
 
     fn set(
@@ -67,10 +69,8 @@ impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
         _: &redis_module::configuration::ConfigurationContext,
         val: RedisString,
     ) -> Result<(), redis_module::RedisError> {
-        let text = val
-            .try_as_str()
-            .map_err(|_| redis_module::RedisError::Str("mem.models must be valid UTF-8"))?;
-        let entries = crate::tokenizer::models::parse(text).map_err(redis_module::RedisError::String)?;
+        let text = config_text(&val, "mem.models")?;
+        let entries = crate::tokenizer::models::parse(text).map_err(setting_error)?;
         crate::tokenizer::models::set_operator(entries);
         Ok(())
     }
@@ -81,7 +81,7 @@ pub struct ModelSetting(Mutex<Cow<'static, str>>);
 
 impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
-        RedisString::create(None, lock(&self.0).as_ref())
+        RedisString::create_from_slice(std::ptr::null_mut(), lock(&self.0).as_bytes())
     }
 
     fn set(
@@ -89,13 +89,31 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
         _: &redis_module::configuration::ConfigurationContext,
         val: RedisString,
     ) -> Result<(), redis_module::RedisError> {
-        let model = val
-            .try_as_str()
-            .map_err(|_| redis_module::RedisError::Str("model name must be valid UTF-8"))?;
-        crate::session::check_model(model).map_err(redis_module::RedisError::String)?;
+        let model = config_text(&val, "mem.default-model")?;
+        crate::session::check_model(model).map_err(setting_error)?;
         *lock(&self.0) = Cow::Owned(model.to_owned());
         Ok(())
     }
+}
+
+/// A string config's value: UTF-8 without control characters but the
+/// separators of mem.models (tab, newline). A NUL would reach the crate's
+/// CString conversions (a panic that aborts the server).
+fn config_text<'a>(val: &'a RedisString, name: &str) -> Result<&'a str, redis_module::RedisError> {
+    let text = std::str::from_utf8(val.as_slice())
+        .map_err(|_| redis_module::RedisError::String(format!("{name} must be valid UTF-8")))?;
+    if text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+        return Err(redis_module::RedisError::String(format!(
+            "{name} must not hold control characters (NUL, ...)"
+        )));
+    }
+    Ok(text)
+}
+
+/// The crate turns a set error into a RedisString with a CString (a panic
+/// on NUL): errors that echo the value are made printable first.
+fn setting_error(msg: String) -> redis_module::RedisError {
+    redis_module::RedisError::String(msg.chars().map(|c| if c.is_control() { '?' } else { c }).collect())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -6,7 +6,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_module::native_types::RedisType;
-use redis_module::{logging, raw};
+use redis_module::raw;
 
 use crate::persistence::{self, RDB_ENCODING_VERSION};
 use crate::session::Session;
@@ -85,7 +85,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         match result {
             Ok(session) => into_raw(session),
             Err(e) => {
-                logging::log_warning(format!("redis-mem: refusing to load a session: {e}"));
+                crate::guard::log_warning(&format!("redis-mem: refusing to load a session: {e}"));
                 std::ptr::null_mut()
             }
         }

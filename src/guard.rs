@@ -9,8 +9,15 @@ use redis_module::logging;
 /// Installs a hook that logs panics (with their location) to the Redis log.
 pub fn install_panic_hook() {
     panic::set_hook(Box::new(|info| {
-        logging::log_warning(format!("redis-mem: internal error (panic): {info}"));
+        log_warning(&format!("redis-mem: internal error (panic): {info}"));
     }));
+}
+
+/// Writes `msg` to the Redis log. The crate's logger unwraps a CString: a
+/// NUL in a message (a panic or load error quoting stored bytes) would panic
+/// inside the hook and abort the server, so NULs are replaced first.
+pub fn log_warning(msg: &str) {
+    logging::log_warning(msg.replace('\0', "?"));
 }
 
 /// Runs `f`; if it panics, logs it (through the hook) and returns `fallback`.

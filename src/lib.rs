@@ -97,10 +97,16 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // NO_IMPLICIT_SIGNAL_MODIFIED: a key opened for writing is not marked
     // modified when the command then refuses (WATCH and client-side caching
     // stay valid); writes signal it themselves (commands::signal_modified).
+    // HANDLE_REPL_ASYNC_LOAD: without it a replica silently turns off
+    // `repl-diskless-load swapdb`/`on-empty-db` async loading. Sessions are
+    // self-contained values; the module's global state is counters (INFO's
+    // `sessions` counts both datasets while they coexist, then the freed
+    // one leaves it) and encodings, which the two datasets share.
     unsafe {
         redis_module::raw::RedisModule_SetModuleOptions.unwrap()(
             ctx.ctx,
             (redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                | redis_module::raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
                 | redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
         );
     }

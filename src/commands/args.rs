@@ -91,10 +91,13 @@ fn printable(s: &str) -> String {
         .collect()
 }
 
-/// A decimal integer `>= min`; Redis's wording for anything else.
+/// A decimal integer `>= min`; Redis's wording for anything else. Redis's
+/// integer syntax (string2ll): digits only, no sign, no spaces, and no
+/// leading zero but in `0` itself (`01`, `+1`, ` 5` are refused).
 pub fn parse_u64(name: &str, v: &RedisString, min: u64) -> Result<u64, RedisError> {
     let s = std::str::from_utf8(v.as_slice()).unwrap_or("");
-    let n = if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+    let canonical = s == "0" || (!s.starts_with('0') && !s.is_empty());
+    let n = if canonical && s.bytes().all(|b| b.is_ascii_digit()) {
         s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
     } else {
         None

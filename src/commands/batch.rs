@@ -234,6 +234,17 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     }
     let now = now_ms();
     let steps = steps(messages, key.session(), &settings, now)?;
+    // Every limit is checked before the first message goes in: a batch
+    // applies whole or not at all (its ops replicate only at the end).
+    if let Some(session) = key.session() {
+        let added = steps.iter().filter_map(|s| match s {
+            Step::New(Op::Append { message, .. }) => Some((&*message.role, message.meta.as_deref(), &*message.content)),
+            _ => None,
+        });
+        if !session.messages.has_room_for(added) {
+            return Err(super::error::session(crate::session::SessionError::SessionFull));
+        }
+    }
     let thresholds = settings_thresholds(&settings, &cfg);
     let mut outcomes = Vec::with_capacity(steps.len());
     if steps.iter().all(|s| matches!(s, Step::Duplicate { .. })) {

@@ -23,7 +23,7 @@ use crate::stats::count_message;
 use crate::tokenizer::{self, Encoding};
 use super::lazy;
 
-/// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds]
+/// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     import_built(ctx, args, None)
 }
@@ -61,12 +61,10 @@ impl Plan {
         let text = args::utf8_bytes("json", bytes)?;
         let Plan { mut changes, cfg, now } = self;
         let max = cfg.max_message_bytes;
-        let settings = |model: Option<&str>| {
-            // The document's model unless MODEL names another; a new
-            // session's settings otherwise.
-            if let Some(m) = model {
-                changes.default_model(m)?;
-            }
+        let settings = |doc: json_format::DocSettings<'_>| {
+            // The document's model and settings unless an option names
+            // others; a new session's settings otherwise.
+            changes.default_to_document(&doc, &cfg)?;
             let settings = changes.merge(None, &cfg);
             if let Some(cell) = unbuilt.filter(|_| !tokenizer::is_loaded(settings.encoding)) {
                 cell.set(Some(settings.encoding));
@@ -92,7 +90,7 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
     super::arity(&args, 3)?;
     let keyname = &args[1];
     let document = &args[2];
-    let opts = Options::parse(&args[3..], &["MODEL", "TTL"], &["REPLACE"])?;
+    let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &["REPLACE"])?;
     let cfg = Config::current();
     let changes = SettingsOptions::parse(&opts, &cfg)?;
 

@@ -119,6 +119,27 @@ impl<'a> SettingsOptions<'a> {
         Ok(())
     }
 
+    /// The settings an imported document carries (its `model`, and those
+    /// `FORMAT JSON` wrote), where no option names others; bounded as the
+    /// options are.
+    pub fn default_to_document(&mut self, doc: &crate::json_format::DocSettings<'_>, cfg: &Config) -> Result<(), RedisError> {
+        if let Some(m) = doc.model {
+            self.default_model(m)?;
+        }
+        let bounded = |name: &str, v: Option<u64>, min: u64, max: u64, limit: &str| match v {
+            Some(n) if n < min || n > max => Err(args::err(format!(
+                "ERR the document's {name} {n} is outside {min}..={max} ({limit})"
+            ))),
+            other => Ok(other),
+        };
+        let secs = crate::session::MAX_TTL_SECS;
+        self.ttl = self.ttl.or(bounded("ttl", doc.ttl, 0, secs, "100 years")?);
+        self.max_tokens = self.max_tokens.or(bounded("maxtokens", doc.max_tokens, 1, cfg.max_tokens_limit, "mem.max-tokens-limit")?);
+        self.max_msgs = self.max_msgs.or(bounded("maxmsgs", doc.max_msgs, 1, cfg.max_messages_limit, "mem.max-messages-limit")?);
+        self.max_age = self.max_age.or(bounded("maxage", doc.max_age, 0, secs, "100 years")?);
+        Ok(())
+    }
+
     /// The same options, owning their model name (for a worker).
     pub fn into_owned(self) -> SettingsOptions<'static> {
         SettingsOptions {

@@ -45,8 +45,11 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let reply = Reply::new(ctx);
     reply.array(usize::from(summary.is_some()) + messages.len());
     if let Some(s) = summary {
+        // `summary` 1: a field no message entry has, so a message whose role
+        // is "summary" is never taken for the session's summary.
         reply
-            .map(5)
+            .map(6)
+            .field_int("summary", 1)
             .field_int("id", s.upto)
             .field_str("role", "summary")
             .field_str("content", &s.text)

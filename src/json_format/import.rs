@@ -29,6 +29,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::value::RawValue;
 
 use super::parse_iso8601;
+use super::stored::StoredIn;
 use crate::session::{check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
@@ -58,15 +59,26 @@ impl<E> From<String> for ImportError<E> {
     }
 }
 
+/// What the document says of its session's settings: its `model`, and the
+/// `redis_mem` member's settings when it has one (`FORMAT JSON` writes it).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DocSettings<'d> {
+    pub model: Option<&'d str>,
+    pub ttl: Option<u64>,
+    pub max_tokens: Option<u64>,
+    pub max_msgs: Option<u64>,
+    pub max_age: Option<u64>,
+}
+
 /// Builds the session of the MEM.IMPORT document `text`. `settings` gives a
-/// new session's settings from the document's model, if it names one;
+/// new session's settings from the document's model and settings;
 /// tokens are counted with `count`, times default to `now`, and a content
 /// above `max_message_bytes` is refused. Every error leaves nothing behind.
 pub fn import<E>(
     text: &str,
     now: i64,
     max_message_bytes: u64,
-    settings: impl FnOnce(Option<&str>) -> Result<Settings, E>,
+    settings: impl FnOnce(DocSettings<'_>) -> Result<Settings, E>,
     count: impl Fn(Encoding, &str, &str) -> u64,
 ) -> Result<Imported, ImportError<E>> {
     let mut root = read_root(text)?;
@@ -93,7 +105,18 @@ pub fn import<E>(
         check_members(&format!("{{{}}}", root.extra))?;
     }
     let extra = Attrs::from_raw(std::mem::take(&mut root.pairs));
-    let settings = settings(model.as_deref()).map_err(ImportError::Settings)?;
+    let stored = match root.stored.filter(|s| s.get() != "null") {
+        Some(raw) => super::stored::parse(raw.get())?,
+        None => StoredIn::default(),
+    };
+    let doc_settings = DocSettings {
+        model: model.as_deref(),
+        ttl: stored.ttl,
+        max_tokens: stored.maxtokens,
+        max_msgs: stored.maxmsgs,
+        max_age: stored.maxage,
+    };
+    let settings = settings(doc_settings).map_err(ImportError::Settings)?;
 
     let encoding = settings.encoding;
     let mut session = Session::new(settings, now);
@@ -128,11 +151,12 @@ pub fn import<E>(
     let mut session = builder.session;
     let trimmed = builder.trimmed + session.trim_imported();
     session.extra = extra;
+    stored.apply(&mut session, now)?;
     Ok(Imported { session, trimmed, most_held: builder.most_held })
 }
 
 /// Members the module reads; everything else is kept verbatim.
-const KNOWN: [&str; 4] = ["conversation_history", "summary", "total_tokens", "model"];
+const KNOWN: [&str; 5] = ["conversation_history", "summary", "total_tokens", "model", super::STORED_MEMBER];
 
 /// The visitor methods of a value that is not an object: the visitor's
 /// `None` (the caller names the shape error), an array skipped whole.
@@ -170,6 +194,7 @@ struct Root<'a> {
     history: Option<&'a RawValue>,
     summary: Option<&'a RawValue>,
     model: Option<&'a RawValue>,
+    stored: Option<&'a RawValue>,
     extra: String,
     /// The same members as (raw name, raw value) pairs.
     pairs: Vec<(Box<str>, Box<str>)>,
@@ -203,6 +228,7 @@ impl<'de> Visitor<'de> for RootVisitor {
                 Some("conversation_history") => root.history = Some(value),
                 Some("summary") => root.summary = Some(value),
                 Some("model") => root.model = Some(value),
+                Some(super::STORED_MEMBER) => root.stored = Some(value),
                 Some(known) if KNOWN.contains(&known) => {}
                 // Kept as written; a name that does not decode (a lone
                 // surrogate) is refused by check_members.
@@ -369,9 +395,7 @@ fn time_of(doc: &str, ts: Option<&RawValue>, timestamp: Option<&RawValue>) -> Re
             None => return Ok(None),
             Some(t) => match string(doc, t)? {
                 Some(s) => parse_iso8601(&s).ok_or_else(|| format!("timestamp {s:?} is not ISO 8601"))?,
-                None if t.get().starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
-                    serde_json::from_str::<i64>(t.get()).map_err(|_| "bad timestamp".to_owned())?
-                }
+                None if t.get().starts_with(|c: char| c == '-' || c.is_ascii_digit()) => unix_time(t.get())?,
                 None => return Err("timestamp must be an ISO 8601 string".to_owned().into()),
             },
         }
@@ -380,6 +404,23 @@ fn time_of(doc: &str, ts: Option<&RawValue>, timestamp: Option<&RawValue>) -> Re
         return Err(format!("time {ts} is outside 1970-01-01 .. 9999-12-31").into());
     }
     Ok(Some(ts))
+}
+
+/// A numeric `timestamp`: Unix time in seconds when below 10^11 (until
+/// 5138), fractions allowed (Python's `time.time()`), else milliseconds.
+pub(super) fn unix_time(raw: &str) -> Result<i64, String> {
+    const SECONDS_BELOW: f64 = 1e11;
+    let bad = || format!("timestamp {raw} is not a Unix time (seconds or milliseconds)");
+    let t: f64 = serde_json::from_str(raw).map_err(|_| bad())?;
+    if !t.is_finite() || t < 0.0 {
+        return Err(bad());
+    }
+    let ms = if t < SECONDS_BELOW { t * 1000.0 } else { t };
+    // Exact for integers: i64 from a float below 2^53 ms (year 285,000).
+    if ms > MAX_TS as f64 {
+        return Err(format!("time {raw} is outside 1970-01-01 .. 9999-12-31"));
+    }
+    Ok(ms.round() as i64)
 }
 
 struct ImportedSummary {

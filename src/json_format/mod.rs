@@ -9,12 +9,14 @@ use serde_json::value::RawValue;
 use crate::session::{MessageRef, Session, Summary};
 
 mod import;
+mod stored;
 #[cfg(test)]
 mod reference;
 #[cfg(test)]
 mod tests;
 
-pub use import::{import, ImportError, Imported};
+pub use import::{import, DocSettings, ImportError, Imported};
+pub use stored::STORED_MEMBER;
 
 /// ISO 8601 UTC with milliseconds, e.g. `2025-01-31T12:00:00.000Z`.
 pub fn iso8601(ts_ms: i64) -> String {
@@ -63,6 +65,10 @@ struct DocumentOut<'a> {
     summary: Option<SummaryOut<'a>>,
     total_tokens: u64,
     model: &'a str,
+    /// What else the session holds (settings, external ids, departed
+    /// msgids), so that MEM.IMPORT of this document gives the same session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redis_mem: Option<stored::StoredOut<'a>>,
 }
 
 fn raw_json(text: &str) -> Option<&RawValue> {
@@ -99,6 +105,7 @@ pub fn render<'a>(
         }),
         total_tokens: session.map_or(0, |s| s.total_tokens),
         model: session.map_or(default_model, |s| s.settings.model.as_str()),
+        redis_mem: session.map(stored::StoredOut::of),
     };
     let mut out = serde_json::to_string(&doc).unwrap_or_default();
     // Members an import carried (user_profile, context, ...) go back at the

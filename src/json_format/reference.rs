@@ -162,7 +162,7 @@ fn time_of(m: &Map<String, Value>) -> Result<Option<i64>, String> {
             Some(Value::String(s)) => {
                 parse_iso8601(s).ok_or_else(|| format!("timestamp {s:?} is not ISO 8601"))?
             }
-            Some(Value::Number(n)) => n.as_i64().ok_or_else(|| "bad timestamp".to_owned())?,
+            Some(Value::Number(n)) => super::import::unix_time(&n.to_string())?,
             Some(_) => return Err("timestamp must be an ISO 8601 string".to_owned()),
         }
     };

@@ -25,7 +25,7 @@ fn settings_for(caps: (u64, u64), model: Option<&str>) -> Settings {
 const ROOMY: (u64, u64) = (1_000_000, 1 << 40);
 
 fn import_with(text: &str, caps: (u64, u64)) -> Result<Imported, ImportError<()>> {
-    import(text, 9, 1 << 30, |m| Ok(settings_for(caps, m)), count)
+    import(text, 9, 1 << 30, |d| Ok(settings_for(caps, d.model)), count)
 }
 
 fn parse(text: &str) -> Result<Imported, String> {
@@ -43,6 +43,22 @@ fn iso8601_round_trips_and_accepts_zoneless_times() {
     assert_eq!(parse_iso8601("2024-05-01T10:00:00.123456"), Some(1714557600123));
     assert_eq!(parse_iso8601("2024-05-01 10:00:00"), Some(1714557600000));
     assert_eq!(parse_iso8601("yesterday"), None);
+}
+
+#[test]
+fn numeric_timestamps_are_unix_seconds_or_milliseconds() {
+    let ts = |t: &str| {
+        let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x","timestamp":{t}}}]}}"#);
+        parse(&doc).map(|i| i.session.messages.get(0).unwrap().ts)
+    };
+    // The seed's numeric timestamps: seconds, as an integer or time.time().
+    assert_eq!(ts("1714557600"), Ok(1714557600000));
+    assert_eq!(ts("1714557600.25"), Ok(1714557600250));
+    assert_eq!(ts("1714557600123"), Ok(1714557600123));
+    assert_eq!(ts("0"), Ok(0));
+    assert!(ts("-1").is_err());
+    assert!(ts("253402300800000").is_err(), "past 9999-12-31");
+    assert!(ts("1e300").is_err());
 }
 
 #[test]
@@ -80,7 +96,7 @@ const BAD: &[&str] = &[
     r#"{"conversation_history":[{"role":"user","content":"x","meta":"{}"}]}"#,
     r#"{"conversation_history":[{"role":"user","content":"x","timestamp":"soon"}]}"#,
     r#"{"conversation_history":[{"role":"user","content":"x","timestamp":true}]}"#,
-    r#"{"conversation_history":[{"role":"user","content":"x","timestamp":1.5}]}"#,
+    r#"{"conversation_history":[{"role":"user","content":"x","timestamp":-1.5}]}"#,
     r#"{"conversation_history":[{"role":"user","content":"x","ts":"1"}]}"#,
     r#"{"conversation_history":[{"role":"user","content":"x","ts":-1}]}"#,
     r#"{"conversation_history":[],"summary":{"content":"s"}}"#,
@@ -242,10 +258,10 @@ fn ids_and_upto_are_bounded_by_max_id() {
 #[test]
 fn content_above_the_limit_and_a_refused_model_are_their_own_errors() {
     let doc = r#"{"conversation_history":[{"role":"user","content":"12345"},{"role":"user","content":"123456"}]}"#;
-    let r = import(doc, 0, 5, |m| Ok::<_, ()>(settings_for(ROOMY, m)), count);
+    let r = import(doc, 0, 5, |d| Ok::<_, ()>(settings_for(ROOMY, d.model)), count);
     assert_eq!(r.unwrap_err(), ImportError::TooLarge(6));
     let doc = r#"{"conversation_history":[],"model":"m"}"#;
-    let r = import(doc, 0, 5, |m| if m == Some("m") { Err("refused") } else { Ok(settings_for(ROOMY, m)) }, count);
+    let r = import(doc, 0, 5, |d| if d.model == Some("m") { Err("refused") } else { Ok(settings_for(ROOMY, d.model)) }, count);
     assert_eq!(r.unwrap_err(), ImportError::Settings("refused"));
 }
 

@@ -18,7 +18,9 @@ use super::{Outcome, Session, SessionError};
 pub const MAX_ATTR_NAME_BYTES: usize = 64;
 /// The members `FORMAT JSON` writes itself: an attribute of one of these
 /// names would collide with them (and an import reads them as the session's).
-pub const RESERVED_ATTR_NAMES: [&str; 4] = ["conversation_history", "summary", "total_tokens", "model"];
+/// `redis_mem`: what else the session holds, in `FORMAT JSON` (its settings,
+/// external ids, departed msgids), so the document imports back whole.
+pub const RESERVED_ATTR_NAMES: [&str; 5] = ["conversation_history", "summary", "total_tokens", "model", "redis_mem"];
 /// Deepest attribute value: it sits inside the document, one container.
 pub const MAX_ATTR_DEPTH: usize = JSON_MAX_NESTING - 1;
 

@@ -18,7 +18,8 @@ pub const MAX_LEASE_MS: u64 = 86_400_000;
 /// One worker's right to summarize a session until `expires_at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
-    /// Unique within the session (strictly increasing), never 0.
+    /// Strictly increasing within the session, never 0, and above every
+    /// token of an earlier lifetime of the key name (`lease_floor`).
     pub token: u64,
     /// Unix ms; the lease is live while the clock is below it.
     pub expires_at: i64,
@@ -31,6 +32,19 @@ pub struct Leases {
     pub current: Option<Lease>,
     /// The last token handed out (0: none yet); the next one is above it.
     pub last_token: u64,
+}
+
+/// Tokens per millisecond of the clock: a token is at least the grant's
+/// time x this, so a key deleted (or expired, replaced by IMPORT REPLACE,
+/// RESTOREd from an old dump) and made again never hands out a token an
+/// earlier lifetime of the key name handed out: a stale worker's token is
+/// below every later one. 32 x the latest clock (9999-12-31) stays below
+/// [`MAX_ID`], so tokens stay exact in JSON.
+const TOKENS_PER_MS: u64 = 32;
+
+/// The least token a lease granted at `now` can have.
+fn lease_floor(now: i64) -> u64 {
+    u64::try_from(now).unwrap_or(0).saturating_mul(TOKENS_PER_MS).min(MAX_ID)
 }
 
 impl Session {
@@ -68,7 +82,7 @@ impl Session {
             return Ok((check, None));
         }
         let token = match self.leases.last_token.checked_add(1) {
-            Some(t) if t <= MAX_ID => t,
+            Some(t) if t <= MAX_ID => t.max(lease_floor(now)),
             _ => return Err(SessionError::LeasesExhausted),
         };
         // lease_ms <= MAX_LEASE_MS (the command checks it); min() keeps

@@ -245,6 +245,14 @@ impl MessageLog {
         self.span().saturating_sub(self.dead)
     }
 
+    /// Whether messages of `sizes` (role, meta, content) can all be pushed,
+    /// before any trimming frees room: a multi-message write checks this
+    /// first, so it never fails halfway through ([`LogError::Full`]).
+    pub fn has_room_for<'m>(&self, sizes: impl Iterator<Item = (&'m str, Option<&'m str>, &'m str)>) -> bool {
+        let added = sizes.fold(0usize, |sum, (role, meta, content)| sum.saturating_add(data_len(role, meta, content)));
+        self.live_bytes().saturating_add(added) <= MAX_LOG_BYTES
+    }
+
     fn begin(&self, i: usize) -> u32 {
         match i.checked_sub(1).and_then(|p| self.heads.get(p)) {
             Some(previous) => previous.end,

@@ -130,26 +130,50 @@ fn a_lease_goes_to_one_worker_at_a_time_and_expires() {
     let (check, lease) = s.begin(th, 2, 1_000, 500).unwrap();
     assert!(check.summarize);
     let lease = lease.expect("granted");
-    assert_eq!(lease, Lease { token: 1, expires_at: 1_500 });
+    assert_eq!(lease, Lease { token: 32_000, expires_at: 1_500 });
     s.apply(Op::Lease { now: 1_000, lease }).unwrap();
     // Live: nobody else gets one, and a summary without its token is refused.
     assert_eq!(s.begin(th, 2, 1_499, 500).unwrap().1, None);
     assert_eq!(s.check_lease(None, 1_200), Err(SessionError::LeaseHeld { expires_in_ms: 300 }));
     assert_eq!(s.check_lease(Some(7), 1_200), Err(SessionError::LeaseHeld { expires_in_ms: 300 }));
-    assert_eq!(s.check_lease(Some(1), 1_200), Ok(()));
+    assert_eq!(s.check_lease(Some(32_000), 1_200), Ok(()));
     // Expired: the session is free; the next token is new.
     assert_eq!(s.check_lease(None, 1_500), Ok(()));
     let second = s.begin(th, 2, 1_500, 500).unwrap().1.unwrap();
-    assert_eq!(second.token, 2);
+    assert_eq!(second.token, 48_000);
     s.apply(Op::Lease { now: 1_500, lease: second }).unwrap();
     // The first worker, late, is refused while the second's lease is live.
-    assert!(s.check_lease(Some(1), 1_600).is_err());
+    assert!(s.check_lease(Some(32_000), 1_600).is_err());
     // A summary ends the lease.
     summarize(&mut s, 4).unwrap();
     assert_eq!(s.leases.current, None);
-    assert_eq!(s.leases.last_token, 2);
+    assert_eq!(s.leases.last_token, 48_000);
     assert_eq!(s.check_lease(None, 1_600), Ok(()));
     assert!(s.validate().is_ok());
+}
+
+#[test]
+fn a_new_lifetime_of_a_key_never_repeats_a_token() {
+    // The key deleted (or IMPORT REPLACE, expiry, RESTORE of an old dump)
+    // and made again: its lease state starts over, its tokens do not.
+    let cfg = settings();
+    let mut old = Session::new(cfg.clone(), 0);
+    let th = ready(&mut old, &cfg);
+    let mut stale = Vec::new();
+    for now in [1_000, 1_001, 1_002] {
+        let lease = old.begin(th, 2, now, 1).unwrap().1.unwrap();
+        old.apply(Op::Lease { now, lease }).unwrap();
+        stale.push(lease.token);
+    }
+    assert!(stale.windows(2).all(|w| w[0] < w[1]), "{stale:?}");
+    let mut new = Session::new(cfg.clone(), 1_003);
+    let th = ready(&mut new, &cfg);
+    let fresh = new.begin(th, 2, 1_003, 500).unwrap().1.unwrap();
+    assert!(stale.iter().all(|t| *t < fresh.token), "{stale:?} vs {}", fresh.token);
+    new.apply(Op::Lease { now: 1_003, lease: fresh }).unwrap();
+    for t in stale {
+        assert!(new.check_lease(Some(t), 1_100).is_err(), "stale token {t} commits");
+    }
 }
 
 #[test]

@@ -1,0 +1,137 @@
+//! The `redis_mem` member of `FORMAT JSON`: what a session holds beyond its
+//! history, summary and model (its settings, external ids with their
+//! absolute expiry, the msgids that left it), so `FORMAT JSON` ->
+//! `MEM.IMPORT` gives back the same session. Other members than these are
+//! ignored on import (a later release may add some).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::session::{check_msgid, Departed, ExternalId, Session, MAX_DEPARTED, MAX_EXPIRY_MS};
+
+/// The member's name in the document.
+pub const STORED_MEMBER: &str = "redis_mem";
+
+#[derive(Serialize)]
+pub struct StoredOut<'a> {
+    ttl: u64,
+    maxtokens: u64,
+    maxmsgs: u64,
+    maxage: u64,
+    external: BTreeMap<&'a str, ExternalOut<'a>>,
+    departed_msgids: Vec<DepartedOut<'a>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ExternalOut<'a> {
+    id: &'a str,
+    /// Unix ms: two reads of an unchanged session give the same document.
+    expires: i64,
+}
+
+#[derive(Serialize)]
+struct DepartedOut<'a> {
+    msgid: &'a str,
+    id: u64,
+    tokens: u64,
+}
+
+impl<'a> StoredOut<'a> {
+    pub fn of(s: &'a Session) -> StoredOut<'a> {
+        StoredOut {
+            ttl: s.settings.ttl,
+            maxtokens: s.settings.max_tokens,
+            maxmsgs: s.settings.max_msgs,
+            maxage: s.settings.max_age,
+            external: s
+                .external
+                .iter()
+                .map(|(system, e)| (system.as_str(), ExternalOut { id: &e.id, expires: e.expires_at }))
+                .collect(),
+            departed_msgids: s
+                .msgids
+                .departed
+                .iter()
+                .map(|d| DepartedOut { msgid: &d.msgid, id: d.id, tokens: d.tokens })
+                .collect(),
+        }
+    }
+}
+
+/// The member as an import reads it.
+#[derive(Deserialize, Default)]
+pub struct StoredIn {
+    pub ttl: Option<u64>,
+    pub maxtokens: Option<u64>,
+    pub maxmsgs: Option<u64>,
+    pub maxage: Option<u64>,
+    #[serde(default)]
+    external: BTreeMap<String, ExternalIn>,
+    #[serde(default)]
+    departed_msgids: Vec<DepartedIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExternalIn {
+    id: String,
+    expires: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DepartedIn {
+    msgid: String,
+    id: u64,
+    tokens: u64,
+}
+
+pub fn parse(raw: &str) -> Result<StoredIn, String> {
+    serde_json::from_str(raw).map_err(|e| format!("{STORED_MEMBER}: {e}"))
+}
+
+impl StoredIn {
+    /// Gives the built `session` the external ids still live at `now` and
+    /// the departed msgids (checked as a loaded session's are).
+    pub fn apply(self, session: &mut Session, now: i64) -> Result<(), String> {
+        for (system, e) in self.external {
+            if system.is_empty() {
+                return Err(format!("{STORED_MEMBER}.external: an empty system name"));
+            }
+            if e.expires > now {
+                let expires_at = e.expires.min(MAX_EXPIRY_MS);
+                session.external.insert(system, ExternalId { id: e.id, expires_at });
+            }
+        }
+        if self.departed_msgids.len() > MAX_DEPARTED {
+            return Err(format!("{STORED_MEMBER}.departed_msgids holds more than {MAX_DEPARTED}"));
+        }
+        let mut previous = 0;
+        for d in self.departed_msgids {
+            check_msgid(&d.msgid).map_err(|e| format!("{STORED_MEMBER}.departed_msgids: {e}"))?;
+            if d.id <= previous || d.id > session.last_id || session.messages.position(d.id).is_some() {
+                return Err(format!(
+                    "{STORED_MEMBER}.departed_msgids: id {} is not a departed id of the history, in order",
+                    d.id
+                ));
+            }
+            if session.find_msgid(&d.msgid).is_some() {
+                return Err(format!("{STORED_MEMBER}.departed_msgids: msgid {:?} is named twice", d.msgid));
+            }
+            previous = d.id;
+            // Beside those the import's own trimming made departed, in id
+            // order, the oldest forgotten past MAX_DEPARTED.
+            let departed = &mut session.msgids.departed;
+            let at = departed.partition_point(|x| x.id < d.id);
+            if departed.get(at).is_some_and(|x| x.id == d.id) {
+                return Err(format!("{STORED_MEMBER}.departed_msgids: id {} is named twice", d.id));
+            }
+            departed.insert(at, Departed { msgid: d.msgid.into(), id: d.id, tokens: d.tokens });
+            if departed.len() > MAX_DEPARTED {
+                departed.pop_front();
+            }
+        }
+        Ok(())
+    }
+}
