@@ -258,7 +258,10 @@ fn map_replies_resp2_flat_arrays_and_resp3_maps() {
         let v = ok(con, &["MEM.GET", key]);
         let Value::Array(items) = &v else { panic!("GET: {v:?}") };
         assert_eq!(items.len(), 3);
-        assert!(items.iter().all(|it| is_map(it, 5)), "GET with summary resp3={resp3}: {v:?}");
+        // The summary entry carries `summary` 1, which no message has.
+        assert!(is_map(&items[0], 6), "GET's summary entry resp3={resp3}: {v:?}");
+        assert_eq!(names(&as_fields(items[0].clone()))[0], "summary");
+        assert!(items[1..].iter().all(|it| is_map(it, 5)), "GET with summary resp3={resp3}: {v:?}");
         let v = ok(con, &["MEM.EXTSET", key, "n8n", "x"]);
         assert!(matches!(v, Value::Okay | Value::SimpleString(_)), "{v:?}");
         let v = ok(con, &["MEM.INFO", key]);

@@ -210,7 +210,7 @@ fn summarize_replaces_covered_messages() {
     assert!(p > 990_000, "SUMMARIZE refreshes the TTL: {p}");
 
     let e = get(&mut con, &["MEM.GET", k]);
-    assert_eq!(e[0].keys, ["id", "role", "content", "ts", "tokens"]);
+    assert_eq!(e[0].keys, ["summary", "id", "role", "content", "ts", "tokens"]);
     assert_eq!((e[0].id, e[0].role.as_str(), e[0].content.as_str(), e[0].tokens), (2, "summary", text, st));
     assert!((e[0].ts - now_ms()).abs() < 5_000);
     assert_eq!(&e[1..], &after_appends[2..], "messages after upto are untouched");

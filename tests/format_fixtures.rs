@@ -266,7 +266,8 @@ fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
     for key in keys_of(&want) {
         let got = answers(con, &key, version);
         for (name, w) in want[&key].as_object().unwrap() {
-            let g = &got[name];
+            let g = &v3_as_before(name, &got[name]);
+            let w = &if name == "get_json" { parsed(w) } else { w.clone() };
             if name == "info" {
                 // Later releases may add fields; every field of the release
                 // must be there with the same value.
@@ -279,6 +280,31 @@ fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
             }
         }
     }
+}
+
+/// A FORMAT JSON answer's document, parsed (compared as JSON, not text).
+fn parsed(answer: &Json) -> Json {
+    answer.as_str().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| answer.clone())
+}
+
+/// What release 3 adds to an answer, taken out to compare with an earlier
+/// release's: the `summary` 1 field of MEM.GET's summary entry, and the
+/// `redis_mem` member of FORMAT JSON (checked in integrity.rs).
+fn v3_as_before(name: &str, got: &Json) -> Json {
+    let is_doc = got.as_str().is_some_and(|t| t.starts_with("{\"conversation_history\""));
+    if name == "get_json" || is_doc {
+        let mut doc = parsed(got);
+        if let Some(members) = doc.as_object_mut() {
+            members.remove("redis_mem");
+        }
+        return doc;
+    }
+    let Some(entries) = got.as_array() else { return got.clone() };
+    let entries = entries.iter().map(|e| match e.as_array() {
+        Some(f) if f.len() >= 2 && f[0] == "summary" && f[1] == 1 => Json::Array(f[2..].to_vec()),
+        _ => e.clone(),
+    });
+    Json::Array(entries.collect())
 }
 
 /// A MEM.GET answer without the tool results that start its messages (the
@@ -313,13 +339,36 @@ fn assert_same_writes(con: &mut redis::Connection, version: &str, how: &str) {
         return;
     };
     let writes: Json = serde_json::from_str(&text).unwrap();
+    // The release's lease tokens -> the ones granted now (a later LEASE
+    // gives the token granted now).
+    let mut tokens: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for w in writes.as_array().unwrap() {
-        let args: Vec<&str> = w["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-        let got = fixturekit::answer_json(cmd(con, &args), value_json);
+        let mut args: Vec<String> = w["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+        if let Some(i) = args.iter().position(|a| a.eq_ignore_ascii_case("LEASE")) {
+            if let Some(now) = args.get(i + 1).and_then(|t| tokens.get(t)) {
+                args[i + 1] = now.clone();
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let got = v3_as_before("", &fixturekit::answer_json(cmd(con, &args), value_json));
         // The answer as stored, its lease time written as the comparison does.
         let want = match w["answer"]["error"].as_str() {
             Some(e) => json!({ "error": fixturekit::without_lease_time(e) }),
+            None if w["answer"].as_str().is_some_and(|t| t.starts_with("{\"conversation_history\"")) => parsed(&w["answer"]),
             None => w["answer"].clone(),
+        };
+        // v3 tokens are at least 32 x the grant's ms (earlier: 1, 2, ...):
+        // a granted lease is compared as granted.
+        let granted = |v: &Json| v.as_array().and_then(|a| a.iter().position(|f| f == "lease").map(|i| a[i + 1].as_i64()));
+        let got = match (granted(&got), granted(&want)) {
+            (Some(Some(g)), Some(Some(w))) if g > 0 && w > 0 => {
+                let mut a = got.as_array().unwrap().clone();
+                let i = a.iter().position(|f| f == "lease").unwrap();
+                tokens.insert(w.to_string(), g.to_string());
+                a[i + 1] = json!(w);
+                Json::Array(a)
+            }
+            _ => got,
         };
         assert_eq!(got, want, "{how}: {args:?} answers unlike release {version}");
     }
