@@ -33,6 +33,10 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         op = op.with_content(super::args::utf8("content", content)?.to_owned());
     }
     op.validate().map_err(|e| err(format!("ERR invalid op: {e}")))?;
+    if let crate::session::Op::Lease { lease, .. } = &op {
+        // A promoted replica (or a server after an AOF replay) grants above it.
+        super::lease::note_issued(lease.token);
+    }
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     match key.session_mut() {
         Some(session) => {

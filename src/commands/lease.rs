@@ -2,7 +2,9 @@
 //! hears `mem.threshold` may call it; one gets a lease, the others `lease 0`,
 //! so one LLM call is made per summary (session/lease.rs has the rules).
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, err, Options};
 use super::read::{write_check, CheckOptions, CHECK_FIELDS};
@@ -10,7 +12,27 @@ use super::reply::Reply;
 use super::{arity, default_settings, error, now_ms, replicate_op};
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{Op, Session, MAX_LEASE_MS};
+use crate::session::{Lease, Op, Session, SessionError, MAX_ID, MAX_LEASE_MS};
+
+/// The greatest lease token this server granted or applied (from its master
+/// or the AOF). The session's own rule (above its last token, at least 32 x
+/// the ms) keeps tokens apart across restarts; this keeps them apart when a
+/// key name gets a new lifetime (DEL, expiry, IMPORT REPLACE, RESTORE) within
+/// the same millisecond.
+static ISSUED: AtomicU64 = AtomicU64::new(0);
+
+pub fn note_issued(token: u64) {
+    ISSUED.fetch_max(token, Ordering::Relaxed);
+}
+
+fn above_every_issued_token(mut lease: Lease) -> Result<Lease, RedisError> {
+    let least = ISSUED.load(Ordering::Relaxed).saturating_add(1);
+    if least > MAX_ID {
+        return Err(error::session(SessionError::LeasesExhausted));
+    }
+    lease.token = lease.token.max(least);
+    Ok(lease)
+}
 use crate::stats;
 
 /// MEM.SUMMARIZE_BEGIN key lease-ms [MODEL name | CONTEXT tokens] [KEEP n]
@@ -34,6 +56,7 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let (check, lease) = live
                 .begin(options.thresholds(&live, &cfg), options.keep, now, lease_ms)
                 .map_err(error::session)?;
+            let lease = lease.map(above_every_issued_token).transpose()?;
             (check, lease, session.live_lease(now))
         }
         // A missing key: an empty session's answer, and nothing is created.
@@ -51,6 +74,7 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             session.apply(op.clone()).map_err(error::session)?;
             // Only the lease changed: no TTL refresh (a worker looking at a
             // session does not keep it alive), no keyspace event.
+            note_issued(lease.token);
             replicate_op(ctx, keyname, &op, None);
             super::signal_modified(ctx, keyname);
             stats::add(&stats::LEASES_GRANTED, 1);

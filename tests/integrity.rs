@@ -1,0 +1,311 @@
+//! No crash, no data destroyed, no half-applied write (SPEC §5 v3), against
+//! real servers: a NUL in string configs, Redis's integer syntax, the
+//! summary entry marked, lease tokens unique across a key name's lifetimes,
+//! read access of MEM.SUMMARIZE_BEGIN's key spec, FORMAT JSON -> MEM.IMPORT
+//! giving back the whole session, imports that keep a long history whole,
+//! numeric timestamps, and replicas keeping diskless async loading.
+
+mod cmdkit;
+mod common;
+
+use cmdkit::*;
+use common::*;
+use redis::Value;
+use serde_json::{json, Value as Json};
+
+fn config_set_bytes(con: &mut redis::Connection, name: &str, value: &[u8]) -> redis::RedisResult<Value> {
+    redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(con)
+}
+
+#[test]
+fn a_nul_or_control_byte_in_a_string_config_is_refused_and_config_get_survives() {
+    let mut server = Server::start();
+    let mut con = server.client();
+    for name in ["mem.default-model", "mem.models"] {
+        let before = config_get(&mut con, name);
+        for bad in [&b"a\0b"[..], b"\0", b"gpt-4o\x01", b"m=o200k_base:1000\0"] {
+            let e = config_set_bytes(&mut con, name, bad).expect_err("a NUL is refused");
+            assert!(err_text(&e).contains("control characters"), "{name}: {}", err_text(&e));
+            assert_eq!(config_get(&mut con, name), before, "{name} unchanged");
+        }
+    }
+    // A table error that quotes the value never carries a NUL to the crate.
+    let e = config_set_bytes(&mut con, "mem.models", b"bad entry").expect_err("malformed");
+    assert!(!err_text(&e).contains('\0'));
+    // What every monitoring agent runs, and the module's own names.
+    let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("*").query(&mut con).unwrap();
+    assert!(all.iter().any(|n| n == "mem.default-model"));
+    let _: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("mem.*").query(&mut con).unwrap();
+    // Separators of mem.models (tab, newline) stay allowed.
+    ok(&mut con, &["CONFIG", "SET", "mem.models", "a-llm=qwen2:1000\tb-llm=llama3:2000\nc-*=default:0"]);
+    assert!(config_get(&mut con, "mem.models").contains("b-llm"));
+    assert!(server.is_alive(), "the server survived");
+    // A loadmodule argument with a control byte is refused at start, not a crash
+    // of a running server: checked through CONFIG SET above (same setter).
+}
+
+#[test]
+fn numbers_follow_redis_integer_syntax() {
+    let server = Server::start();
+    let mut con = server.client();
+    append(&mut con, "k", "user", "hello", &[]);
+    let before = snap(&mut con, "k");
+    for bad in ["01", "+1", " 5", "5 ", "-0", "0x10", "1e3", "", "-1", "18446744073709551616"] {
+        for args in [
+            vec!["MEM.GET", "k", "LAST", bad],
+            vec!["MEM.APPEND", "k", "user", "x", "TTL", bad],
+            vec!["MEM.APPEND", "k", "user", "x", "MAXMSGS", bad],
+            vec!["MEM.SUMMARIZE_BEGIN", "k", bad],
+            vec!["MEM.SUMMARIZE", "k", bad, "text"],
+        ] {
+            let e = err(&mut con, &args);
+            assert!(e.contains("not an integer or out of range"), "{args:?}: {e}");
+        }
+    }
+    assert_unchanged(&mut con, "k", &before, "refused numbers");
+    // Redis's own rule, for comparison: EXPIRE refuses 010 too.
+    assert!(err(&mut con, &["EXPIRE", "k", "010"]).contains("not an integer"));
+    // 0 itself and plain numbers are fine.
+    assert_eq!(get(&mut con, &["MEM.GET", "k", "LAST", "0"]).len(), 0);
+    assert_eq!(get(&mut con, &["MEM.GET", "k", "LAST", "10"]).len(), 1);
+}
+
+#[test]
+fn the_summary_entry_is_marked_and_a_summary_role_message_is_not() {
+    let server = Server::start();
+    for resp3 in [false, true] {
+        let mut con = if resp3 { server.client_resp3() } else { server.client() };
+        let k = format!("mark{resp3}");
+        append(&mut con, &k, "user", "one", &[]);
+        append(&mut con, &k, "user", "two", &[]);
+        ok(&mut con, &["MEM.SUMMARIZE", &k, "1", "the real summary"]);
+        append(&mut con, &k, "summary", "a message whose role is summary", &[]);
+        let Value::Array(items) = ok(&mut con, &["MEM.GET", &k]) else { panic!() };
+        let entries: Vec<Vec<(String, Value)>> = items.into_iter().map(as_fields).collect();
+        let marked: Vec<bool> = entries.iter().map(|f| f.iter().any(|(n, _)| n == "summary")).collect();
+        assert_eq!(marked, [true, false, false], "resp3={resp3}");
+        assert_eq!(int_field(&entries[0], "summary"), 1);
+        assert_eq!(str_field(&entries[0], "content"), "the real summary");
+        assert_eq!(str_field(&entries[2], "role"), "summary");
+    }
+}
+
+#[test]
+fn a_lease_token_is_never_granted_twice_for_a_key_name() {
+    let server = Server::with_args(&["--appendonly", "yes"]);
+    let mut con = server.client();
+    let k = "mem:{lease}";
+    let ready = |con: &mut redis::Connection| {
+        for i in 0..10 {
+            append(con, k, "user", &format!("turn {i}"), &["MAXMSGS", "10"]);
+        }
+    };
+    let lease = |con: &mut redis::Connection| int_field(&map_reply(con, &["MEM.SUMMARIZE_BEGIN", k, "60000", "KEEP", "2"]), "lease");
+    ready(&mut con);
+    let dumped = redis::cmd("DUMP").arg(k).query::<Vec<u8>>(&mut con).unwrap();
+    let mut stale = vec![lease(&mut con)];
+    // Every way a key name gets a new lifetime.
+    let remakes: [&dyn Fn(&mut redis::Connection); 4] = [
+        &|c| {
+            ok(c, &["DEL", k]);
+        },
+        &|c| {
+            let doc = json_text(c, k);
+            ok(c, &["MEM.IMPORT", k, &doc, "REPLACE"]);
+        },
+        &|c| {
+            ok(c, &["PEXPIRE", k, "1"]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert_eq!(int(c, &["EXISTS", k]), 0);
+        },
+        &|c| {
+            let _: Value = redis::cmd("RESTORE").arg(k).arg(0).arg(&dumped).arg("REPLACE").query(c).unwrap();
+        },
+    ];
+    for remake in remakes {
+        remake(&mut con);
+        if int(&mut con, &["EXISTS", k]) == 0 || int_field(&info(&mut con, k), "messages") < 10 {
+            ready(&mut con);
+        }
+        let fresh = lease(&mut con);
+        assert!(fresh > 0 && stale.iter().all(|t| *t < fresh), "{stale:?} then {fresh}");
+        for t in &stale {
+            let e = err(&mut con, &["MEM.SUMMARIZE", k, "8", "stale summary", "LEASE", &t.to_string()]);
+            assert!(e.starts_with("LEASED"), "stale token {t}: {e}");
+        }
+        stale.push(fresh);
+        // The current worker commits.
+        let upto = int_field(&check(&mut con, k, &["KEEP", "2"]), "upto").to_string();
+        ok(&mut con, &["MEM.SUMMARIZE", k, &upto, "s", "LEASE", &fresh.to_string()]);
+    }
+}
+
+#[test]
+fn a_write_only_user_cannot_read_through_summarize_begin() {
+    let server = Server::start();
+    let mut con = server.client();
+    for i in 0..10 {
+        append(&mut con, "mem:{w}", "user", &format!("turn {i}"), &["MAXMSGS", "10"]);
+    }
+    ok(&mut con, &["ACL", "SETUSER", "writer", "on", ">pw", "%W~mem:*", "+@all"]);
+    ok(&mut con, &["ACL", "SETUSER", "reader", "on", ">pw", "%R~mem:*", "+@all"]);
+    let mut w = server.client();
+    ok(&mut w, &["AUTH", "writer", "pw"]);
+    for args in [
+        vec!["MEM.SUMMARIZE_BEGIN", "mem:{w}", "1000"],
+        vec!["MEM.SUMMARIZE_CHECK", "mem:{w}"],
+        vec!["MEM.GET", "mem:{w}"],
+        vec!["MEM.INFO", "mem:{w}"],
+    ] {
+        assert!(err(&mut w, &args).starts_with("NOPERM"), "{args:?} by a write-only user");
+    }
+    // It may still write.
+    append(&mut w, "mem:{w}", "user", "written", &[]);
+    // A read-only user may not take a lease (a write).
+    let mut r = server.client();
+    ok(&mut r, &["AUTH", "reader", "pw"]);
+    assert!(err(&mut r, &["MEM.SUMMARIZE_BEGIN", "mem:{w}", "1000"]).starts_with("NOPERM"));
+    // The key spec says so.
+    let Value::Array(keys) = ok(&mut con, &["COMMAND", "GETKEYSANDFLAGS", "MEM.SUMMARIZE_BEGIN", "mem:{w}", "1000"]) else { panic!() };
+    let flags = format!("{keys:?}");
+    assert!(flags.contains("access") && flags.contains("RW") && flags.contains("update"), "{flags}");
+}
+
+/// Everything a FORMAT JSON document says of a session, but its timestamps
+/// of creation (not in the document).
+fn session_facts(con: &mut redis::Connection, key: &str) -> (Json, Vec<(String, Value)>, i64) {
+    let mut doc = json_doc(con, key);
+    doc.as_object_mut().unwrap().remove("x");
+    let mut i = info(con, key);
+    i.retain(|(n, _)| !matches!(n.as_str(), "created" | "updated"));
+    (doc, i, int(con, &["PTTL", key]))
+}
+
+#[test]
+fn format_json_then_import_gives_back_the_whole_session() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{a}";
+    for i in 0..45 {
+        append(&mut con, k, "user", &format!("turn {i}"), &["MAXMSGS", "40", "MAXTOKENS", "90000", "TTL", "5000", "MAXAGE", "86400", "MSGID", &format!("m{i}")]);
+    }
+    ok(&mut con, &["MEM.EXTSET", k, "dify", "conv-1", "EX", "3000"]);
+    ok(&mut con, &["MEM.EXTSET", k, "n8n", "exec-9", "EX", "9000"]);
+    ok(&mut con, &["MEM.ATTRSET", k, "user_profile", r#"{"name":"Ann"}"#]);
+    let doc = json_doc(&mut con, k);
+    let stored = &doc["redis_mem"];
+    assert_eq!((stored["ttl"].clone(), stored["maxmsgs"].clone(), stored["maxtokens"].clone(), stored["maxage"].clone()), (json!(5000), json!(40), json!(90000), json!(86400)));
+    assert_eq!(stored["external"]["dify"]["id"], "conv-1");
+    assert_eq!(stored["departed_msgids"].as_array().unwrap().len(), 5, "m0..m4 left");
+    // Two reads of an unchanged session give the same document.
+    assert_eq!(json_text(&mut con, k), json_text(&mut con, k));
+
+    let text = json_text(&mut con, k);
+    ok(&mut con, &["MEM.IMPORT", "mem:{b}", &text]);
+    let (a, ai, apttl) = session_facts(&mut con, k);
+    let (b, bi, bpttl) = session_facts(&mut con, "mem:{b}");
+    assert_eq!(a, b, "the imported document equals the exported one");
+    assert_eq!(ai, bi, "MEM.INFO equal");
+    assert_eq!(int_field(&bi, "messages"), 40, "not cut to the default 30");
+    // The key's expiry: the latest of the session TTL and the external ids.
+    assert!((apttl - bpttl).abs() < 2_000 && bpttl > 8_000_000, "{apttl} vs {bpttl}");
+    // A retry of a trimmed message is still recognised on the copy.
+    let r = append(&mut con, "mem:{b}", "user", "turn 2", &["MSGID", "m2"]);
+    assert_eq!(int_field(&r, "duplicate"), 1);
+    assert_eq!(ok(&mut con, &["MEM.EXTGET", "mem:{b}", "n8n"]), Value::BulkString(b"exec-9".to_vec()));
+    // Options still win over the document's settings.
+    ok(&mut con, &["MEM.IMPORT", "mem:{c}", &text, "MAXMSGS", "10", "TTL", "60"]);
+    assert_eq!(int_field(&info(&mut con, "mem:{c}"), "maxmsgs"), 10);
+    assert_eq!(int_field(&info(&mut con, "mem:{c}"), "messages"), 10);
+    assert_eq!(int_field(&info(&mut con, "mem:{c}"), "ttl"), 60);
+}
+
+#[test]
+fn an_import_refuses_a_redis_mem_member_it_cannot_keep_and_changes_nothing() {
+    let server = Server::with_module_args(&[], &["max-messages-limit", "500"]);
+    let mut con = server.client();
+    append(&mut con, "k", "user", "kept", &[]);
+    let before = snap(&mut con, "k");
+    let history = r#"[{"id":1,"role":"user","content":"a"},{"id":3,"role":"user","content":"b"}]"#;
+    for member in [
+        r#"{"maxmsgs":501}"#,
+        r#"{"maxmsgs":0}"#,
+        r#"{"ttl":3153600001}"#,
+        r#"{"ttl":-1}"#,
+        r#"{"external":{"":{"id":"x","expires":99999999999999}}}"#,
+        r#"{"external":{"d":{"id":5,"expires":1}}}"#,
+        r#"{"departed_msgids":[{"msgid":"x","id":1,"tokens":1}]}"#,
+        r#"{"departed_msgids":[{"msgid":"x","id":4,"tokens":1}]}"#,
+        r#"{"departed_msgids":[{"msgid":"x","id":2,"tokens":1},{"msgid":"x","id":2,"tokens":1}]}"#,
+        r#"{"departed_msgids":[{"msgid":"","id":2,"tokens":1}]}"#,
+        r#""not an object""#,
+    ] {
+        let doc = format!(r#"{{"conversation_history":{history},"redis_mem":{member}}}"#);
+        let e = err(&mut con, &["MEM.IMPORT", "k", &doc, "REPLACE"]);
+        assert!(e.starts_with("ERR"), "{member}: {e}");
+        assert_unchanged(&mut con, "k", &before, member);
+    }
+    // An expired external id is simply not carried.
+    let doc = format!(r#"{{"conversation_history":{history},"redis_mem":{{"external":{{"old":{{"id":"x","expires":1}}}},"departed_msgids":[{{"msgid":"gone","id":2,"tokens":4}}]}}}}"#);
+    ok(&mut con, &["MEM.IMPORT", "k2", &doc]);
+    assert_eq!(ok(&mut con, &["MEM.EXTGET", "k2", "old"]), Value::Nil);
+    assert_eq!(int_field(&append(&mut con, "k2", "user", "b", &["MSGID", "gone"]), "duplicate"), 1);
+}
+
+#[test]
+fn a_long_history_imports_whole_with_maxmsgs_and_maxtokens() {
+    let server = Server::start();
+    let mut con = server.client();
+    let history: Vec<Json> = (0..5000).map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("message {i}")})).collect();
+    let doc = json!({ "conversation_history": history }).to_string();
+    let r = map_reply(&mut con, &["MEM.IMPORT", "mem:{huge}", &doc, "MAXMSGS", "5000", "MAXTOKENS", "1000000"]);
+    assert_eq!((int_field(&r, "messages"), int_field(&r, "trimmed")), (5000, 0));
+    assert_eq!(int_field(&info(&mut con, "mem:{huge}"), "maxmsgs"), 5000);
+    // Without them: the caps (30) and the reply says what was dropped.
+    let r = map_reply(&mut con, &["MEM.IMPORT", "mem:{cut}", &doc]);
+    assert_eq!((int_field(&r, "messages"), int_field(&r, "trimmed")), (30, 4970));
+    // Above the operator's limits: refused.
+    assert!(err(&mut con, &["MEM.IMPORT", "mem:{x}", &doc, "MAXMSGS", "100001"]).contains("mem.max-messages-limit"));
+}
+
+#[test]
+fn numeric_timestamps_import_as_unix_seconds_or_milliseconds() {
+    let server = Server::start();
+    let mut con = server.client();
+    let doc = r#"{"conversation_history":[
+        {"role":"user","content":"int seconds","timestamp":1714557600},
+        {"role":"user","content":"float seconds","timestamp":1714557600.5},
+        {"role":"user","content":"ms","timestamp":1714557600123},
+        {"role":"user","content":"iso","timestamp":"2024-05-01T10:00:00Z"}]}"#;
+    ok(&mut con, &["MEM.IMPORT", "t", doc]);
+    let ts: Vec<i64> = get(&mut con, &["MEM.GET", "t"]).iter().map(|e| e.ts).collect();
+    assert_eq!(ts, [1714557600000, 1714557600500, 1714557600123, 1714557600000]);
+    for bad in ["-5", "1e400", "\"yesterday\""] {
+        let d = format!(r#"{{"conversation_history":[{{"role":"user","content":"x","timestamp":{bad}}}]}}"#);
+        assert!(err(&mut con, &["MEM.IMPORT", "t2", &d]).starts_with("ERR"), "{bad}");
+    }
+}
+
+#[test]
+fn a_replica_keeps_diskless_async_loading_with_the_module() {
+    let master = Server::with_args(&["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]);
+    let mut con = master.client();
+    populated(&mut con, "mem:{r}");
+    let replica = Server::with_args(&[
+        "--repl-diskless-load",
+        "swapdb",
+        "--replicaof",
+        "127.0.0.1",
+        &master.port.to_string(),
+    ]);
+    let mut rcon = replica.client();
+    poll_until(&mut rcon, "the replica to sync", |c| {
+        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap_or_default();
+        info.contains("master_link_status:up") && int(c, &["EXISTS", "mem:{r}"]) == 1
+    });
+    let log = replica.log();
+    assert!(!log.contains("Skipping diskless-load"), "the replica turned diskless load off:\n{log}");
+    assert!(log.contains("to parser"), "loaded from the socket:\n{log}");
+    assert_eq!(json_text(&mut rcon, "mem:{r}"), json_text(&mut con, "mem:{r}"));
+    assert_eq!(digest(&mut rcon, "mem:{r}"), digest(&mut con, "mem:{r}"));
+}
