@@ -309,3 +309,64 @@ fn a_replica_keeps_diskless_async_loading_with_the_module() {
     assert_eq!(json_text(&mut rcon, "mem:{r}"), json_text(&mut con, "mem:{r}"));
     assert_eq!(digest(&mut rcon, "mem:{r}"), digest(&mut con, "mem:{r}"));
 }
+
+const CALL_AB: &str = r#"{"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}},{"id":"b","type":"function","function":{"name":"g","arguments":"{}"}}]}"#;
+
+#[test]
+fn the_caps_never_break_a_tool_group() {
+    let server = Server::start();
+    let mut con = server.client();
+    let batch = json!([
+        {"role": "assistant", "content": "", "meta": serde_json::from_str::<Json>(CALL_AB).unwrap()},
+        {"role": "tool", "content": "ra", "meta": {"tool_call_id": "a"}},
+        {"role": "tool", "content": "rb", "meta": {"tool_call_id": "b"}},
+    ])
+    .to_string();
+    ok(&mut con, &["MEM.APPENDBATCH", "b", &batch, "MAXMSGS", "2"]);
+    let roles = |con: &mut redis::Connection, k: &str| -> Vec<String> { get(con, &["MEM.GET", k, "LAST", "5"]).into_iter().map(|e| e.role).collect() };
+    // The group is held whole over the cap, until a later write.
+    assert_eq!(roles(&mut con, "b"), ["assistant", "tool", "tool"]);
+    append(&mut con, "b", "assistant", "Both done.", &[]);
+    assert_eq!(roles(&mut con, "b"), ["assistant"]);
+    // A lone append of the last result does the same.
+    append(&mut con, "a", "assistant", "", &["META", CALL_AB, "MAXMSGS", "2"]);
+    append(&mut con, "a", "tool", "ra", &[]);
+    let r = append(&mut con, "a", "tool", "rb", &[]);
+    assert_eq!((int_field(&r, "messages"), int_field(&r, "trimmed")), (3, 0));
+    assert_eq!(roles(&mut con, "a"), ["assistant", "tool", "tool"]);
+    // MAXTOKENS alike: a user turn, then a group bigger than the cap.
+    append(&mut con, "t", "user", "hello there", &["MAXTOKENS", "40"]);
+    append(&mut con, "t", "assistant", "", &["META", CALL_AB]);
+    let big = "result ".repeat(60);
+    let r = append(&mut con, "t", "tool", &big, &[]);
+    assert_eq!(int_field(&r, "trimmed"), 1, "the user turn goes, the group stays");
+    assert_eq!(roles(&mut con, "t"), ["assistant", "tool"]);
+}
+
+#[test]
+fn maxage_never_separates_a_result_from_its_call() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "age";
+    let now = now_ms();
+    let old = (now - 10 * 86_400_000).to_string();
+    append(&mut con, k, "user", "look it up", &["MAXAGE", "86400"]);
+    append(&mut con, k, "assistant", "", &["META", CALL_AB]);
+    append(&mut con, k, "tool", "r1", &["TS", &old]);
+    append(&mut con, k, "tool", "r2", &[]);
+    let roles = |con: &mut redis::Connection| -> Vec<String> { get(con, &["MEM.GET", k]).into_iter().map(|e| e.role).collect() };
+    assert_eq!(roles(&mut con), ["user", "assistant", "tool", "tool"], "reads keep the group");
+    let r = append(&mut con, k, "assistant", "done", &[]);
+    assert_eq!(int_field(&r, "trimmed"), 0);
+    assert_eq!(roles(&mut con), ["user", "assistant", "tool", "tool", "assistant"]);
+    // A whole group older than maxage leaves together.
+    let g = "oldgroup";
+    append(&mut con, g, "user", "q", &["MAXAGE", "86400"]);
+    append(&mut con, g, "assistant", "", &["META", CALL_AB, "TS", &old]);
+    append(&mut con, g, "tool", "r1", &["TS", &old]);
+    append(&mut con, g, "tool", "r2", &["TS", &old]);
+    let r = append(&mut con, g, "user", "next", &[]);
+    assert_eq!(int_field(&r, "trimmed"), 3);
+    let roles: Vec<String> = get(&mut con, &["MEM.GET", g]).into_iter().map(|e| e.role).collect();
+    assert_eq!(roles, ["user", "user"]);
+}

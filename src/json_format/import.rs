@@ -139,7 +139,8 @@ pub fn import<E>(
         index: 0,
         trimmed: 0,
         most_held: 0,
-        previous_aged: false,
+        open_group: 0,
+        open_group_old: false,
         failed: None,
     };
     let mut de = serde_json::Deserializer::from_str(history.get());
@@ -148,6 +149,7 @@ pub fn import<E>(
         return Err(failed);
     }
     streamed.map_err(|e| invalid_json(text, history.get(), &e))?;
+    builder.finish();
     let mut session = builder.session;
     let trimmed = builder.trimmed + session.trim_imported();
     session.extra = extra;
@@ -499,9 +501,12 @@ struct Builder<'a, C, E> {
     index: usize,
     trimmed: u64,
     most_held: usize,
-    /// Whether the previous message was past `maxage` (a tool result right
-    /// after it goes too, as `Session::evict_aged` decides on a whole list).
-    previous_aged: bool,
+    /// The newest tool group so far (its messages, and whether each one is
+    /// past `maxage`): whether it ages out is known once it is complete, at
+    /// the next message that is not a tool result (as `Session::evict_aged`
+    /// decides on a whole list: a group goes when all of it is old).
+    open_group: usize,
+    open_group_old: bool,
     /// Why a message was refused (serde_json only sees that it was).
     failed: Option<ImportError<E>>,
 }
@@ -534,10 +539,8 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             ts: m.ts.unwrap_or(self.now),
             meta: m.meta.map(Box::from),
         };
-        // Past maxage goes before the caps are applied (what evict_aged and
-        // then trim_imported would do on the whole list).
-        let cutoff = self.session.age_cutoff(self.now);
-        let aged = cutoff.is_some_and(|c| message.ts < c) || (self.previous_aged && &*message.role == TOOL_ROLE);
+        let is_tool = &*message.role == TOOL_ROLE;
+        let old = self.session.age_cutoff(self.now).is_some_and(|c| message.ts < c);
         // A msgid names one message: two with the same one would make a
         // retry of either ambiguous (checked against those still held and
         // the last departed: the parse holds no more than the caps).
@@ -546,21 +549,47 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
                 return Err(format!("conversation_history[{i}]: msgid {msgid:?} is already the msgid of an earlier message").into());
             }
         }
+        if !is_tool {
+            self.close_group();
+        }
         let id = message.id;
         self.session.push_message(message).map_err(|e| e.to_string())?;
         if let Some(msgid) = m.msgid {
             self.session.msgids.attach(id, msgid.into());
         }
-        self.previous_aged = aged;
-        if aged {
-            self.session.evict_newest();
-            self.trimmed += 1;
-            return Ok(());
-        }
+        // A message that is not a tool result opened a new group (above).
+        self.open_group_old = if self.open_group == 0 { old } else { self.open_group_old && old };
+        self.open_group += 1;
         self.most_held = self.most_held.max(self.session.messages.len());
-        self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 1);
-        self.session.messages.settle();
         Ok(())
+    }
+
+    /// The newest tool group is complete: past `maxage` as a whole, it goes
+    /// (before the caps are applied, as evict_aged and then trim_imported
+    /// would do on the whole list); then the caps, on complete groups only.
+    fn close_group(&mut self) {
+        if self.open_group > 0 && self.open_group_old {
+            for _ in 0..self.open_group {
+                self.session.evict_newest();
+            }
+            self.trimmed += self.open_group as u64;
+        }
+        self.open_group = 0;
+        self.open_group_old = false;
+        self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 0);
+        self.session.messages.settle();
+    }
+
+    /// After the last message: its group's age decided; the caps are then
+    /// applied by `trim_imported`, which spares the newest group.
+    fn finish(&mut self) {
+        if self.open_group > 0 && self.open_group_old {
+            for _ in 0..self.open_group {
+                self.session.evict_newest();
+            }
+            self.trimmed += self.open_group as u64;
+        }
+        self.open_group = 0;
     }
 }
 

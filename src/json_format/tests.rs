@@ -376,6 +376,19 @@ fn random_doc(rng: &mut StdRng) -> String {
     format!("{{{}}}", members.join(","))
 }
 
+/// The most messages of one tool group (a message and the tool results
+/// right after it) in `doc`'s history.
+fn longest_group(doc: &str) -> u64 {
+    let v: Value = serde_json::from_str(doc).unwrap_or(Value::Null);
+    let roles = v["conversation_history"].as_array().cloned().unwrap_or_default();
+    let (mut longest, mut run) = (0, 0);
+    for m in &roles {
+        run = if m["role"] == "tool" && run > 0 { run + 1 } else { 1 };
+        longest = longest.max(run);
+    }
+    longest
+}
+
 /// The streaming import gives exactly what parse-everything-then-trim gave
 /// (session, messages trimmed), or refuses what it refused.
 #[test]
@@ -391,7 +404,9 @@ fn streaming_equals_parse_all_then_trim_on_random_documents() {
             (Ok((session, trimmed)), Ok(new)) => {
                 assert_eq!(new.session, session, "{doc} caps {caps:?}");
                 assert_eq!(new.trimmed, trimmed, "{doc} caps {caps:?}");
-                assert!(new.most_held as u64 <= caps.0 + 1, "{doc}");
+                // The caps, plus the tool group still open (its age is known
+                // once it is complete).
+                assert!(new.most_held as u64 <= caps.0 + longest_group(&doc), "{doc}");
                 compared += 1;
             }
             (Err(_), Err(_)) => refused += 1,

@@ -25,14 +25,12 @@ impl Session {
     }
 
     /// Which messages an eviction at `now` removes (true = evicted), or
-    /// `None` when none goes. A message goes when it is older than the
-    /// cutoff, wherever it is (timestamps may be mixed: TS option); a run of
-    /// tool results right after an evicted message goes with it (its call
-    /// is gone). When `protect_newest` (an append never evicts its own
-    /// message) the newest message is spared, and when it is a tool result
-    /// so is its call and the results before it: evicting the call would
-    /// leave the result without it, in the middle of the history where no
-    /// later rule finds it. The next write takes them together.
+    /// `None` when none goes. Tool groups (a message and the tool results
+    /// right after it) leave together: a group goes when every message of
+    /// it is older than the cutoff, wherever it is (timestamps may be mixed:
+    /// TS option), so a result never ages out while its call is held, nor a
+    /// call while a result is. When `protect_newest` (an append never evicts
+    /// its own message) the newest group is spared; the next write takes it.
     fn aged(&self, now: i64, protect_newest: bool) -> Option<Vec<bool>> {
         let cutoff = self.age_cutoff(now)?;
         // The common case, nothing old: one pass, no allocation.
@@ -40,26 +38,17 @@ impl Session {
             return None;
         }
         let len = self.messages.len();
-        let mut spared_from = len;
-        if protect_newest && len > 0 {
-            spared_from = len - 1;
-            while spared_from > 0
-                && self.messages.is_tool(spared_from)
-            {
-                spared_from -= 1;
+        let spared_from = if protect_newest { len - self.newest_group_len() } else { len };
+        let old: Vec<bool> = self.messages.heads().map(|h| h.ts < cutoff).collect();
+        let mut gone = vec![false; len];
+        let mut i = 0;
+        while i < spared_from {
+            let end = i + self.group_len_at(i);
+            if old[i..end].iter().all(|o| *o) {
+                gone[i..end].iter_mut().for_each(|g| *g = true);
             }
+            i = end;
         }
-        let mut previous_gone = false;
-        let gone: Vec<bool> = self
-            .messages
-            .heads()
-            .enumerate()
-            .map(|(i, h)| {
-                let go = i < spared_from && (h.ts < cutoff || (previous_gone && self.messages.is_tool(i)));
-                previous_gone = go;
-                go
-            })
-            .collect();
         gone.contains(&true).then_some(gone)
     }
 

@@ -52,23 +52,35 @@ fn the_cutoff_is_exclusive_and_zero_means_none() {
 }
 
 #[test]
-fn tool_results_go_with_their_evicted_call() {
+fn a_tool_group_ages_out_only_as_a_whole() {
     let old = NOW - 8 * DAY_MS;
-    let mut s = session(&[("user", NOW), ("assistant", old), ("tool", NOW), ("tool", NOW), ("assistant", NOW)]);
+    // A call and its results, all old: they go together.
+    let mut s = session(&[("user", NOW), ("assistant", old), ("tool", old), ("tool", old), ("assistant", NOW)]);
     let out = append(&mut s, "user", NOW, NOW);
     assert_eq!(ids(&s), vec![1, 5, 6]);
     assert_eq!(out.trimmed, 3);
-    // A tool result left first goes as well.
-    let mut s = session(&[("user", old), ("tool", NOW), ("user", NOW)]);
-    append(&mut s, "user", NOW, NOW);
-    assert_eq!(ids(&s), vec![3, 4]);
+    // One result still young: the call and both results stay (a result
+    // never ages out on its own while its call is held, nor the call).
+    let mut s = session(&[("user", NOW), ("assistant", NOW), ("tool", old), ("tool", NOW)]);
+    assert_eq!(ids(&s.live(NOW)), vec![1, 2, 3, 4]);
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 0);
+    assert_eq!(ids(&s), vec![1, 2, 3, 4, 5]);
+    let mut s = session(&[("user", NOW), ("assistant", old), ("tool", NOW)]);
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 0);
+    assert_eq!(ids(&s), vec![1, 2, 3, 4]);
+    // The call's group leaves whole once all of it is old; no tool result
+    // is left first.
+    let mut s = session(&[("assistant", old), ("tool", old), ("tool", NOW), ("user", NOW)]);
+    assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 0);
+    assert_eq!(append(&mut s, "user", NOW + 8 * DAY_MS, NOW + 8 * DAY_MS).trimmed, 5);
+    assert_eq!(ids(&s), vec![6]);
 }
 
 #[test]
-fn an_appended_tool_result_keeps_its_old_call_until_the_next_write() {
+fn an_appended_tool_result_keeps_its_old_group_until_the_next_write() {
     let old = NOW - 8 * DAY_MS;
     let mut s = session(&[("user", NOW), ("assistant", old)]);
-    assert_eq!(append(&mut s, "tool", NOW, NOW).trimmed, 0);
+    assert_eq!(append(&mut s, "tool", old, NOW).trimmed, 0);
     assert_eq!(ids(&s), vec![1, 2, 3]);
     // Reads already hide the call and its result together.
     assert_eq!(ids(&s.live(NOW)), vec![1]);

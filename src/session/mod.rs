@@ -491,7 +491,9 @@ impl Session {
     /// instead. A `tool` message is never left as the oldest one: a tool
     /// result whose call was evicted goes with it. Returns the messages evicted.
     pub fn trim(&mut self, caps: Caps, protect_newest: bool) -> u64 {
-        let spared = usize::from(protect_newest);
+        // The newest message and, when it is a tool result, the rest of its
+        // tool group: a group alone over a cap is held until a later write.
+        let spared = if protect_newest { self.newest_group_len() } else { 0 };
         let mut evicted = self.evict_over_caps(caps, spared);
         if evicted > 0 {
             evicted += self.drop_orphan_tool_results(spared);
@@ -512,11 +514,43 @@ impl Session {
     pub fn evict_over_caps(&mut self, caps: Caps, spared: usize) -> u64 {
         let mut evicted = 0u64;
         let over = |s: &Session| s.message_count() > caps.messages || s.total_tokens > caps.tokens;
-        while over(self) && self.messages.len() > spared {
-            self.evict_oldest();
-            evicted += 1;
+        // Whole tool groups (a call and the results after it) leave together.
+        while over(self) {
+            let group = self.group_len_at(0);
+            if group == 0 || self.messages.len() < spared + group {
+                break;
+            }
+            for _ in 0..group {
+                self.evict_oldest();
+            }
+            evicted += group as u64;
         }
         evicted
+    }
+
+    /// The messages of the tool group that starts at index `i`: the message
+    /// and the tool results right after it (0 past the end).
+    pub fn group_len_at(&self, i: usize) -> usize {
+        let len = self.messages.len();
+        if i >= len {
+            return 0;
+        }
+        let mut end = i + 1;
+        while end < len && self.messages.is_tool(end) {
+            end += 1;
+        }
+        end - i
+    }
+
+    /// The messages of the newest tool group: the newest message and, when it
+    /// is a tool result, back to its call (1 for a message that is not).
+    pub fn newest_group_len(&self) -> usize {
+        let len = self.messages.len();
+        let mut start = len.saturating_sub(1);
+        while start > 0 && self.messages.is_tool(start) {
+            start -= 1;
+        }
+        len - start
     }
 
     /// Trims an imported session: to its caps as an append does (the

@@ -117,7 +117,13 @@ fn a_tool_message_just_appended_is_kept_even_if_oldest() {
     let mut s = Session::new(cfg.clone(), 0);
     push(&mut s, &cfg, "assistant", 1);
     push(&mut s, &cfg, "tool", 1);
-    assert_eq!(ids(&s), vec![2]);
+    // The newest message's tool group is held over the cap, whole...
+    assert_eq!(ids(&s), vec![1, 2]);
+    push(&mut s, &cfg, "tool", 1);
+    assert_eq!(ids(&s), vec![1, 2, 3]);
+    // ...until a later write evicts it, whole.
+    push(&mut s, &cfg, "user", 1);
+    assert_eq!(ids(&s), vec![4]);
 }
 
 #[test]
@@ -475,14 +481,15 @@ fn an_import_drops_tool_results_left_first() {
     }
     assert_eq!(s.trim_imported(), 2);
     assert_eq!(ids(&s), vec![3]);
-    // The caps evict the call: its results go too, even the newest.
+    // The newest tool group is kept whole, over the cap; what is before
+    // it goes.
     let mut s = Session::new(Settings { max_msgs: 2, ..cfg }, 0);
     for (id, role) in [(1, "user"), (2, "assistant"), (3, "tool"), (4, "tool")] {
         s.push_message(msg(id, role, 1)).unwrap();
     }
-    assert_eq!(s.trim_imported(), 4);
-    assert!(s.messages.is_empty());
-    assert_eq!((s.last_id, s.total_tokens), (4, 0));
+    assert_eq!(s.trim_imported(), 1);
+    assert_eq!(ids(&s), vec![2, 3, 4]);
+    assert_eq!((s.last_id, s.total_tokens), (4, 3));
     assert!(s.validate().is_ok());
 }
 
