@@ -6,6 +6,8 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 
+use crate::module_memory;
+
 pub struct Metered<A>(pub A);
 
 thread_local! {
@@ -23,12 +25,17 @@ fn note(delta: i64) {
     });
 }
 
-// SAFETY: every call is forwarded unchanged to the wrapped allocator; the
-// wrapper only adds to a thread-local counter, which allocates nothing.
+// SAFETY: every call goes to the module's region (module_memory.rs) when
+// it holds the pointer or the thread asked for it, else unchanged to the
+// wrapped allocator; the wrapper only adds to a thread-local counter, which
+// allocates nothing.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Metered<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { self.0.alloc(layout) };
+        let p = match unsafe { module_memory::alloc(layout, false) } {
+            Some(p) => p,
+            None => unsafe { self.0.alloc(layout) },
+        };
         if !p.is_null() {
             note(layout.size() as i64);
         }
@@ -37,7 +44,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Metered<A> {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { self.0.alloc_zeroed(layout) };
+        let p = match unsafe { module_memory::alloc(layout, true) } {
+            Some(p) => p,
+            None => unsafe { self.0.alloc_zeroed(layout) },
+        };
         if !p.is_null() {
             note(layout.size() as i64);
         }
@@ -46,13 +56,29 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Metered<A> {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         note(-(layout.size() as i64));
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { self.0.dealloc(ptr, layout) }
+        // SAFETY: the caller's contract, forwarded to whichever allocator
+        // made `ptr`.
+        if !unsafe { module_memory::dealloc(ptr, layout) } {
+            unsafe { self.0.dealloc(ptr, layout) }
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract, forwarded.
-        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        // SAFETY: the caller's contract, forwarded to whichever allocator
+        // made `ptr`; a region that cannot grow it hands it to the wrapped
+        // allocator (copied, then freed in the region).
+        let p = match unsafe { module_memory::realloc(ptr, layout, new_size) } {
+            Some(p) if !p.is_null() => p,
+            Some(_) => unsafe {
+                let moved = self.0.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+                if !moved.is_null() {
+                    std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                    module_memory::dealloc(ptr, layout);
+                }
+                moved
+            },
+            None => unsafe { self.0.realloc(ptr, layout, new_size) },
+        };
         if !p.is_null() {
             note(new_size as i64 - layout.size() as i64);
         }

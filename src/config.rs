@@ -76,6 +76,62 @@ impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
     }
 }
 
+/// `mem.encodings`: the encodings the module may build and count with
+/// ("all", or names separated by spaces or commas). Building one costs
+/// 25-45 MB and 1-2 s; an operator of a shared server lists those its
+/// applications use, and a command that would count under another is
+/// refused. A bit per encoding.
+pub static ENCODINGS_CONFIG: EncodingsSetting = EncodingsSetting(AtomicI64::new(ALL_ENCODINGS));
+
+const ALL_ENCODINGS: i64 = (1 << Encoding::ALL.len()) - 1;
+
+pub struct EncodingsSetting(AtomicI64);
+
+impl EncodingsSetting {
+    pub fn allows(&self, e: Encoding) -> bool {
+        self.0.load(Ordering::Relaxed) & (1 << (e as u32)) != 0
+    }
+}
+
+impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
+    fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
+        let bits = self.0.load(Ordering::Relaxed);
+        let text = if bits == ALL_ENCODINGS {
+            "all".to_owned()
+        } else {
+            Encoding::ALL.iter().filter(|e| bits & (1 << (**e as u32)) != 0).map(|e| e.name()).collect::<Vec<_>>().join(",")
+        };
+        RedisString::create_from_slice(std::ptr::null_mut(), text.as_bytes())
+    }
+
+    fn set(
+        &self,
+        _: &redis_module::configuration::ConfigurationContext,
+        val: RedisString,
+    ) -> Result<(), redis_module::RedisError> {
+        let text = config_text(&val, "mem.encodings")?;
+        let mut bits = 0;
+        for name in text.split([' ', ',', '\t', '\n']).filter(|s| !s.is_empty()) {
+            if name.eq_ignore_ascii_case("all") {
+                bits = ALL_ENCODINGS;
+                continue;
+            }
+            let e = Encoding::from_name(name).ok_or_else(|| {
+                setting_error(format!(
+                    "mem.encodings: unknown encoding '{name}' (one of all, {})",
+                    Encoding::ALL.map(|e| e.name()).join(", ")
+                ))
+            })?;
+            bits |= 1 << (e as u32);
+        }
+        if bits == 0 {
+            return Err(redis_module::RedisError::Str("mem.encodings must name at least one encoding (or all)"));
+        }
+        self.0.store(bits, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// `mem.default-model`: a string config that refuses names MODEL would refuse.
 pub struct ModelSetting(Mutex<Cow<'static, str>>);
 
@@ -157,6 +213,13 @@ impl Config {
         } else {
             (self.async_threshold_bytes / 16).max(1)
         }
+    }
+
+    /// The least [`Config::inline_limit`] of every encoding: a text whose
+    /// encoding is not known before it is parsed (an import) is counted
+    /// inline only below it.
+    pub fn inline_limit_any(&self) -> u64 {
+        Encoding::ALL.iter().map(|e| self.inline_limit(*e)).min().unwrap_or(self.async_threshold_bytes)
     }
 
     pub fn current() -> Config {

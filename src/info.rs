@@ -21,7 +21,7 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
         let in_flight = crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
         // Encodings are built on first use: their totals are those loaded.
         let (memory, load_usec) = Encoding::ALL.iter().map(|&e| tokenizer::footprint(e)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-        let fields: [(&str, u64); 24] = [
+        let fields: [(&str, u64); 26] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
             ("tokens_counted", read(&stats::TOKENS_COUNTED)),
@@ -46,6 +46,10 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("leases_granted", read(&stats::LEASES_GRANTED)),
             ("leases_busy", read(&stats::LEASES_BUSY)),
             ("summaries_refused_lease", read(&stats::SUMMARIES_REFUSED_LEASE)),
+            // The module's own memory (encoding tables, piece caches), kept
+            // out of used_memory and so of maxmemory (module_memory.rs).
+            ("module_memory_bytes", crate::module_memory::in_use()),
+            ("module_memory_region", u64::from(crate::module_memory::has_region())),
         ];
         for (name, value) in fields {
             raw::add_info_field_unsigned_long_long(ctx, name, value);

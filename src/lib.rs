@@ -16,6 +16,7 @@ pub mod guard;
 pub mod info;
 pub mod json_format;
 pub mod key;
+pub mod module_memory;
 pub mod persistence;
 pub mod piece_count;
 pub mod pool;
@@ -221,6 +222,7 @@ redis_module! {
         string: [
             ["default-model", &config::DEFAULT_MODEL_CONFIG, config::DEFAULT_MODEL, ConfigurationFlags::DEFAULT, None],
             ["models", &config::MODELS_CONFIG, "", ConfigurationFlags::DEFAULT, None],
+            ["encodings", &config::ENCODINGS_CONFIG, "all", ConfigurationFlags::DEFAULT, None],
         ],
         bool: [],
         enum: [

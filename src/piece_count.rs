@@ -21,11 +21,14 @@ pub fn count(tokenizer: &'static bpe_openai::Tokenizer, pattern: Option<Pattern>
             return split_sum(tokenizer, pattern, text, uncached);
         };
         if caches.len() <= cache {
-            caches.resize_with(cache + 1, || None);
+            crate::module_memory::for_module(|| caches.resize_with(cache + 1, || None));
         }
         match caches.get_mut(cache) {
             Some(slot) => {
-                let cache = slot.get_or_insert_with(|| PieceCache::new(token_set(tokenizer, cache)));
+                // 512 KB a thread and encoding: the module's own memory.
+                let cache = slot.get_or_insert_with(|| {
+                    crate::module_memory::for_module(|| PieceCache::new(token_set(tokenizer, cache)))
+                });
                 split_sum(tokenizer, pattern, text, |piece| cache.count(piece, uncached))
             }
             None => split_sum(tokenizer, pattern, text, uncached),
@@ -144,7 +147,9 @@ impl PieceCache {
             return if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
         }
         let long = self.long.get_or_insert_with(|| {
-            vec![LongSlot { len: 0, count: 0, bytes: [0; LONG_PIECE_BYTES] }; LONG_SLOTS].into_boxed_slice()
+            crate::module_memory::for_module(|| {
+                vec![LongSlot { len: 0, count: 0, bytes: [0; LONG_PIECE_BYTES] }; LONG_SLOTS].into_boxed_slice()
+            })
         });
         let Some(slot) = long.get_mut((h as usize) % LONG_SLOTS) else { return uncached(piece) };
         if usize::from(slot.len) == len && slot.bytes.get(..len) == Some(piece) {

@@ -485,10 +485,27 @@ fn simulate_append(
 ) -> i64 {
     msgs.push_back(new);
     let total = |m: &VecDeque<(i64, &str, i64)>, s: &Option<i64>| m.iter().map(|x| x.2).sum::<i64>() + s.unwrap_or(0);
+    // Tool groups (SPEC v3): a message and the tool results right after it
+    // leave together; the newest message's group is spared whole.
+    let group_at = |m: &VecDeque<(i64, &str, i64)>, i: usize| 1 + m.iter().skip(i + 1).take_while(|x| x.1 == "tool").count();
+    let newest_group = |m: &VecDeque<(i64, &str, i64)>| {
+        let mut start = m.len() - 1;
+        while start > 0 && m[start].1 == "tool" {
+            start -= 1;
+        }
+        m.len() - start
+    };
+    let spared = newest_group(msgs);
     let mut evicted = 0;
-    while (msgs.len() > maxmsgs || total(msgs, summary) > maxtokens) && msgs.len() > 1 {
-        msgs.pop_front();
-        evicted += 1;
+    while msgs.len() > maxmsgs || total(msgs, summary) > maxtokens {
+        let group = group_at(msgs, 0);
+        if msgs.len() < spared + group {
+            break;
+        }
+        for _ in 0..group {
+            msgs.pop_front();
+        }
+        evicted += group as i64;
     }
     if evicted > 0 {
         while msgs.len() > 1 && msgs.front().unwrap().1 == "tool" {
@@ -543,7 +560,9 @@ fn trim_never_leaves_a_tool_result_without_its_call() {
         if evicted > 0 && e.len() > 1 {
             assert_ne!(e[0].role, "tool", "append {i}: a tool message is the oldest after trimming");
         }
-        assert!(e.len() <= maxmsgs);
+        // Over the cap only by the newest message's tool group (held whole).
+        let newest_group = 1 + e.iter().rev().take_while(|x| x.role == "tool").count();
+        assert!(e.len() <= maxmsgs.max(newest_group), "append {i}: {} messages", e.len());
         assert_eq!(int_field(&r, "total_tokens"), e.iter().map(|x| x.tokens).sum::<i64>());
     }
 }

@@ -34,6 +34,7 @@ fn config_get_set_every_mem_config() {
         ("mem.debug-count-delay-ms", "0", "5"),
         ("mem.max-age", "0", "604800"),
         ("mem.models", "", "my-llm=qwen2:32768 acme-*=default:1000"),
+        ("mem.encodings", "all", "o200k_base,cl100k_base"),
     ];
     for (name, default, new) in defaults {
         assert_eq!(config_get(&mut con, name), default, "default of {name}");

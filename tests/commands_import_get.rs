@@ -404,16 +404,18 @@ fn import_drops_tool_results_left_first() {
     let e = get(&mut con, &["MEM.GET", "a"]);
     assert_eq!(ids(&e), [3, 4]);
     assert_eq!(int_field(&r, "total_tokens"), e.iter().map(|m| m.tokens).sum::<i64>());
-    // The caps evict the call: its results go with it, even the newest.
+    // The newest tool group is kept whole, over the caps (SPEC v3); what is
+    // before it goes.
     let doc = json!({"conversation_history": [
         msg("user", "q"), msg("assistant", "call"), msg("tool", "r1"), msg("tool", "r2"),
     ]});
     ok(&mut con, &["CONFIG", "SET", "mem.max-messages", "2"]);
     let r = map_reply(&mut con, &["MEM.IMPORT", "b", &doc.to_string()]);
-    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages"), int_field(&r, "total_tokens")), (4, 0, 0));
-    assert_eq!(int_field(&info(&mut con, "b"), "last_id"), 4, "ids are never reused");
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (1, 3));
+    assert_eq!(ids(&get(&mut con, &["MEM.GET", "b"])), [2, 3, 4]);
+    // The next write evicts the group whole: ids are never reused.
     let r = append(&mut con, "b", "user", "next", &[]);
-    assert_eq!(int_field(&r, "id"), 5);
+    assert_eq!((int_field(&r, "id"), int_field(&r, "trimmed"), int_field(&r, "messages")), (5, 3, 1));
     // A call kept with its results: nothing dropped.
     ok(&mut con, &["CONFIG", "SET", "mem.max-messages", "30"]);
     let r = map_reply(&mut con, &["MEM.IMPORT", "c", &doc.to_string()]);

@@ -370,3 +370,69 @@ fn maxage_never_separates_a_result_from_its_call() {
     let roles: Vec<String> = get(&mut con, &["MEM.GET", g]).into_iter().map(|e| e.role).collect();
     assert_eq!(roles, ["user", "user"]);
 }
+
+#[test]
+fn building_encodings_never_evicts_a_key_nor_fails_a_write() {
+    // A small maxmemory with an LRU policy: what Redis's own maxmemory tests
+    // and a shared instance run. The module's tables (25-45 MB each) live
+    // outside used_memory, so a keyless read by a user allowed only
+    // MEM.COUNT evicts nothing.
+    let server = Server::with_args(&["--maxmemory", "12mb", "--maxmemory-policy", "allkeys-lru"]);
+    let mut con = server.client();
+    assert_eq!(info_mem(&mut con, "module_memory_region"), 1);
+    let used = |con: &mut redis::Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("memory").query(con).unwrap();
+        info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
+    };
+    assert!(used(&mut con) < 4 << 20, "the default encoding is not in used_memory: {}", used(&mut con));
+    // Redis's own maxmemory unit starts so: a plain write on a fresh server.
+    ok(&mut con, &["SETRANGE", "plain", "0", "x"]);
+    for i in 0..300 {
+        append(&mut con, &format!("mem:{{s{i}}}"), "user", &format!("session {i} remembers this"), &[]);
+    }
+    ok(&mut con, &["ACL", "SETUSER", "counter", "on", ">pw", "-@all", "+mem.count"]);
+    let mut counter = server.client();
+    ok(&mut counter, &["AUTH", "counter", "pw"]);
+    for model in ["deepseek-chat", "qwen2.5-72b-instruct", "mistral-large-latest", "kimi-k2"] {
+        let n = int(&mut counter, &["MEM.COUNT", model, "hi"]);
+        assert!(n >= 1, "{model}");
+    }
+    let stats: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
+    let evicted: i64 = stats.lines().find_map(|l| l.strip_prefix("evicted_keys:")).unwrap().trim().parse().unwrap();
+    assert_eq!(evicted, 0, "building encodings evicted keys");
+    assert_eq!(int(&mut con, &["DBSIZE"]), 301);
+    assert!(info_mem(&mut con, "module_memory_bytes") > 100 << 20, "the tables are reported as the module's");
+    assert!(used(&mut con) < 8 << 20, "used_memory {}", used(&mut con));
+    append(&mut con, "mem:{s0}", "user", "writes still succeed", &[]);
+    ok(&mut con, &["SET", "after", "v"]);
+}
+
+#[test]
+fn mem_encodings_restricts_what_may_be_built_and_counted() {
+    let server = Server::with_module_args(&[], &["encodings", "o200k_base,cl100k_base"]);
+    let mut con = server.client();
+    assert_eq!(config_get(&mut con, "mem.encodings"), "o200k_base,cl100k_base");
+    let e = err(&mut con, &["MEM.COUNT", "deepseek-chat", "hi"]);
+    assert!(e.contains("not in mem.encodings"), "{e}");
+    let e = err(&mut con, &["MEM.APPEND", "k", "user", "hi", "MODEL", "qwen2.5-72b-instruct"]);
+    assert!(e.contains("not in mem.encodings"), "{e}");
+    assert_eq!(int(&mut con, &["EXISTS", "k"]), 0, "nothing written");
+    let batch = r#"[{"role":"user","content":"hi"}]"#;
+    assert!(err(&mut con, &["MEM.APPENDBATCH", "k", batch, "MODEL", "llama-3.1-8b"]).contains("not in mem.encodings"));
+    let doc = r#"{"conversation_history":[{"role":"user","content":"hi"}],"model":"kimi-k2"}"#;
+    assert!(err(&mut con, &["MEM.IMPORT", "k", doc]).contains("not in mem.encodings"));
+    assert_eq!(int(&mut con, &["EXISTS", "k"]), 0);
+    // Listed ones work; nothing else was built.
+    append(&mut con, "k", "user", "hi", &["MODEL", "gpt-4"]);
+    assert_eq!(int(&mut con, &["MEM.COUNT", "gpt-4o", "hi"]), o200("hi"));
+    let info: String = redis::cmd("INFO").arg("mem").query(&mut con).unwrap();
+    assert!(info.contains("encoding_deepseek_v3:state=unloaded"), "{info}");
+    // Given tokens need no encoding.
+    append(&mut con, "c", "user", "hi", &["MODEL", "deepseek-chat", "TOKENS", "5"]);
+    // CONFIG SET: unknown names and empty lists refused; all restores.
+    assert!(err(&mut con, &["CONFIG", "SET", "mem.encodings", "o200k_base,nope"]).contains("unknown encoding"));
+    assert!(err(&mut con, &["CONFIG", "SET", "mem.encodings", ""]).contains("at least one"));
+    ok(&mut con, &["CONFIG", "SET", "mem.encodings", "all"]);
+    assert_eq!(config_get(&mut con, "mem.encodings"), "all");
+    assert!(int(&mut con, &["MEM.COUNT", "deepseek-chat", "hi"]) >= 1);
+}

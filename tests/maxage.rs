@@ -76,20 +76,27 @@ fn an_old_tool_call_goes_with_its_results() {
     let old = now - 2 * HOUR_MS;
     append(&mut con, "t", "user", now, &["MAXAGE", "3600"]);
     append(&mut con, "t", "assistant", old, &[]);
-    // The result keeps its call while it is the newest message...
-    let r = append(&mut con, "t", "tool", now, &[]);
+    // An old result keeps its old call while it is the newest message...
+    let r = append(&mut con, "t", "tool", old, &[]);
     assert_eq!(int_field(&r, "trimmed"), 0);
     // ... and reads already hide both; the next write evicts both.
     assert_eq!(ids(&mut con, "t", &[]), vec![1]);
     let r = append(&mut con, "t", "user", now, &[]);
     assert_eq!(int_field(&r, "trimmed"), 2);
     assert_eq!(ids(&mut con, "t", &[]), vec![1, 4]);
-    // A batch: the old call and its two results, then a turn.
+    // A group with a result still young stays whole (SPEC v3: a result
+    // never ages out on its own, nor its call while it is held).
     let batch = format!(
         r#"[{{"role":"assistant","content":"c","ts":{old}}},{{"role":"tool","content":"r1","ts":{now}}},{{"role":"tool","content":"r2","ts":{now}}},{{"role":"user","content":"q","ts":{now}}}]"#
     );
     ok(&mut con, &["MEM.APPENDBATCH", "t", &batch]);
-    assert_eq!(ids(&mut con, "t", &[]), vec![1, 4, 8]);
+    assert_eq!(ids(&mut con, "t", &[]), vec![1, 4, 5, 6, 7, 8]);
+    // All of it old: it leaves whole.
+    let batch = format!(
+        r#"[{{"role":"assistant","content":"c","ts":{old}}},{{"role":"tool","content":"r1","ts":{old}}},{{"role":"tool","content":"r2","ts":{old}}},{{"role":"user","content":"q","ts":{now}}}]"#
+    );
+    ok(&mut con, &["MEM.APPENDBATCH", "t", &batch]);
+    assert_eq!(ids(&mut con, "t", &[]), vec![1, 4, 5, 6, 7, 8, 12]);
 }
 
 #[test]
@@ -187,7 +194,7 @@ fn replicas_and_reloads_evict_the_same() {
     let old = now - 2 * HOUR_MS;
     append(&mut con, "m", "user", now, &["MAXAGE", "3600"]);
     append(&mut con, "m", "assistant", old, &[]);
-    append(&mut con, "m", "tool", now, &[]);
+    append(&mut con, "m", "tool", old, &[]);
     append(&mut con, "m", "user", old, &[]);
     append(&mut con, "m", "user", now, &[]);
     ok(&mut con, &["MEM.EXTSET", "m", "dify", "c"]);
@@ -218,7 +225,7 @@ fn an_import_drops_what_is_past_maxage_before_the_caps() {
     let doc = serde_json::json!({"conversation_history": [
         {"role": "user", "content": "new 1", "ts": now - 5000},
         {"role": "assistant", "content": "", "ts": old, "meta": {"tool_calls": [{"id": "c"}]}},
-        {"role": "tool", "content": "result of an old call", "ts": now - 4000, "meta": {"tool_call_id": "c"}},
+        {"role": "tool", "content": "result of an old call", "ts": old, "meta": {"tool_call_id": "c"}},
         {"role": "user", "content": "new 2", "ts": now - 3000},
         {"role": "user", "content": "old", "ts": old},
         {"role": "assistant", "content": "new 3", "ts": now - 2000},

@@ -109,7 +109,9 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
         },
         None => {
             let plan = Plan { changes: changes.into_owned(), cfg: cfg.clone(), now };
-            let large = document.len() as u64 >= cfg.async_threshold_bytes;
+            // The document's encoding is known once parsed: a document that
+            // would be large for the most expensive one goes to the pool.
+            let large = document.len() as u64 >= cfg.inline_limit_any();
             if large {
                 refuse_where_blocking_is_impossible(ctx, "document", document.len())?;
             }

@@ -52,10 +52,25 @@ pub fn build_in_background(encoding: Encoding) {
     }
 }
 
+/// An encoding `mem.encodings` leaves out is refused to clients (the
+/// replication stream and AOF loading apply what the master decided).
+pub fn check_allowed(ctx: &Context, encoding: Encoding) -> Result<(), RedisError> {
+    if crate::config::ENCODINGS_CONFIG.allows(encoding)
+        || ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Ok(());
+    }
+    Err(RedisError::String(format!(
+        "ERR encoding {} is not in mem.encodings: this server does not count with it (CONFIG SET mem.encodings)",
+        encoding.name()
+    )))
+}
+
 /// Whether a command must count on the pool because `encoding` is not
 /// built yet (the worker builds it as it counts, as for a large text);
 /// refused where the client cannot wait.
 pub fn must_wait(ctx: &Context, encoding: Encoding) -> Result<bool, RedisError> {
+    check_allowed(ctx, encoding)?;
     if tokenizer::is_loaded(encoding) {
         return Ok(false);
     }
@@ -74,6 +89,7 @@ pub fn must_wait(ctx: &Context, encoding: Encoding) -> Result<bool, RedisError> 
 /// to another encoding meanwhile (TRYAGAIN, as for a text counted under the
 /// old one). The replication stream and AOF loading build it here.
 pub fn require(ctx: &Context, encoding: Encoding) -> Result<(), RedisError> {
+    check_allowed(ctx, encoding)?;
     if tokenizer::is_loaded(encoding) {
         return Ok(());
     }

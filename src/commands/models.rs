@@ -30,6 +30,7 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = &args[2];
     args::check_size("text", raw.len(), cfg.max_message_bytes)?;
     let encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
+    lazy::check_allowed(ctx, encoding)?;
     let large = raw.len() as u64 >= cfg.inline_limit(encoding);
     if tokenizer::is_loaded(encoding) && !large {
         let text = args::utf8("text", raw)?;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::session::{check_msgid, Departed, ExternalId, Session, MAX_DEPARTED, MAX_EXPIRY_MS};
+use crate::session::{check_msgid, Departed, ExternalId, Session, MAX_DEPARTED, MAX_EXPIRY_MS, MAX_ID};
 
 /// The member's name in the document.
 pub const STORED_MEMBER: &str = "redis_mem";
@@ -19,6 +19,9 @@ pub struct StoredOut<'a> {
     maxtokens: u64,
     maxmsgs: u64,
     maxage: u64,
+    /// The last id handed out: ids are never reused, even when the newest
+    /// messages left (by age) and the history is shorter.
+    last_id: u64,
     external: BTreeMap<&'a str, ExternalOut<'a>>,
     departed_msgids: Vec<DepartedOut<'a>>,
 }
@@ -44,6 +47,7 @@ impl<'a> StoredOut<'a> {
             maxtokens: s.settings.max_tokens,
             maxmsgs: s.settings.max_msgs,
             maxage: s.settings.max_age,
+            last_id: s.last_id,
             external: s
                 .external
                 .iter()
@@ -66,6 +70,7 @@ pub struct StoredIn {
     pub maxtokens: Option<u64>,
     pub maxmsgs: Option<u64>,
     pub maxage: Option<u64>,
+    last_id: Option<u64>,
     #[serde(default)]
     external: BTreeMap<String, ExternalIn>,
     #[serde(default)]
@@ -95,6 +100,11 @@ impl StoredIn {
     /// Gives the built `session` the external ids still live at `now` and
     /// the departed msgids (checked as a loaded session's are).
     pub fn apply(self, session: &mut Session, now: i64) -> Result<(), String> {
+        match self.last_id {
+            Some(id) if id > MAX_ID => return Err(format!("{STORED_MEMBER}.last_id {id} is above {MAX_ID}")),
+            Some(id) => session.last_id = session.last_id.max(id),
+            None => {}
+        }
         for (system, e) in self.external {
             if system.is_empty() {
                 return Err(format!("{STORED_MEMBER}.external: an empty system name"));

@@ -138,7 +138,10 @@ pub fn load(e: Encoding) -> Option<&'static Counter> {
         .get_or_init(|| {
             s.state.store(1, Ordering::Release);
             let start = std::time::Instant::now();
-            let (built, bytes) = crate::alloc_meter::measure(|| crate::guard::or(None, || build(e)));
+            // The tables live outside Redis's allocator (module_memory.rs).
+            let (built, bytes) = crate::module_memory::for_module(|| {
+                crate::alloc_meter::measure(|| crate::guard::or(None, || build(e)))
+            });
             s.micros.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
             s.bytes.store(bytes, Ordering::Relaxed);
             s.state.store(if built.is_some() { 2 } else { 3 }, Ordering::Release);

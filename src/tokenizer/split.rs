@@ -42,7 +42,10 @@ impl Stage {
         if rest.is_empty() {
             return None;
         }
-        let Some(m) = self.regex.find(Input::new(rest)) else {
+        // The regex's per-thread caches (lazy DFA states, grown as it
+        // searches) are the module's own memory, not Redis's data.
+        let found = crate::module_memory::for_module(|| self.regex.find(Input::new(rest)));
+        let Some(m) = found else {
             return Some((at, segment.len()));
         };
         if m.start() > 0 {

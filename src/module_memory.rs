@@ -1,0 +1,159 @@
+//! Memory the module holds for itself (encoding tables, piece caches), kept
+//! out of what Redis's `maxmemory` counts. Redis evicts keys and refuses
+//! writes by `used_memory`, the sum of what went through its allocator: an
+//! encoding built there (25-45 MB) would make a keyless read (MEM.COUNT)
+//! evict every session. Redis keeps its Lua VM out of `used_memory` for the
+//! same reason.
+//!
+//! Work that builds such tables runs inside [`for_module`]; the global
+//! allocator then takes its memory from one region mapped once (4 GiB of
+//! address space, MAP_NORESERVE: pages are backed only once touched) and
+//! managed by talc. Every free and realloc asks whether the pointer lies in
+//! the region, whoever frees it and whatever mode the thread is in, so a
+//! table built here and freed anywhere goes back where it came from. Without
+//! the region (mmap refused), module memory falls back to Redis's allocator,
+//! as before.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use talc::source::Claim;
+use talc::TalcLock;
+
+/// Address space reserved for the module's own memory.
+const REGION_BYTES: usize = 4 << 30;
+
+/// The region's base (0: not mapped yet or refused) and end.
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static END: AtomicUsize = AtomicUsize::new(0);
+/// 0 not tried, 1 mapping, 2 mapped, 3 refused.
+static STATE: AtomicUsize = AtomicUsize::new(0);
+/// Bytes allocated in the region and not freed (INFO mem).
+static IN_USE: AtomicU64 = AtomicU64::new(0);
+
+static TALC: TalcLock<spinning_top::RawSpinlock, Claim> = TalcLock::new(Claim::standby());
+
+thread_local! {
+    /// Depth of `for_module` on this thread. Const-initialised, no
+    /// destructor: reading it inside the allocator allocates nothing.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Runs `f` with this thread's allocations taken from the module's region.
+pub fn for_module<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+    let _restore = Restore;
+    f()
+}
+
+/// Bytes of the module's own memory in use (outside `used_memory`).
+pub fn in_use() -> u64 {
+    IN_USE.load(Ordering::Relaxed)
+}
+
+/// Whether the region is mapped (false: module memory is Redis's).
+pub fn has_region() -> bool {
+    STATE.load(Ordering::Acquire) == 2
+}
+
+fn wanted() -> bool {
+    DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
+}
+
+fn owns(ptr: *mut u8) -> bool {
+    let p = ptr as usize;
+    p >= BASE.load(Ordering::Relaxed) && p < END.load(Ordering::Relaxed)
+}
+
+/// Maps the region once; false if it cannot be had.
+fn region() -> bool {
+    match STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(2) => return true,
+        // Refused, or another thread is mapping it: this allocation goes to
+        // Redis's allocator (correct either way).
+        Err(_) => return false,
+    }
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choice: no existing memory is affected.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            REGION_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        STATE.store(3, Ordering::Release);
+        return false;
+    }
+    // SAFETY: the region is mapped, writable, and given to talc alone.
+    let claimed = unsafe { TALC.lock().claim(base.cast(), REGION_BYTES) };
+    if claimed.is_none() {
+        STATE.store(3, Ordering::Release);
+        return false;
+    }
+    END.store(base as usize + REGION_BYTES, Ordering::Relaxed);
+    BASE.store(base as usize, Ordering::Relaxed);
+    STATE.store(2, Ordering::Release);
+    true
+}
+
+/// An allocation from the region, or None (not wanted, no region, full).
+///
+/// # Safety
+/// `layout` has a non-zero size (GlobalAlloc's contract).
+pub unsafe fn alloc(layout: Layout, zeroed: bool) -> Option<*mut u8> {
+    if !wanted() || !region() {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    let p = unsafe { if zeroed { TALC.alloc_zeroed(layout) } else { TALC.alloc(layout) } };
+    if p.is_null() {
+        return None;
+    }
+    IN_USE.fetch_add(layout.size() as u64, Ordering::Relaxed);
+    Some(p)
+}
+
+/// Frees `ptr` if the region holds it; false if it is Redis's.
+///
+/// # Safety
+/// GlobalAlloc::dealloc's contract.
+pub unsafe fn dealloc(ptr: *mut u8, layout: Layout) -> bool {
+    if !owns(ptr) {
+        return false;
+    }
+    IN_USE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    // SAFETY: allocated by TALC with `layout` (the region holds only its
+    // allocations), the caller's contract otherwise.
+    unsafe { TALC.dealloc(ptr, layout) };
+    true
+}
+
+/// Reallocates `ptr` in the region if the region holds it.
+///
+/// # Safety
+/// GlobalAlloc::realloc's contract.
+pub unsafe fn realloc(ptr: *mut u8, layout: Layout, new_size: usize) -> Option<*mut u8> {
+    if !owns(ptr) {
+        return None;
+    }
+    // SAFETY: as in `dealloc`.
+    let p = unsafe { TALC.realloc(ptr, layout, new_size) };
+    if !p.is_null() {
+        IN_USE.fetch_add(new_size as u64, Ordering::Relaxed);
+        IN_USE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    }
+    Some(p)
+}
