@@ -181,6 +181,21 @@ fn get(v: &AtomicI64) -> u64 {
     v.load(Ordering::Relaxed).max(0) as u64
 }
 
+/// The most bytes of text counted inline under `e`: about 4 ms of its worst
+/// case, measured on fresh text chosen to defeat the caches (random mixed
+/// case letters, mixed scripts, combining marks: docs/PERFORMANCE.md,
+/// "worst case per encoding"), quickest of 3, release build on this 2-core
+/// machine: o200k_base 3.5 ms per 16 KB (6.2 KB/ms at 60 KB), cl100k_base
+/// 3.8 ms per 32 KB, the open-weight encodings 1.2 ms per 3.9 KB (Qwen,
+/// mixed scripts; 0.3 us a byte).
+pub fn max_inline_bytes(e: Encoding) -> u64 {
+    match e {
+        Encoding::O200kBase => 16 * 1024,
+        Encoding::Cl100kBase => 32 * 1024,
+        _ => 4 * 1024,
+    }
+}
+
 /// A snapshot of the configuration a command works with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -204,15 +219,18 @@ pub struct Config {
 
 impl Config {
     /// Texts of at least this many bytes are counted under `encoding` on the
-    /// worker pool, not inline. The open-weight encodings' splits are up to
-    /// ~16x slower than OpenAI's on pathological text (Tekken: 0.5-0.9 s per
-    /// MB of one repeated letter), so their texts go to the pool sooner.
+    /// worker pool, not inline: `mem.async-threshold-bytes` (a sixteenth of
+    /// it for the open-weight encodings, whose worst case per byte is up to
+    /// 4x OpenAI's), and never more than the encoding's [`max_inline_bytes`],
+    /// whatever the operator sets, so no text within it holds the main
+    /// thread 10 ms.
     pub fn inline_limit(&self, encoding: Encoding) -> u64 {
-        if encoding.openai().is_some() {
+        let configured = if encoding.openai().is_some() {
             self.async_threshold_bytes
         } else {
             (self.async_threshold_bytes / 16).max(1)
-        }
+        };
+        configured.min(max_inline_bytes(encoding))
     }
 
     /// The least [`Config::inline_limit`] of every encoding: a text whose
