@@ -5,7 +5,7 @@ SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
 
-.PHONY: deps build run test test-compat bench density holds clean
+.PHONY: deps build run test test-compat bench density holds clean redis-suite
 
 # RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
 deps:
@@ -70,3 +70,13 @@ holds: build
 	@echo "test suite: MEM.* commands holding the main thread >= 1 ms, longest first:"
 	@sort -rn target/holds-suite.txt | head -15
 	target/venv/bin/python benches/holds.py --module target/release/libredis_mem.so --suite target/holds-suite.txt --out docs/PERFORMANCE.md
+
+# Redis's own test suite (tests/ of the Redis 8.0.2 source test-compat fetches) over
+# the units of issue 18 (types, keyspace, dump, expire, info, introspection, maxmemory,
+# lazyfree, multi, scripting, other, latency-monitor, memefficiency, acl, pubsub, rdb,
+# aof, replication, shutdown, slowlog, functions), once plain and once with
+# `--config loadmodule target/release/libredis_mem.so`: fails if a test fails only with
+# the module. Not part of `make test` (about an hour on 2 cores; docs/RELIABILITY.md).
+# REDIS_SUITE_JOBS=4 runs more units at once; `tests/redis_suite/run.sh unit/dump` one unit.
+redis-suite: build
+	tests/redis_suite/run.sh

@@ -19,7 +19,7 @@ fn attr_name<'a>(arg: &'a RedisString) -> Result<&'a str, RedisError> {
 }
 
 /// Most attributes (distinct members) a session holds through MEM.ATTRSET.
-pub const MAX_ATTRS: usize = 1024;
+pub use crate::session::MAX_ATTRS;
 
 /// MEM.ATTRSET key name json
 pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {

@@ -30,7 +30,7 @@ use serde_json::value::RawValue;
 
 use super::parse_iso8601;
 use super::stored::StoredIn;
-use crate::session::{check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
+use crate::session::{check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary, MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// What an import made: the session (trimmed, with the document's other
@@ -103,6 +103,16 @@ pub fn import<E>(
     };
     if !root.extra.is_empty() {
         check_members(&format!("{{{}}}", root.extra))?;
+    }
+    // The attribute limits (SPEC: imported members obey them).
+    if root.pairs.len() > MAX_ATTRS {
+        return Err(format!("a session holds at most {MAX_ATTRS} attributes; the document has {} other members", root.pairs.len()).into());
+    }
+    for (raw, _) in &root.pairs {
+        let name = member_name(raw).unwrap_or_default();
+        if name.is_empty() || name.len() > MAX_ATTR_NAME_BYTES {
+            return Err(format!("member name {raw:.80} must be 1 to {MAX_ATTR_NAME_BYTES} bytes (an attribute name)").into());
+        }
     }
     let extra = Attrs::from_raw(std::mem::take(&mut root.pairs));
     let stored = match root.stored.filter(|s| s.get() != "null") {

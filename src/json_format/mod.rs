@@ -4,7 +4,6 @@
 
 use chrono::{DateTime, NaiveDateTime, SecondsFormat, Utc};
 use serde::Serialize;
-use serde_json::value::RawValue;
 
 use crate::session::{MessageRef, Session, Summary};
 
@@ -36,6 +35,8 @@ pub fn parse_iso8601(s: &str) -> Option<i64> {
         .map(|t| t.and_utc().timestamp_millis())
 }
 
+/// A message of the document, but its `meta` and `msgid` (written after
+/// it by [`write_message`]).
 #[derive(Serialize)]
 struct MessageOut<'a> {
     id: u64,
@@ -44,10 +45,6 @@ struct MessageOut<'a> {
     timestamp: String,
     ts: i64,
     tokens: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    meta: Option<&'a RawValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    msgid: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -59,65 +56,66 @@ struct SummaryOut<'a> {
     ts: i64,
 }
 
-#[derive(Serialize)]
-struct DocumentOut<'a> {
-    conversation_history: Vec<MessageOut<'a>>,
-    summary: Option<SummaryOut<'a>>,
-    total_tokens: u64,
-    model: &'a str,
-    /// What else the session holds (settings, external ids, departed
-    /// msgids), so that MEM.IMPORT of this document gives the same session.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    redis_mem: Option<stored::StoredOut<'a>>,
+/// Appends `value` as JSON (a string, number or struct: serde_json cannot
+/// fail on these).
+fn push_json(out: &mut Vec<u8>, value: &impl Serialize) {
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
-fn raw_json(text: &str) -> Option<&RawValue> {
-    serde_json::from_str(text).ok()
+/// One message: its fields, then its META as stored (checked JSON when it
+/// was stored or loaded, so it is spliced in, not parsed again: a 2 MB META
+/// re-parsed on every FORMAT JSON held the main thread 14 ms), then its msgid.
+fn write_message(out: &mut Vec<u8>, m: &MessageRef<'_>, msgid: Option<&str>) {
+    let head = MessageOut { id: m.id, role: m.role, content: m.content, timestamp: iso8601(m.ts), ts: m.ts, tokens: m.tokens };
+    push_json(out, &head);
+    out.pop(); // the closing brace: more members follow
+    if let Some(meta) = m.meta {
+        out.extend_from_slice(b",\"meta\":");
+        out.extend_from_slice(meta.as_bytes());
+    }
+    if let Some(msgid) = msgid {
+        out.extend_from_slice(b",\"msgid\":");
+        push_json(out, &msgid);
+    }
+    out.push(b'}');
 }
 
 /// Renders the document for the chosen summary and messages of `session`
-/// (`None`: a missing key, rendered with an empty history).
+/// (`None`: a missing key, rendered with an empty history): its members in
+/// the order `conversation_history`, `summary`, `total_tokens`, `model`,
+/// `redis_mem`, then the members an import carried (`user_profile`,
+/// `context`, ...), verbatim.
 pub fn render<'a>(
     session: Option<&'a Session>,
     summary: Option<&'a Summary>,
     messages: impl Iterator<Item = MessageRef<'a>>,
     default_model: &'a str,
 ) -> String {
-    let doc = DocumentOut {
-        conversation_history: messages
-            .map(|m| MessageOut {
-                id: m.id,
-                role: m.role,
-                content: m.content,
-                timestamp: iso8601(m.ts),
-                ts: m.ts,
-                tokens: m.tokens,
-                meta: m.meta.and_then(raw_json),
-                msgid: session.and_then(|s| s.msgids.of(m.id)),
-            })
-            .collect(),
-        summary: summary.map(|s| SummaryOut {
-            content: &s.text,
-            upto: s.upto,
-            tokens: s.tokens,
-            timestamp: iso8601(s.ts),
-            ts: s.ts,
-        }),
-        total_tokens: session.map_or(0, |s| s.total_tokens),
-        model: session.map_or(default_model, |s| s.settings.model.as_str()),
-        redis_mem: session.map(stored::StoredOut::of),
-    };
-    let mut out = serde_json::to_string(&doc).unwrap_or_default();
-    // Members an import carried (user_profile, context, ...) go back at the
-    // top level, verbatim.
-    if let Some(extra) = session.map(|s| &s.extra).filter(|e| !e.is_empty()) {
-        if out.ends_with('}') {
-            out.pop();
-            out.push(',');
-            extra.write_members(&mut out);
-            out.push('}');
+    let mut out: Vec<u8> = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"conversation_history\":[");
+    for (i, m) in messages.enumerate() {
+        if i > 0 {
+            out.push(b',');
         }
+        write_message(&mut out, &m, session.and_then(|s| s.msgids.of(m.id)));
     }
+    out.extend_from_slice(b"],\"summary\":");
+    let summary = summary.map(|s| SummaryOut { content: &s.text, upto: s.upto, tokens: s.tokens, timestamp: iso8601(s.ts), ts: s.ts });
+    push_json(&mut out, &summary);
+    out.extend_from_slice(b",\"total_tokens\":");
+    push_json(&mut out, &session.map_or(0, |s| s.total_tokens));
+    out.extend_from_slice(b",\"model\":");
+    push_json(&mut out, &session.map_or(default_model, |s| s.settings.model.as_str()));
+    if let Some(s) = session {
+        out.extend_from_slice(b",\"redis_mem\":");
+        push_json(&mut out, &stored::StoredOut::of(s));
+    }
+    let mut out = String::from_utf8(out).unwrap_or_default();
+    if let Some(extra) = session.map(|s| &s.extra).filter(|e| !e.is_empty()) {
+        out.push(',');
+        extra.write_members(&mut out);
+    }
+    out.push('}');
     out
 }
 

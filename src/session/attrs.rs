@@ -16,6 +16,8 @@ use super::{Outcome, Session, SessionError};
 
 /// Longest attribute name, in bytes.
 pub const MAX_ATTR_NAME_BYTES: usize = 64;
+/// Most attributes a session holds (MEM.ATTRSET and MEM.IMPORT alike).
+pub const MAX_ATTRS: usize = 1024;
 /// The members `FORMAT JSON` writes itself: an attribute of one of these
 /// names would collide with them (and an import reads them as the session's).
 /// `redis_mem`: what else the session holds, in `FORMAT JSON` (its settings,
@@ -134,11 +136,17 @@ impl Session {
     /// duplicate) reads as its last value, as JSON parsers read it.
     pub fn attrs(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
+        // name -> its place in `out`: one pass, whatever the member count
+        // (a linear search per member held 20,000 imported members 170-210 ms).
+        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for (raw, value) in &self.extra.pairs {
             let Some(name) = Attrs::name(raw) else { continue };
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some(slot) => slot.1 = value.to_string(),
-                None => out.push((name, value.to_string())),
+            match at.get(&name) {
+                Some(&i) => out[i].1 = value.to_string(),
+                None => {
+                    at.insert(name.clone(), out.len());
+                    out.push((name, value.to_string()));
+                }
             }
         }
         out

@@ -711,7 +711,7 @@ mod read;
 mod recount;
 mod retry;
 mod validate;
-pub use attrs::{check_attr_name, Attrs, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
+pub use attrs::{check_attr_name, Attrs, MAX_ATTRS, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{Lease, Leases, MAX_LEASE_MS};
 pub use log::{decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS};
 pub use read::{Selection, SummarizeCheck, Thresholds};
