@@ -220,6 +220,20 @@ failures() {
     } | sort -u
 }
 
+# The module is copied once (a rebuild during the run changes nothing) and
+# loaded once by hand: the module run must really have it.
+cp "$SO" "$RUN/libredis_mem.so"
+SO="$RUN/libredis_mem.so"
+check_port=$((12100 + 9 * 1000))
+"$TREE/src/redis-server" --port "$check_port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$RUN" --logfile "$RUN/preflight.log" --loadmodule "$SO" --daemonize yes \
+    --pidfile "$RUN/preflight.pid" || die "redis-server --loadmodule $SO failed (log: $RUN/preflight.log)"
+for _ in $(seq 100); do "$TREE/src/redis-cli" -p "$check_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+modules="$("$TREE/src/redis-cli" -p "$check_port" module list 2>&1 || true)"
+"$TREE/src/redis-cli" -p "$check_port" shutdown nosave >/dev/null 2>&1 || true
+grep -qx mem <<<"$modules" || die "the module did not load: $modules (log: $RUN/preflight.log)"
+log "preflight: MODULE LIST: $(tr '\n' ' ' <<<"$modules")"
+
 T0="$(now)"
 log "module $SO ($(stat -c %s "$SO") bytes), server $("$BIN" --version | cut -d' ' -f3), ${#UNITS[@]} units x 2, $JOBS at a time"
 : >"$RUN/jobs"
