@@ -436,3 +436,44 @@ fn mem_encodings_restricts_what_may_be_built_and_counted() {
     assert_eq!(config_get(&mut con, "mem.encodings"), "all");
     assert!(int(&mut con, &["MEM.COUNT", "deepseek-chat", "hi"]) >= 1);
 }
+
+/// A JSON value of `bytes` bytes, number-heavy (the slowest to walk).
+fn big_json(bytes: usize, bad_at_end: bool) -> String {
+    let mut s = String::from("{\"a\":[");
+    while s.len() < bytes {
+        s.push_str("1.5e10,-3,");
+    }
+    s.push_str(if bad_at_end { "1e400]}" } else { "0]}" });
+    s
+}
+
+#[test]
+fn large_json_values_are_checked_off_the_main_thread() {
+    let server = Server::start();
+    let mut con = server.client();
+    let big = big_json(1_200_000, false);
+    let bad = big_json(1_200_000, true);
+    let off = |con: &mut redis::Connection| info_mem(con, "counts_off_thread");
+    let before = off(&mut con);
+    ok(&mut con, &["MEM.ATTRSET", "k", "ctx", &big]);
+    assert_eq!(off(&mut con), before + 1, "the ATTRSET value went to a worker");
+    assert_eq!(string(&mut con, &["MEM.ATTRGET", "k", "ctx"]), big);
+    append(&mut con, "k", "assistant", "", &["META", &big]);
+    assert_eq!(off(&mut con), before + 2, "the META went to a worker");
+    assert_eq!(get(&mut con, &["MEM.GET", "k", "LAST", "1"])[0].meta.as_deref(), Some(big.as_str()));
+    // Refused as the inline check refuses, changing nothing.
+    let snapshot = snap(&mut con, "k");
+    assert!(err(&mut con, &["MEM.ATTRSET", "k", "ctx", &bad]).contains("number out of range"));
+    assert!(err(&mut con, &["MEM.APPEND", "k", "user", "x", "META", &bad]).contains("number out of range"));
+    assert_unchanged(&mut con, "k", &snapshot, "refused large JSON");
+    // MULTI cannot wait for a worker: refused at once, naming the way out.
+    ok(&mut con, &["MULTI"]);
+    ok(&mut con, &["MEM.ATTRSET", "k", "ctx", &big]);
+    let e = err(&mut con, &["EXEC"]);
+    assert!(e.contains("MULTI/EXEC"), "{e}");
+    // Small values stay inline.
+    let before = off(&mut con);
+    ok(&mut con, &["MEM.ATTRSET", "k", "small", r#"{"a":1}"#]);
+    append(&mut con, "k", "user", "hi", &["META", r#"{"b":2}"#]);
+    assert_eq!(off(&mut con), before);
+}

@@ -34,6 +34,8 @@ pub struct Counted {
     /// The session's counts under `encoding`, when the write switches the
     /// session's tokenizer and the re-count was large enough for a worker.
     pub recounted: Option<Recounted>,
+    /// A large META's check, made by the worker (None: checked inline).
+    pub meta_checked: Option<Result<(), String>>,
 }
 
 /// What a worker produced; the resumed command downcasts it to its own type.
@@ -99,6 +101,7 @@ pub fn count_off_thread(
     role: String,
     content: &RedisString,
     snapshot: Option<Snapshot>,
+    meta: Option<String>,
     resume: Resume,
 ) -> Option<RedisResult> {
     off_thread(ctx, key, content, resume, move |bytes| {
@@ -107,7 +110,8 @@ pub fn count_off_thread(
             (Arc::from(text), tokens)
         });
         let recounted = snapshot.map(|s| s.count(encoding, &stats::count_message));
-        Box::new(Counted { encoding, content, recounted })
+        let meta_checked = meta.map(|m| crate::session::check_meta(&m));
+        Box::new(Counted { encoding, content, recounted, meta_checked })
     })
 }
 

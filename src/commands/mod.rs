@@ -4,7 +4,7 @@
 
 mod admission;
 pub mod args;
-mod attrs;
+pub mod attrs;
 pub mod async_count;
 mod batch;
 pub mod error;

@@ -10,6 +10,7 @@ use super::lazy;
 use super::model_switch;
 use super::{arity, Events, Write, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Propagate, SettingsOptions};
 use super::async_count::{can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output};
+use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{next_id, Message, Op, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
@@ -43,10 +44,19 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         return Err(err(format!("ERR TS must be at most {MAX_TS} (9999-12-31)")));
     }
     let meta = opts.str("META")?;
+    // A large META is walked by the worker (attrs.rs: MAX_INLINE_JSON_BYTES).
+    let meta_on_worker = !resumed
+        && meta.is_some_and(|m| m.len() >= MAX_INLINE_JSON_BYTES)
+        && can_offload_json(ctx, meta.map_or(0, str::len))?;
     if let Some(meta) = meta {
         args::check_size("META", meta.len(), cfg.max_message_bytes)?;
-        args::check_meta(meta)?;
+        match counted.as_ref().and_then(|c| c.meta_checked.as_ref()) {
+            Some(verdict) => verdict.clone().map_err(|e| err(format!("ERR {e}")))?,
+            None if meta_on_worker => {}
+            None => args::check_meta(meta)?,
+        }
     }
+    let meta_for_worker = if meta_on_worker { meta.map(str::to_owned) } else { None };
     let changes = SettingsOptions::parse(&opts, &cfg)?;
     let msgid = opts.str("MSGID")?;
     if let Some(msgid) = msgid {
@@ -86,7 +96,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     if let Some(s) = snapshot.as_ref() {
         refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
     }
-    if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
+    if !resumed && (large || unbuilt || snapshot.is_some() || meta_on_worker) && can_block(ctx) {
         drop(key);
         let reply = match given {
             // Given tokens: the worker only checks and copies the content.
@@ -97,9 +107,10 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
                 }
                 let content = std::str::from_utf8(bytes).ok().map(|text| (Arc::from(text), n));
                 let recounted = model_switch::count(snapshot, encoding);
-                Box::new(Counted { encoding, content, recounted })
+                let meta_checked = meta_for_worker.map(|m| crate::session::check_meta(&m));
+                Box::new(Counted { encoding, content, recounted, meta_checked })
             }),
-            None => count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, append_counted),
+            None => count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, meta_for_worker, append_counted),
         };
         if let Some(reply) = reply {
             return reply;
