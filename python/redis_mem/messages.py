@@ -34,10 +34,23 @@ except ImportError:  # pragma: no cover - removed in a future langchain-core
 from ._commands import MAX_MSGID_BYTES
 from ._replies import Message
 
-__all__ = ["message_to_mem", "message_from_mem", "msgid_of", "DEFAULT_SUMMARY_PREFIX", "MAX_MSGID_BYTES"]
+__all__ = [
+    "DEFAULT_SUMMARY_PREFIX",
+    "MAX_MSGID_BYTES",
+    "SUMMARY_SOURCE",
+    "message_from_mem",
+    "message_to_mem",
+    "msgid_of",
+    "summary_message",
+]
 
-#: Text put before the stored summary when it is turned into a SystemMessage.
-DEFAULT_SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+#: Text put before the stored summary when it is given to the model
+#: (LangChain's SummarizationMiddleware wording).
+DEFAULT_SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"
+
+#: additional_kwargs ``lc_source`` of the summary message (LangChain's own
+#: SummarizationMiddleware marks its summary the same way).
+SUMMARY_SOURCE = "summarization"
 
 # META members this module owns.
 _TYPE = "lc_type"
@@ -109,6 +122,19 @@ def msgid_of(msg: BaseMessage) -> Optional[str]:
     if len(mid.encode("utf-8")) > MAX_MSGID_BYTES:
         return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
     return mid
+
+
+def summary_message(entry: Message, prefix: str = DEFAULT_SUMMARY_PREFIX) -> HumanMessage:
+    """The session summary as the model is given it, the same everywhere
+    (the middleware, the LangGraph nodes, the legacy chat history): a
+    HumanMessage as LangChain's SummarizationMiddleware makes it (so the
+    context opens with a user turn), marked ``lc_source="summarization"``."""
+    return HumanMessage(
+        content=f"{prefix}{entry.content}",
+        id=f"redis-mem-summary-{entry.id}",
+        additional_kwargs={"lc_source": SUMMARY_SOURCE, "redis_mem": {"summary_upto": entry.id,
+                                                                     "tokens": entry.tokens}},
+    )
 
 
 def message_from_mem(m: Message) -> BaseMessage:
