@@ -69,6 +69,7 @@ import logging
 import re
 import threading
 import time
+import uuid
 import warnings
 from collections import OrderedDict
 from typing import (
@@ -381,8 +382,9 @@ class RedisMemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
     @staticmethod
     def _ensure_ids(msgs: Sequence[BaseMessage]) -> None:
-        """Gives a message without an id one derived from the run id, the
-        step and its position: the same when the step is retried."""
+        """Gives a message without an id one derived from the LangGraph task
+        (its id is the same when the step is retried, new in every run), the
+        step and its position; a random one outside a graph."""
         missing = [i for i, m in enumerate(msgs) if not m.id]
         if not missing:
             return
@@ -391,10 +393,11 @@ class RedisMemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         except RuntimeError:
             conf = {}
         meta = conf.get("metadata") or {}
-        run = conf.get("run_id") or meta.get("run_id") or meta.get("thread_id") or "norun"
-        step = meta.get("langgraph_step", 0)
+        task = (conf.get("configurable") or {}).get("checkpoint_ns") or meta.get("langgraph_checkpoint_ns")
+        run = conf.get("run_id")
+        base = f"{task}:{meta.get('langgraph_step', 0)}" if task else (str(run) if run else None)
         for i in missing:
-            msgs[i].id = f"lg:{run}:{step}:{i}"
+            msgs[i].id = f"lg:{base}:{i}" if base else f"lg:{uuid.uuid4().hex}"
 
     def _synced_of(self, key: str) -> Optional[Set[str]]:
         with self._lock:
