@@ -84,7 +84,7 @@ def append_batch(key, items: List[Dict[str, Any]], model, ttl, maxtokens, maxmsg
 
 def get(key, last, after, budget) -> Command:
     args = ["MEM.GET", key] + _opt("LAST", last) + _opt("AFTER", after) + _opt("BUDGET", budget)
-    return args, lambda r: [Message.from_reply(e) for e in r or []]
+    return args, Message.list_from_reply
 
 
 def get_json(key, last, after, budget) -> Command:

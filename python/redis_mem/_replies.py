@@ -8,7 +8,7 @@ arrive as flat field/value arrays) or RESP3 (real maps), with
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -105,8 +105,11 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class Message:
-    """One entry of MEM.GET. The summary, when there is one, is an entry with
-    role ``"summary"`` whose ``id`` is the last message id it covers."""
+    """One entry of MEM.GET. The summary, when there is one, is the first
+    entry, with role ``"summary"``, whose ``id`` is the last message id it
+    covers, and (SPEC v3) a field ``summary`` = 1 that no message entry has:
+    :attr:`is_summary` uses it, so a message whose role is "summary" is not
+    taken for the summary."""
 
     id: int
     role: str
@@ -116,9 +119,16 @@ class Message:
     meta: Optional[JsonObject] = None
     #: The client's id of the message (MSGID), when it was given one.
     msgid: Optional[str] = None
+    #: The reply's ``summary`` marker (True/False), None when the module
+    #: sends none (an older module): see :attr:`is_summary`.
+    summary_marker: Optional[bool] = None
 
     @property
     def is_summary(self) -> bool:
+        """Whether this entry is the session summary: the reply's ``summary``
+        marker; with an older module, which sends none, role "summary"."""
+        if self.summary_marker is not None:
+            return self.summary_marker
         return self.role == SUMMARY_ROLE
 
     @property
@@ -138,7 +148,23 @@ class Message:
             tokens=int(m["tokens"]),
             meta=json.loads(meta) if meta is not None else None,
             msgid=_text(m.get("msgid")),
+            summary_marker=bool(int(m["summary"])) if m.get("summary") is not None else None,
         )
+
+    @classmethod
+    def list_from_reply(cls, reply: Any) -> List["Message"]:
+        """Every entry of a MEM.GET reply. When any entry carries the
+        ``summary`` marker, entries without it are messages; when none does
+        (an older module), only a first entry with role "summary" is the
+        summary (it always comes first)."""
+        out = [cls.from_reply(e) for e in reply or []]
+        marked = any(e.summary_marker is not None for e in out)
+        return [
+            e if e.summary_marker is not None
+            else replace(e, summary_marker=False) if marked or i > 0
+            else e
+            for i, e in enumerate(out)
+        ]
 
 
 @dataclass(frozen=True)
