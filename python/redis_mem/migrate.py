@@ -506,7 +506,20 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     scratch = _scratch_key(target)
     try:
         try:
-            r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args)
+            reply = _reply_map(r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args))
+            if "MAXTOKENS" in caps_args:
+                # The token cap was a bound (bytes + overhead): now that the
+                # module counted them, import again with the cap it needs.
+                i = caps_args.index("MAXTOKENS")
+                total = int(reply.get("total_tokens", 0))
+                if total < caps_args[i + 1] and int(reply.get("messages", 0)) == len(expected):
+                    if total <= run.limits.max_tokens:
+                        del caps_args[i:i + 2]
+                    else:
+                        caps_args[i + 1] = total
+                    r.execute_command("MEM.IMPORT", scratch, value, "REPLACE", *args, *caps_args)
+                    shown = caps_args[:caps_args.index("MAXAGE")] if "MAXAGE" in caps_args else caps_args
+                    res.caps = ("imported whole: " + " ".join(str(a) for a in shown)) if shown else ""
         except redis.ResponseError as e:
             msg = str(e)
             if "unknown option" in msg and res.caps:

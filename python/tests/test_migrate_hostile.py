@@ -91,6 +91,9 @@ def test_a_5000_message_history_is_imported_whole_or_not_at_all(r):
     if module_has_import_caps(r):
         assert (res.status, res.messages, res.deleted) == (mig.MOVED, 5000, True)
         assert "MAXMSGS 5000" in res.caps and "imported whole" in real.render()
+        info = RedisMemClient(r).info("mem:{huge}")
+        # The token cap is what the history needs (or the default), not the bound.
+        assert info.maxmsgs == 5000 and info.maxtokens == max(80000, info.total_tokens)
         got = RedisMemClient(r).get("mem:{huge}")
         assert [m.content for m in got] == history
     else:  # an older module: refused, nothing lost
@@ -112,6 +115,19 @@ def test_a_2000_message_langchain_list_is_imported_whole_or_not_at_all(r):
         assert [m.content for m in RedisMemClient(r).get("mem:{long}")] == [m.content for m in msgs]
     else:
         assert res.status == mig.FAILED and r.llen("message_store:long") == 2000
+
+
+def test_a_history_over_the_token_cap_gets_the_cap_it_needs(r):
+    if not module_has_import_caps(r):
+        pytest.skip("the module's MEM.IMPORT has no MAXTOKENS")
+    history = [("word " * 2000) + str(i) for i in range(60)]  # ~120k tokens > 80000
+    r.set("user_memory_wordy", doc(*history))
+    rep = mig.migrate(r)
+    res = rep.results[0]
+    info = RedisMemClient(r).info("mem:{wordy}")
+    assert res.status == mig.MOVED and info.messages == 60
+    assert info.total_tokens > 80000 and info.maxtokens == info.total_tokens
+    assert res.caps == f"imported whole: MAXMSGS 60 MAXTOKENS {info.total_tokens}"
 
 
 def test_a_leading_tool_result_fails_instead_of_being_dropped(r):
