@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Type, TypeVar, Union
 
 __all__ = [
     "AppendResult",
@@ -26,6 +26,7 @@ __all__ = [
 SUMMARY_ROLE = "summary"
 
 JsonObject = Dict[str, Any]
+D = TypeVar("D")
 
 
 # --------------------------------------------------------------------------
@@ -43,7 +44,7 @@ def _to_map(reply: Any) -> Dict[str, Any]:
     """A module map reply as a dict with str keys: RESP3 gives a dict, RESP2
     a flat [field, value, field, value, ...] list."""
     if isinstance(reply, dict):
-        items: Iterable = reply.items()
+        items: Iterable[Any] = reply.items()
     elif isinstance(reply, (list, tuple)):
         if len(reply) % 2:
             raise ValueError(f"not a field/value array: {reply!r}")
@@ -53,11 +54,11 @@ def _to_map(reply: Any) -> Dict[str, Any]:
     return {_text(k): v for k, v in items}
 
 
-def _from_map(cls, m: Mapping[str, Any], **override):
+def _from_map(cls: Type[D], m: Mapping[str, Any], **override: Any) -> D:
     """Builds dataclass ``cls`` from a map, ignoring fields it does not know
     (a newer module may add some)."""
-    kw = {}
-    for f in fields(cls):
+    kw: Dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
         if f.name in override:
             kw[f.name] = override[f.name]
         elif f.name in m:

@@ -37,8 +37,6 @@ from ._replies import (
     SessionInfo,
     SummarizeBegin,
     SummarizeCheck,
-    _meta_arg,
-    _text,
 )
 
 __all__ = [
@@ -69,7 +67,7 @@ class RedisMemClient:
     def from_url(cls, url: str, **kwargs: Any) -> "RedisMemClient":
         return cls(redis.Redis.from_url(url, **kwargs))
 
-    def _run(self, cmd: c.Command) -> Any:
+    def _run(self, cmd: "c.Command[c.T]") -> "c.T":
         args, parse = cmd
         return parse(self.redis.execute_command(*args))
 
@@ -212,7 +210,7 @@ class AsyncRedisMemClient:
     def from_url(cls, url: str, **kwargs: Any) -> "AsyncRedisMemClient":
         return cls(redis.asyncio.Redis.from_url(url, **kwargs))
 
-    async def _run(self, cmd: c.Command) -> Any:
+    async def _run(self, cmd: "c.Command[c.T]") -> "c.T":
         args, parse = cmd
         return parse(await self.redis.execute_command(*args))
 

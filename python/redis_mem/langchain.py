@@ -28,14 +28,13 @@ import redis
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
-    from langchain_core.messages import BaseMessage
+    from langchain_core.messages import BaseMessage, FunctionMessage
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("redis_mem.langchain needs langchain-core: pip install 'redis-mem[langchain]'") from e
 
 from .client import AppendResult, Message, RedisMemClient
 from .messages import (  # noqa: F401
     DEFAULT_SUMMARY_PREFIX,
-    FunctionMessage,
     message_from_mem,
     message_to_mem,
     msgid_of,
@@ -43,6 +42,7 @@ from .messages import (  # noqa: F401
 )
 
 __all__ = [
+    "FunctionMessage",
     "RedisMemChatMessageHistory",
     "message_to_mem",
     "message_from_mem",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from langchain_core.messages import (
     AIMessage,
@@ -89,7 +89,7 @@ def _role_of(msg: BaseMessage) -> str:
     return _ROLE_OF_TYPE.get(t, t)
 
 
-def message_to_mem(msg: BaseMessage) -> tuple:
+def message_to_mem(msg: BaseMessage) -> Tuple[str, str, Dict[str, Any]]:
     """(role, content, meta dict) for MEM.APPEND."""
     try:
         data = msg.model_dump(mode="json")
@@ -151,7 +151,7 @@ def message_from_mem(m: Message) -> BaseMessage:
         except Exception:
             cls = ChatMessage
             lc_type = "chat"
-    known = set(cls.model_fields)
+    known = set(getattr(cls, "model_fields", {}))
     data: Dict[str, Any] = {"content": content}
     extra: Dict[str, Any] = {}
     for k, v in meta.items():
@@ -161,7 +161,8 @@ def message_from_mem(m: Message) -> BaseMessage:
     if cls is ChatMessage:
         data["role"] = m.role
     try:
-        return cls(**data)
+        out: BaseMessage = cls(**data)
+        return out
     except Exception:
         # e.g. a "tool" message written without tool_call_id by another client
         return ChatMessage(role=m.role, content=m.content, additional_kwargs=m.meta or {})

@@ -86,7 +86,6 @@ from typing import (
     Set,
     Tuple,
     TypeVar,
-    Union,
 )
 
 import redis
@@ -154,7 +153,7 @@ class RedisMemUnavailable(RuntimeError):
     """Redis could not be reached and ``on_unavailable="fail"``."""
 
 
-class RedisMemState(AgentState):  # type: ignore[type-arg]
+class RedisMemState(AgentState):
     """The agent state (the middleware adds nothing to it: kept for code
     that names it)."""
 
@@ -255,7 +254,7 @@ def default_attributes_message(attributes: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class RedisMemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class RedisMemMiddleware(AgentMiddleware):
     """Agent middleware keeping the conversation in a redis-mem session.
 
     Connection: ``client`` (alias ``redis_client``), a ``redis.Redis``,
@@ -837,22 +836,22 @@ class RedisMemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             return await handler(request)
         return await handler(await self._adrive(self._model_call_core(request)))
 
-    def after_model(self, state: Dict[str, Any], runtime: Any) -> None:
+    def after_model(self, state: AgentState[Any], runtime: Any) -> None:
         """Stores a final answer at once (a tool call waits for its results)."""
         if self.memory != "none":
             self._drive(self._after_core(state, final=False))
 
-    def after_agent(self, state: Dict[str, Any], runtime: Any) -> None:
+    def after_agent(self, state: AgentState[Any], runtime: Any) -> None:
         """Stores whatever the run added and is not stored yet."""
         if self.memory != "none":
             self._drive(self._after_core(state, final=True))
 
-    async def aafter_model(self, state: Dict[str, Any], runtime: Any) -> None:
+    async def aafter_model(self, state: AgentState[Any], runtime: Any) -> None:
         """Async :meth:`after_model`."""
         if self.memory != "none":
             await self._adrive(self._after_core(state, final=False))
 
-    async def aafter_agent(self, state: Dict[str, Any], runtime: Any) -> None:
+    async def aafter_agent(self, state: AgentState[Any], runtime: Any) -> None:
         """Async :meth:`after_agent`."""
         if self.memory != "none":
             await self._adrive(self._after_core(state, final=True))
@@ -874,12 +873,14 @@ class RedisMemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
     def store_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """Stores what the state holds and the session lacks."""
-        self.after_agent(state, None)
+        if self.memory != "none":
+            self._drive(self._after_core(state, final=True))
         return {}
 
     async def astore_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """Async :meth:`store_state`."""
-        await self.aafter_agent(state, None)
+        if self.memory != "none":
+            await self._adrive(self._after_core(state, final=True))
         return {}
 
 

@@ -70,11 +70,11 @@ Exit status: 0 when nothing failed, 1 otherwise, 2 on a usage or connection erro
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
 import sys
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -863,9 +863,9 @@ def migrate(
                 continue
             tgt = target_name(key, sid, target_template)
             if source == "user-memory":
-                work.append((name, lambda k=key, t=tgt: migrate_key(run, k, t)))
+                work.append((name, functools.partial(migrate_key, run, key, tgt)))
             else:
-                work.append((name, lambda k=key, s=system, t=tgt: migrate_external(run, k, s, t)))
+                work.append((name, functools.partial(migrate_external, run, key, system, tgt)))
         work.sort(key=lambda w: w[0])
     else:
         if source == "langchain":
@@ -881,7 +881,7 @@ def migrate(
                 work.append((_show(u.keys[0]), _failed(_show(u.keys[0]), "", u.error)))
                 continue
             tgt = target_name(u.keys[0], _b(u.session), target_template)
-            work.append((u.session, lambda u=u, t=tgt: migrate_unit(run, u, read, t)))
+            work.append((u.session, functools.partial(migrate_unit, run, u, read, tgt)))
     journal = Journal(state)
     bar = Progress(len(work), progress_stream, progress)
     try:

@@ -49,10 +49,10 @@ class Unit:
 def _msgid(mid: Any) -> Optional[str]:
     if not mid:
         return None
-    mid = str(mid)
-    if len(mid.encode("utf-8")) > _MAX_MSGID:
-        return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
-    return mid
+    text = str(mid)
+    if len(text.encode("utf-8")) > _MAX_MSGID:
+        return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return text
 
 
 def _empty(v: Any) -> bool:
@@ -197,7 +197,9 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
             raise ValueError(f"{key!r} has no numeric timestamp")
         rows.append((float(ts), str(d.get("message_id") or key), d))
     rows.sort(key=lambda x: (x[0], x[1]))  # timestamp, then ULID (time-ordered)
-    items = [message_item(d["type"], d["data"], ts=int(round(ts * 1000 if ts < 1e11 else ts)), msgid=mid) for ts, mid, d in rows]
+    # Unix seconds (langchain-redis writes time.time()), or ms when >= 10^11.
+    items = [message_item(d["type"], d["data"], ts=int(round(ts * 1000 if ts < 1e11 else ts)), msgid=mid)
+             for ts, mid, d in rows]
     return {"conversation_history": items}, dict(unit.values)
 
 

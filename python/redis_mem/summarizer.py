@@ -49,7 +49,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import redis
 
@@ -58,10 +58,10 @@ from .client import RedisMemClient
 from .summarizing import (  # noqa: F401  (re-exported: the service's API)
     NO_LLM,
     SYSTEM_PROMPT,
-    NoSummarizer,
     Entry,
-    Summary,
+    NoSummarizer,
     SummarizeFn,
+    Summary,
     default_summarizer,
     extractive_summarize,
     langchain_summarizer,
@@ -153,7 +153,7 @@ class SummarizerWorker:
         self.summarize_fn = summarize_fn or default_summarizer(allow_extractive)
         self.concurrency = int(concurrency)
         self._lock = threading.RLock()
-        self._inflight: set = set()
+        self._inflight: Set[str] = set()
         self.keep = keep
         if db is None:
             db = 0 if _is_cluster(client) else client.connection_pool.connection_kwargs.get("db", 0)
@@ -170,8 +170,8 @@ class SummarizerWorker:
         self._stop = threading.Event()
         #: Sessions to look at again: a heap of (monotonic time, key), and the
         #: keys in it (each once, however many events came meanwhile).
-        self._later: List = []
-        self._queued: set = set()
+        self._later: List[Tuple[float, str]] = []
+        self._queued: Set[str] = set()
         self._events: "queue.Queue[str]" = queue.Queue()
         #: What happened, for monitoring.
         self.stats = {"llm_calls": 0, "llm_failures": 0, "committed": 0, "refused": 0, "busy": 0,
@@ -221,9 +221,9 @@ class SummarizerWorker:
 
     def _call_once(self, previous: Optional[str], todo: Sequence[Entry], timeout: float) -> str:
         self._count("llm_calls")
-        out: dict = {}
+        out: Dict[str, Any] = {}
 
-        def call():
+        def call() -> None:
             try:
                 out["text"] = self.summarize_fn(previous, todo)
             except BaseException as e:  # handed to the caller below
@@ -238,7 +238,8 @@ class SummarizerWorker:
             raise LLMTimeout(f"no summary within {timeout:.1f} s")
         if "error" in out:
             raise out["error"]
-        return out["text"]
+        text: str = out["text"]
+        return text
 
     def _call_llm(self, previous: Optional[str], todo: Sequence[Entry]) -> str:
         """The summarize function, bounded by `llm_timeout` overall, retried
@@ -452,14 +453,14 @@ class SummarizerWorker:
         return done
 
 
-def run_once(key: str, client: Optional["redis.Redis"] = None, **kwargs) -> Optional[SummaryDone]:
+def run_once(key: str, client: Optional["redis.Redis"] = None, **kwargs: Any) -> Optional[SummaryDone]:
     """Module-level shortcut: one summarization pass on `key`."""
     client = client or redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     return SummarizerWorker(client, **kwargs).run_once(key)
 
 
 def run(client: Optional["redis.Redis"] = None, max_events: Optional[int] = None,
-        timeout: Optional[float] = None, **kwargs) -> List[SummaryDone]:
+        timeout: Optional[float] = None, **kwargs: Any) -> List[SummaryDone]:
     """Module-level shortcut: the event loop (bounded by max_events/timeout)."""
     client = client or redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     return SummarizerWorker(client, **kwargs).run(max_events=max_events, timeout=timeout)
@@ -531,7 +532,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(json.dumps(asdict(res) if res else None))
         return 0
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: Any) -> None:
         log.warning("signal %d: stopping after the summary in progress", signum)
         worker.stop()
 

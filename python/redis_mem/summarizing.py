@@ -101,7 +101,8 @@ class Summary(str):
     prompt_tokens: Optional[int]
     completion_tokens: Optional[int]
 
-    def __new__(cls, text: str, prompt_tokens: Optional[int] = None, completion_tokens: Optional[int] = None):
+    def __new__(cls, text: str, prompt_tokens: Optional[int] = None,
+                completion_tokens: Optional[int] = None) -> "Summary":
         obj = super().__new__(cls, text)
         obj.prompt_tokens = prompt_tokens
         obj.completion_tokens = completion_tokens
