@@ -94,6 +94,7 @@ class AppendResult:
 
     @classmethod
     def from_reply(cls, reply: Any, msgid: Optional[str] = None) -> "AppendResult":
+        """Parses a MEM.APPEND / MEM.SUMMARIZE / MEM.IMPORT map (RESP2 or RESP3)."""
         m = _to_map(reply)
         return _from_map(
             cls,
@@ -139,6 +140,7 @@ class Message:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "Message":
+        """Parses one MEM.GET entry (RESP2 or RESP3)."""
         m = _to_map(reply)
         meta = _text(m.get("meta"))
         return cls(
@@ -183,6 +185,7 @@ class SummarizeCheck:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SummarizeCheck":
+        """Parses a MEM.SUMMARIZE_CHECK map."""
         m = _to_map(reply)
         return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
 
@@ -199,6 +202,7 @@ class SummarizeBegin(SummarizeCheck):
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SummarizeBegin":
+        """Parses a MEM.SUMMARIZE_BEGIN map."""
         m = _to_map(reply)
         return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
 
@@ -224,6 +228,7 @@ class SessionInfo:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SessionInfo":
+        """Parses a MEM.INFO map."""
         m = _to_map(reply)
         return _from_map(
             cls,

@@ -128,6 +128,7 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> List[BaseMessage]:  # type: ignore[override]
+        """Every message of the session, oldest first (the summary first when ``include_summary``)."""
         return self._convert(self.mem.get(self.key), self.include_summary)
 
     def context_for_budget(self, tokens: int) -> List[BaseMessage]:
@@ -158,4 +159,5 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
         )
 
     def clear(self) -> None:
+        """Deletes the session key."""
         self.mem.redis.delete(self.key)

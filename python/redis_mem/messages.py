@@ -16,15 +16,18 @@ import hashlib
 import json
 from typing import Any, Dict, Optional, Tuple
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-    messages_from_dict,
-)
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        messages_from_dict,
+    )
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("redis_mem.messages needs langchain-core: pip install 'redis-mem[langchain]'") from e
 
 try:  # deprecated upstream, still part of langchain-core 1.x
     from langchain_core.messages import FunctionMessage

@@ -181,6 +181,8 @@ def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: in
 
 
 def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes, Any]]:
+    """(MEM.IMPORT document, snapshot of the source) of one langchain-redis
+    session, its messages ordered by timestamp then ULID."""
     if unit.error:
         raise ValueError(unit.error)
     rows = []

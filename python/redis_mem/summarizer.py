@@ -183,9 +183,11 @@ class SummarizerWorker:
 
     @property
     def channel(self) -> str:
+        """The keyevent channel of mem.threshold in this worker's database."""
         return f"__keyevent@{self.db}__:{EVENT}"
 
     def stop(self) -> None:
+        """Asks :meth:`run` to return after the summary in progress."""
         self._stop.set()
 
     def nodes(self) -> List["redis.Redis"]:
@@ -489,6 +491,7 @@ def _summarizer_from_args(a: argparse.Namespace) -> SummarizeFn:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``redis-mem-summarizer`` console script."""
     p = argparse.ArgumentParser(prog="redis-mem-summarizer", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     p.add_argument("--cluster", action="store_true", help="the URL is a cluster node: serve every master")

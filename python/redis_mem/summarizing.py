@@ -87,6 +87,8 @@ def transcript(previous: Optional[str], todo: Sequence[Any]) -> str:
 
 
 def summary_prompt(entries: Sequence[Message], upto: int, instructions: str = SUMMARY_PROMPT) -> List[Dict[str, str]]:
+    """The chat prompt (system instructions, then the previous summary and
+    the messages with id <= ``upto``) as OpenAI-style role/content dicts."""
     previous, todo = split_for_summary(entries, upto)
     return [
         {"role": "system", "content": instructions},
