@@ -273,3 +273,78 @@ def test_the_context_does_not_open_with_an_assistant_turn(r):
     agent = create_agent(model, [add], middleware=[RedisMemMiddleware(r, budget=60)])
     agent.invoke({"messages": [HumanMessage("next")]}, cfg())
     assert [m.content for m in model.prompts[-1]] == ["next"]
+
+
+# -- class 13: the same memory with and without a checkpointer, HITL, async ------
+
+def run_turns(r, thread, checkpointer=None, mw=None):
+    model = ScriptedModel(respond=calculator_script, prompts=[])
+    agent = create_agent(model, [add], middleware=[mw or RedisMemMiddleware(r)], checkpointer=checkpointer)
+    for text in ("My name is Alice.", "add 2 3", "What is my name?"):
+        agent.invoke({"messages": [HumanMessage(text)]}, cfg(thread))
+    return model, agent
+
+
+def test_the_model_sees_the_same_with_and_without_a_checkpointer(r):
+    plain, _ = run_turns(r, "plain")
+    saved, _ = run_turns(r, "saved", checkpointer=InMemorySaver())
+    assert [[m.content for m in p] for p in plain.prompts] == [[m.content for m in p] for p in saved.prompts]
+    a, b = stored(r, "mem:{plain}"), stored(r, "mem:{saved}")
+    assert [(e.role, e.content) for e in a] == [(e.role, e.content) for e in b] and len(a) == 8
+
+
+def test_a_new_process_on_a_checkpointed_thread_stores_nothing_twice(r):
+    saver = InMemorySaver()
+    run_turns(r, "alice", checkpointer=saver)
+    before = [(e.id, e.msgid) for e in stored(r)]
+    # A new process: a new middleware (it knows nothing), the same checkpointer.
+    fresh = RedisMemMiddleware(r)
+    model = ScriptedModel(respond=calculator_script, prompts=[])
+    agent = create_agent(model, [add], middleware=[fresh], checkpointer=saver)
+    agent.invoke({"messages": [HumanMessage("again")]}, cfg())
+    after = stored(r)
+    assert [(e.id, e.msgid) for e in after[:len(before)]] == before
+    assert [e.content for e in after[len(before):]] == ["again", "You said: again"]
+
+
+def test_human_in_the_loop_resume_stores_the_call_once_with_its_result(r):
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langgraph.types import Command
+
+    model = ScriptedModel(respond=calculator_script, prompts=[])
+    agent = create_agent(model, [add], checkpointer=InMemorySaver(),
+                         middleware=[RedisMemMiddleware(r), HumanInTheLoopMiddleware(interrupt_on={"add": True})])
+    first = agent.invoke({"messages": [HumanMessage("add 4 4")]}, cfg())
+    assert "__interrupt__" in first
+    assert [e.role for e in stored(r)] == ["user"]  # the call waits for its result
+    out = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg())
+    assert out["messages"][-1].content == "The sum is 8."
+    entries = stored(r)
+    assert [e.role for e in entries] == ["user", "assistant", "tool", "assistant"]
+    assert len({e.msgid for e in entries}) == 4
+
+
+def test_async_agent_gets_the_same_handling(clean):
+    import asyncio
+
+    import redis.asyncio
+
+    async def main():
+        ar = redis.asyncio.Redis(port=clean.port)
+        try:
+            model = ScriptedModel(respond=summarizing_script, prompts=[])
+            mw = RedisMemMiddleware(async_client=ar, maxmsgs=10, keep=2)
+            agent = create_agent(model, [add, read_file], middleware=[mw])
+            await agent.ainvoke({"messages": [HumanMessage("Hi, I'm Alice \ud800")]}, cfg())
+            for i in range(5):
+                await agent.ainvoke({"messages": [HumanMessage(f"add {i} 1")]}, cfg())
+            events = [m async for m, _ in agent.astream({"messages": [HumanMessage("more")]}, cfg(),
+                                                           stream_mode="messages")]
+            return mw, events
+        finally:
+            await ar.aclose()
+
+    mw, events = asyncio.run(main())
+    entries = stored(clean.client())
+    assert entries[0].is_summary and "Alice" in entries[0].content and mw.stats["summaries"] >= 1
+    assert [m.content for m in events] == ["You said: more"]
