@@ -830,6 +830,18 @@ def migrate(
         raise ValueError(f"source must be one of {', '.join(SOURCES)}")
     if not any(ph in target_template for ph in PLACEHOLDERS):
         raise ValueError("the target template must contain <id> (or <session>, <suffix>, <key>)")
+    pool = getattr(r, "connection_pool", None)
+    kw = dict(getattr(pool, "connection_kwargs", {}) or {})
+    if kw.get("decode_responses") and pool is not None:
+        # Source values may not be UTF-8: read them as bytes, on a pool of
+        # our own with the caller's connection settings.
+        kw["decode_responses"] = False
+        raw = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kw))
+        try:
+            return migrate(raw, pattern, target_template, dry_run, delete_source, replace, model, ttl, scan_count,
+                           source, prefix, state, progress, progress_stream, source_prefix, maxage, systems)
+        finally:
+            raw.close()
     run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r))
     report = Report(dry_run=dry_run)
     work: List[Tuple[str, Callable[[], KeyResult]]] = []

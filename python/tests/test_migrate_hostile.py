@@ -208,6 +208,15 @@ def test_hostile_values_fail_with_a_reason_the_dry_run_predicted_and_stay(clean)
     assert [k for k in r.scan_iter("mem:*")] == [b"mem:{good}"]  # no temporary key left
 
 
+def test_a_decoding_client_is_fine_with_binary_sources(r):
+    """migrate() with a decode_responses=True client reads the values as bytes."""
+    r.set("user_memory_bin", b"\xff\xfe")
+    r.set("user_memory_ok", doc("fine"))
+    rep = mig.migrate(r)
+    assert statuses(rep) == {"user_memory_bin": (mig.FAILED, "value is not valid UTF-8 (invalid start byte at byte 0)"),
+                             "user_memory_ok": (mig.MOVED, "")}
+
+
 # -- finding 11: the seed's external conversation ids ---------------------------
 
 def test_external_ids_move_into_the_session_with_their_lifetime(clean):
