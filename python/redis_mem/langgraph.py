@@ -23,6 +23,18 @@ loads the context, a node that appends, keyed by the ``thread_id``.
     graph = g.compile()                          # no checkpointer needed
     graph.invoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "alice"}})
 
+The load node replaces the state's messages by the context, so
+``stream_mode="messages"`` shows that context as the load node's output. To
+stream only what is new, give the model the context in its own node
+instead (no load node, the state left as it is):
+
+    def agent(state: MemoryState):
+        return {"messages": [model.invoke(memory.model_input(state))]}
+
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "append"})
+    g.add_edge("tools", "agent")
+
 ``load_context`` appends the state's messages not stored yet (MEM.APPENDBATCH,
 MSGID = message id), then replaces the state's messages by MEM.GET BUDGET
 (the summary first, never a tool result without its call). ``append``
@@ -41,6 +53,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 try:
     import redis
     import redis.asyncio
+    from langchain_core.messages import BaseMessage
     from langgraph.graph import MessagesState
     from typing_extensions import NotRequired
 except ImportError as e:  # pragma: no cover - the extra is missing
@@ -114,6 +127,15 @@ class SessionMemory:
     def append(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """Node: store what the graph added."""
         return self.middleware.store_state(state)
+
+    def model_input(self, state: Dict[str, Any]) -> List[BaseMessage]:
+        """In a model node: store the new messages, return the context to
+        call the model with (the state is not rewritten)."""
+        return self.middleware.model_input(state)
+
+    async def amodel_input(self, state: Dict[str, Any]) -> List[BaseMessage]:
+        """Async :meth:`model_input`."""
+        return await self.middleware.amodel_input(state)
 
     async def aload_context(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """Async :meth:`load_context`."""

@@ -677,6 +677,17 @@ class RedisMemMiddleware(AgentMiddleware):
         ctx = self._merge(msgs, context)
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *ctx]}
 
+    def _input_core(self, state: Mapping[str, Any]) -> Core[List[BaseMessage]]:
+        """For a graph's own model node: store, then the messages to call
+        the model with (the state is left as it is)."""
+        key = self._key()
+        msgs = list(state.get("messages") or [])
+        self._ensure_ids(msgs)
+        held = yield from self._sight_core(key, msgs)
+        yield from self._store_core(key, self._unsynced(key, msgs, held))
+        context, _attrs = yield from self._load_core(key)
+        return self._merge(msgs, context)
+
     # -- the context the model gets ---------------------------------------------
 
     def _context(self, key: str, entries: List[Message]) -> List[BaseMessage]:
@@ -870,6 +881,19 @@ class RedisMemMiddleware(AgentMiddleware):
         if self.memory == "none":
             return {}
         return await self._adrive(self._state_core(state))
+
+    def model_input(self, state: Dict[str, Any]) -> List[BaseMessage]:
+        """Stores the state's new messages; the session's context to call the
+        model with, the state left unchanged (nothing replayed into streams)."""
+        if self.memory == "none":
+            return list(state.get("messages") or [])
+        return self._drive(self._input_core(state))
+
+    async def amodel_input(self, state: Dict[str, Any]) -> List[BaseMessage]:
+        """Async :meth:`model_input`."""
+        if self.memory == "none":
+            return list(state.get("messages") or [])
+        return await self._adrive(self._input_core(state))
 
     def store_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
         """Stores what the state holds and the session lacks."""
