@@ -407,9 +407,6 @@ class RedisMemMiddleware(AgentMiddleware):
             s = self._synced.setdefault(key, set())
             s.update(i for i in ids if i)
             self._synced.move_to_end(key)
-            if len(s) > 20000:  # keep the newest sessions' sets bounded
-                s.clear()
-                s.update(i for i in ids if i)
             while len(self._synced) > max(1, self._local_sessions):
                 self._synced.popitem(last=False)
 
@@ -594,19 +591,20 @@ class RedisMemMiddleware(AgentMiddleware):
                         "(the summary failed or is late)", key, trimmed)
 
     def _summarize_core(self, key: str, model: Any) -> Core[None]:
-        begin: SummarizeBegin = yield ("begin", key, self.lease_ms, self.keep)
-        if not begin.lease:
-            return  # not due, or another worker holds the session
         started = time.monotonic()
         try:
+            begin: SummarizeBegin = yield ("begin", key, self.lease_ms, self.keep)
+            if not begin.lease:
+                return  # not due, or another worker holds the session
             entries = yield ("get", key, None)
             prompt = summary_prompt(entries, begin.upto, self.summary_prompt)
             text = yield ("llm", model, prompt)
             if not isinstance(text, str) or not text.strip():
                 raise ValueError("the model returned an empty summary")
             result = yield ("summarize", key, begin.upto, text.strip(), begin.lease)
-        except UNAVAILABLE:
-            raise
+        except UNAVAILABLE as err:
+            self._down(key, err)  # the next step finds out whether Redis is back
+            return
         except Exception as err:
             # The lease is short (lease_ms): the next step after it tries again.
             self.stats["summary_failures"] += 1
