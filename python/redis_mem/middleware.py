@@ -462,9 +462,26 @@ class RedisMemMiddleware(AgentMiddleware):
             self.stats["truncated"] += 1
             log.warning("redis-mem: a %s message of %d bytes is over mem.max-message-bytes (%d): stored "
                         "truncated (the model was given all of it)", role, size, limit)
-        elif len(json.dumps(meta, ensure_ascii=False).encode("utf-8")) > limit:
+        if len(json.dumps(meta, ensure_ascii=False).encode("utf-8")) > limit:
+            # META over the limit (content blocks, huge tool arguments): keep
+            # what rebuilds the message; tool calls stay (a result needs its
+            # call), their largest arguments replaced by their size.
+            calls = meta.get("tool_calls") or []
+            room = limit // (2 * max(1, len(calls)))
+            kept_calls = []
+            for call in calls:
+                size = len(json.dumps(call, ensure_ascii=False).encode("utf-8"))
+                if size > room and isinstance(call, dict):
+                    call = {k: v for k, v in call.items() if k in ("id", "name", "type")}
+                    call["args"] = {"redis_mem_truncated": size}
+                kept_calls.append(call)
             meta = {k: v for k, v in meta.items() if k in ("lc_type", "id", "tool_call_id", "name", "status")}
+            if kept_calls:
+                meta["tool_calls"] = kept_calls
             meta["redis_mem_meta_dropped"] = True
+            self.stats["truncated"] += 1
+            log.warning("redis-mem: the META of a %s message is over mem.max-message-bytes (%d): stored reduced",
+                        role, limit)
         return {"role": _clean_text(role)[:64] or "user", "content": content, "meta": meta,
                 "msgid": msgid_of(m)}
 

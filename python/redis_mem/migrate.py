@@ -74,6 +74,7 @@ import functools
 import json
 import math
 import os
+import re
 import sys
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -105,6 +106,7 @@ DEFAULT_EXTERNAL_PATTERN = "external:*:conversation:*"
 DEFAULT_TEMPLATE = "mem:{<id>}"
 SOURCES = ("user-memory", "langchain", "langchain-redis", "external")
 PLACEHOLDERS = ("<id>", "<session>", "<suffix>", "<key>")
+_PLACEHOLDER = re.compile(b"<id>|<session>|<suffix>|<key>")
 MAX_ATTEMPTS = 3
 #: Role names the module accepts (bytes).
 MAX_ROLE_BYTES = 64
@@ -241,10 +243,8 @@ def session_id_of(source: bytes, prefix: str) -> bytes:
 def target_name(source: bytes, session_id: bytes, template: str) -> bytes:
     """The target key: ``template`` with <id> / <session> / <suffix> = the
     session id and <key> = the source key."""
-    out = _b(template)
-    for ph in ("<id>", "<session>", "<suffix>"):
-        out = out.replace(_b(ph), session_id)
-    return out.replace(b"<key>", source)
+    # One pass: an id that itself holds "<key>" is not substituted again.
+    return _PLACEHOLDER.sub(lambda m: source if m.group(0) == b"<key>" else session_id, _b(template))
 
 
 def to_ms(v: Any) -> int:

@@ -348,3 +348,28 @@ def test_async_agent_gets_the_same_handling(clean):
     entries = stored(clean.client())
     assert entries[0].is_summary and "Alice" in entries[0].content and mw.stats["summaries"] >= 1
     assert [m.content for m in events] == ["You said: more"]
+
+
+@tool
+def echo_len(text: str) -> int:
+    """Length of a text."""
+    return len(text)
+
+
+def test_tool_call_arguments_over_the_limit_keep_the_call_with_its_result(r):
+    huge = "y" * BIG
+    model = ScriptedModel(respond=calls_tool("echo_len", {"text": huge}), prompts=[])
+    mw = RedisMemMiddleware(r, maxtokens=10_000_000)
+    agent = create_agent(model, [echo_len], middleware=[mw])
+    out = agent.invoke({"messages": [HumanMessage("measure")]}, cfg())
+    assert out["messages"][-1].content == f"got {len(str(BIG))} chars"
+    entries = stored(r)
+    assert [e.role for e in entries] == ["user", "assistant", "tool", "assistant"]
+    call = entries[1].meta["tool_calls"][0]
+    assert call["name"] == "echo_len" and call["args"]["redis_mem_truncated"] > BIG
+    assert entries[2].meta["tool_call_id"] == call["id"]
+    # Read back, the call and its result still pair (a provider accepts it).
+    agent.invoke({"messages": [HumanMessage("again")]}, cfg())
+    prompt = model.prompts[-1]
+    calls = [m for m in prompt if isinstance(m, AIMessage) and m.tool_calls]
+    assert any(c.tool_calls[0]["id"] == t.tool_call_id for c in calls for t in prompt if isinstance(t, ToolMessage))

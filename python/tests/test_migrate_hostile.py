@@ -50,6 +50,12 @@ def test_target_is_the_id_after_the_source_prefix_whatever_the_pattern(r):
     assert RedisMemClient(r).get("mem:{bob}")[0].content == "I am Bob"
 
 
+def test_an_id_holding_a_placeholder_is_not_substituted_again(r):
+    r.set("user_memory_<key>", doc("tricky"))
+    rep = mig.migrate(r, target_template="chat:<id>:of:<key>")
+    assert [(x.target, x.status) for x in rep.results] == [("chat:<key>:of:user_memory_<key>", mig.MOVED)]
+
+
 def test_a_key_outside_the_prefix_or_with_an_empty_id_fails_and_is_kept(r):
     r.set("user_memory_", doc("nobody"))
     r.set("legacy_1", doc("x"))
