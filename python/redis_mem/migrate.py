@@ -34,7 +34,10 @@ What it guarantees:
   is read back (MEM.GET FORMAT JSON) and compared with the source, message
   by message; a session that would not hold every message fails and is not
   written (a history beyond the limits, messages older than mem.max-age,
-  a tool result first without its call...).
+  a tool result first without its call...). Or, with --overflow summarize,
+  the oldest messages are folded into the session summary by an LLM
+  (OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL, --langchain-model, or
+  --extractive) so that the rest fits the default caps; the report says so.
 * Timestamps: numbers are Unix time, seconds below 10^11 (fractions
   allowed), milliseconds otherwise; ISO 8601 strings (UTC when they carry no
   zone); all converted client-side to integer milliseconds (`ts`).
@@ -84,6 +87,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple,
 import redis
 
 from . import migrate_lc as lc
+from .client import RedisMemClient
+from .summarizing import Entry, NoSummarizer, default_summarizer, langchain_summarizer
 
 __all__ = [
     "DEFAULT_PATTERN",
@@ -434,6 +439,10 @@ class _Run:
     maxage: Optional[int]
     limits: Limits
     created: Dict[bytes, str] = field(default_factory=dict)
+    #: "whole" (raise the caps) or "summarize" (fold what is over the
+    #: default caps into the session summary with ``summarize_fn``).
+    overflow: str = "whole"
+    summarize_fn: Optional[Callable[[Optional[str], Sequence[Any]], str]] = None
 
 
 def _caps(run: _Run, n: int, doc_bytes: int) -> Tuple[List[Any], str]:
@@ -534,6 +543,8 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status, res.reason = FAILED, why
             return False
         res.messages = len(expected)
+        if res.caps and run.overflow == "summarize" and not _fold(run, res, scratch, expected, args):
+            return False
         if run.dry_run:
             res.status = WOULD_MOVE
             run.created[target] = source_name
@@ -550,6 +561,62 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     finally:
         if scratch:
             r.unlink(scratch)
+
+
+def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Tuple[str, str]], args: List[Any]) -> bool:
+    """--overflow summarize: the verified whole session in ``scratch`` gets
+    its oldest messages folded into its summary (``summarize_fn``) so that
+    the rest fits the server's default caps, then is imported again with
+    those caps and verified (the summary, and every message kept)."""
+    r, lim = run.r, run.limits
+    entries = RedisMemClient(r).get(scratch)
+    threshold = max(1, math.ceil(lim.max_messages * 0.8) - 1)
+    keep, used = 0, 0
+    for e in reversed(entries):
+        if keep >= threshold or used + e.tokens > lim.max_tokens // 2:
+            break
+        keep, used = keep + 1, used + e.tokens
+    check = RedisMemClient(r).summarize_check(scratch, keep=max(1, keep))
+    folded = [e for e in entries if not e.is_summary and e.id <= check.upto]
+    if not folded:
+        res.status, res.reason = FAILED, "the history is over the caps but nothing can be summarized (tool groups)"
+        return False
+    kept = len(expected) - len(folded)
+    res.caps = f"{len(folded)} oldest messages summarized into the session summary, {kept} kept"
+    if run.dry_run:
+        res.messages = kept
+        return True
+    if run.summarize_fn is None:
+        res.status, res.reason = FAILED, "--overflow summarize needs an LLM (see --help)"
+        return False
+    try:
+        text = str(run.summarize_fn(None, [Entry(e.id, e.role, e.content, e.ts, e.meta) for e in folded])).strip()
+        if not text:
+            raise ValueError("the LLM returned an empty summary")
+    except Exception as e:
+        res.status, res.reason = FAILED, f"the summary failed ({e}); nothing written"
+        return False
+    mem = RedisMemClient(r)
+    mem.summarize(scratch, check.upto, text)
+    doc = mem.get_json(scratch)
+    settings = doc.get("redis_mem")
+    if isinstance(settings, dict):  # back to the server's default caps
+        settings["maxmsgs"], settings["maxtokens"] = lim.max_messages, lim.max_tokens
+    maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
+    try:
+        r.execute_command("MEM.IMPORT", scratch, _encode(doc), "REPLACE", *args, *maxage)
+    except redis.ResponseError as e:
+        res.status, res.reason = FAILED, f"MEM.IMPORT refused the summarized session: {e}"
+        return False
+    why = _verify(run, scratch, expected[len(folded):])
+    back = mem.get(scratch)
+    if not why and not (back and back[0].is_summary and back[0].content == text):
+        why = "the summary reads back different; nothing written"
+    if why:
+        res.status, res.reason = FAILED, why
+        return False
+    res.messages = kept
+    return True
 
 
 def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optional[bytes]:
@@ -818,14 +885,21 @@ def migrate(
     source_prefix: Optional[str] = None,
     maxage: Optional[int] = None,
     systems: Sequence[str] = ("dify", "n8n"),
+    overflow: str = "whole",
+    summarize_fn: Optional[Callable[[Optional[str], Sequence[Any]], str]] = None,
 ) -> Report:
     """Migrates every session of ``source`` (see the module doc) and returns
     the report. ``pattern`` selects source keys (SCAN MATCH); the session id
     is the key after ``source_prefix`` (default per source; ``prefix`` for
     langchain-redis). ``ttl``: None carries each source's remaining TTL.
     ``maxage``: MAXAGE for the sessions (None: the server's). ``systems``:
-    the orchestrators of ``source="external"``. ``progress``: None = a bar
-    when stderr is a terminal."""
+    the orchestrators of ``source="external"``. ``overflow``: a history over
+    the server's default caps is imported ``"whole"`` (the caps raised) or,
+    with ``"summarize"``, its oldest messages are folded into the session
+    summary by ``summarize_fn(previous, entries) -> text``. ``progress``:
+    None = a bar when stderr is a terminal."""
+    if overflow not in ("whole", "summarize"):
+        raise ValueError('overflow must be "whole" or "summarize"')
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}")
     if not any(ph in target_template for ph in PLACEHOLDERS):
@@ -839,10 +913,12 @@ def migrate(
         raw = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kw))
         try:
             return migrate(raw, pattern, target_template, dry_run, delete_source, replace, model, ttl, scan_count,
-                           source, prefix, state, progress, progress_stream, source_prefix, maxage, systems)
+                           source, prefix, state, progress, progress_stream, source_prefix, maxage, systems,
+                           overflow, summarize_fn)
         finally:
             raw.close()
-    run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r))
+    run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r), overflow=overflow,
+               summarize_fn=summarize_fn)
     report = Report(dry_run=dry_run)
     work: List[Tuple[str, Callable[[], KeyResult]]] = []
     if source in ("user-memory", "external"):
@@ -957,6 +1033,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--ttl", type=int,
                    help="TTL (seconds) for every imported session, 0 = none (default: the source's remaining TTL)")
     p.add_argument("--maxage", type=int, help="MAXAGE (seconds) for the sessions, 0 = none (default: the server's)")
+    p.add_argument("--overflow", choices=("whole", "summarize"), default="whole",
+                   help="a history over the server's default caps: imported whole (caps raised, the default) or "
+                        "its oldest messages summarized into the session summary by an LLM (OPENAI_BASE_URL / "
+                        "OPENAI_API_KEY / OPENAI_MODEL, --langchain-model, or --extractive)")
+    p.add_argument("--langchain-model", default=None, help="--overflow summarize: e.g. openai:gpt-4o-mini")
+    p.add_argument("--extractive", action="store_true",
+                   help="--overflow summarize without an LLM: offline extractive summaries (lossy)")
     p.add_argument("--scan-count", type=int, default=500)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     a = p.parse_args(argv)
@@ -967,6 +1050,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if a.maxage is not None and a.maxage < 0:
         p.error("--maxage must be >= 0")
 
+    fn = None
+    if a.overflow == "summarize" and not a.dry_run:
+        try:
+            if a.langchain_model:
+                try:
+                    from langchain.chat_models import init_chat_model
+                except ImportError as e:
+                    raise NoSummarizer("--langchain-model needs LangChain: "
+                                       f"pip install 'redis-mem[langchain]' ({e})") from e
+                fn = langchain_summarizer(init_chat_model(a.langchain_model))
+            else:
+                fn = default_summarizer(allow_extractive=a.extractive)
+        except NoSummarizer as e:
+            print(f"redis-mem-migrate: error: {e}", file=sys.stderr)
+            return 2
     if a.url:
         r = redis.Redis.from_url(a.url)
     else:
@@ -989,6 +1087,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             source_prefix=a.source_prefix,
             maxage=a.maxage,
             systems=[s for s in a.systems.split(",") if s],
+            overflow=a.overflow,
+            summarize_fn=fn,
         )
     except redis.RedisError as e:
         print(f"error: {e}", file=sys.stderr)

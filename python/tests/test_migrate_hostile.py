@@ -269,3 +269,36 @@ def test_langchain_redis_documents_carry_their_ttl_and_ms_timestamps(r, source):
     res = rep.results[0]
     assert res.status == mig.MOVED and 690 <= res.ttl <= 700 and res.deleted
     assert [m.ts for m in RedisMemClient(r).get("mem:{dave}")] == [1700000000500, 1700000001750]
+
+
+def test_overflow_summarize_folds_the_oldest_messages_into_the_summary(r):
+    """The explicit alternative to importing whole: the report says which."""
+    if not module_has_import_caps(r):
+        pytest.skip("the module's MEM.IMPORT has no MAXMSGS")
+    history = [f"fact number {i}" for i in range(100)]
+    r.set("user_memory_long", doc(*history), ex=900)
+    folded = []
+
+    def llm(previous, entries):
+        folded.extend(entries)
+        return f"SUMMARY of {len(entries)} messages, from {entries[0].content} to {entries[-1].content}"
+
+    dry = mig.migrate(r, overflow="summarize", dry_run=True)
+    assert not folded and "summarized into the session summary" in dry.results[0].caps
+    rep = mig.migrate(r, overflow="summarize", summarize_fn=llm, delete_source=True)
+    res = rep.results[0]
+    assert res.status == mig.MOVED and res.deleted and res.caps == dry.results[0].caps
+    n = len(folded)
+    assert res.caps == f"{n} oldest messages summarized into the session summary, {100 - n} kept"
+    entries = RedisMemClient(r).get("mem:{long}")
+    assert entries[0].is_summary and entries[0].content == f"SUMMARY of {n} messages, from fact number 0 to " \
+        f"fact number {n - 1}"
+    assert [e.content for e in entries[1:]] == history[n:]
+    info = RedisMemClient(r).info("mem:{long}")
+    assert (info.maxmsgs, info.maxtokens) == (30, 80000) and info.messages == 100 - n <= 24
+    assert 890 <= r.ttl("mem:{long}") <= 900
+    # Without an LLM it fails and keeps the source.
+    r.set("user_memory_long2", doc(*history))
+    rep = mig.migrate(r, pattern="user_memory_long2", overflow="summarize", delete_source=True)
+    assert rep.results[0].status == mig.FAILED and r.exists("user_memory_long2")
+    assert not r.exists("mem:{long2}")
