@@ -602,10 +602,11 @@ class RedisMemMiddleware(AgentMiddleware):
                 "evicted by the caps and LOST. Fix: give RedisMemMiddleware(summary_model=<chat model>), run "
                 "redis-mem-summarizer and pass summary_service=True, or memory='window' to accept it.",
                 key, f"are being ({trimmed} so far)" if trimmed else "will be")
-        if trimmed and model is not None and key not in self.warned:
+        elif trimmed and key not in self.warned:
             self.warned.add(key)
-            log.warning("redis-mem: session %s: %d messages were evicted before a summary covered them "
-                        "(the summary failed or is late)", key, trimmed)
+            log.warning("redis-mem: session %s: %d messages were evicted before a summary covered them (%s)",
+                        key, trimmed, "is redis-mem-summarizer running?" if self.summary_service and model is None
+                        else "the summary failed or is late")
 
     def _summarize_core(self, key: str, model: Any) -> Core[None]:
         started = time.monotonic()

@@ -373,3 +373,13 @@ def test_tool_call_arguments_over_the_limit_keep_the_call_with_its_result(r):
     prompt = model.prompts[-1]
     calls = [m for m in prompt if isinstance(m, AIMessage) and m.tool_calls]
     assert any(c.tool_calls[0]["id"] == t.tool_call_id for c in calls for t in prompt if isinstance(t, ToolMessage))
+
+
+def test_evictions_with_summary_service_but_no_service_running_are_warned_once(r, caplog):
+    mw = RedisMemMiddleware(r, maxmsgs=6, summary_service=True)
+    agent = create_agent(ScriptedModel(respond=calculator_script, prompts=[]), [add], middleware=[mw])
+    with caplog.at_level(logging.WARNING, logger="redis_mem.middleware"):
+        for i in range(6):
+            agent.invoke({"messages": [HumanMessage(f"turn {i}")]}, cfg())
+    lines = [rec.getMessage() for rec in caplog.records if "evicted before a summary" in rec.getMessage()]
+    assert len(lines) == 1 and "is redis-mem-summarizer running?" in lines[0]
