@@ -383,3 +383,28 @@ def test_evictions_with_summary_service_but_no_service_running_are_warned_once(r
             agent.invoke({"messages": [HumanMessage(f"turn {i}")]}, cfg())
     lines = [rec.getMessage() for rec in caplog.records if "evicted before a summary" in rec.getMessage()]
     assert len(lines) == 1 and "is redis-mem-summarizer running?" in lines[0]
+
+
+def test_recovery_after_an_outage_that_lost_nothing_stores_nothing_twice(clean):
+    """Redis paused (timeouts), not restarted: the re-send after it skips what
+    the session still holds, so nothing is stored twice."""
+    import threading
+
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    r = clean.client(socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+    mw = RedisMemMiddleware(r, retry_interval=0)
+    agent = create_agent(ScriptedModel(respond=calculator_script, prompts=[]), [add], middleware=[mw])
+    agent.invoke({"messages": [HumanMessage("before", id="b1")]}, cfg())
+    admin = clean.client()
+    admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+    try:
+        with pytest.warns(RuntimeWarning, match="REDIS UNREACHABLE"):
+            agent.invoke({"messages": [HumanMessage("during", id="d1")]}, cfg())
+    finally:
+        time.sleep(1.6)  # the pause ends
+    agent.invoke({"messages": [HumanMessage("after", id="a1")]}, cfg())
+    contents = [e.content for e in stored(admin)]
+    assert contents == ["before", "You said: before", "during", "You said: during", "after", "You said: after"]
+    assert mw.stats["resent"] == 2 and not mw.degraded
