@@ -388,8 +388,6 @@ def test_evictions_with_summary_service_but_no_service_running_are_warned_once(r
 def test_recovery_after_an_outage_that_lost_nothing_stores_nothing_twice(clean):
     """Redis paused (timeouts), not restarted: the re-send after it skips what
     the session still holds, so nothing is stored twice."""
-    import threading
-
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
