@@ -6,6 +6,7 @@
 #
 #   python/run_tests.sh [pytest args...]
 #
+# Runs ruff and mypy --strict on the package first (both from the test extra).
 # Creates the venv target/venv (python3 -m venv; installs python3-venv with
 # apt-get when that fails and we are root), installs the package from python/
 # into it with its test extra (`pip install ./python[test]`, as a user would:
@@ -71,6 +72,12 @@ if [ ! -f "$MODULE" ] && [ -z "${REDIS_MEM_MODULE:-}" ]; then
     (cd "$REPO" && cargo build --release)
 fi
 export REDIS_MEM_MODULE="$MODULE"
+
+# The package's own checks first: ruff, and mypy --strict (config in
+# pyproject.toml), on the sources; then which redis-py the suite runs on.
+"$VENV/bin/ruff" check --no-cache "$HERE/redis_mem"
+(cd "$HERE" && "$VENV/bin/mypy" --cache-dir "$VENV/.mypy_cache")
+"$VENV/bin/python" -c 'import redis, langchain_core; print(f"run_tests.sh: redis-py {redis.__version__}, langchain-core {langchain_core.__version__}")' >&2
 
 # From tests/ so that `import redis_mem` is the installed package, not the
 # source tree beside it.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from ._replies import (
     AppendResult,
@@ -22,7 +22,11 @@ from ._replies import (
     _to_map,
 )
 
-Command = Tuple[List[Any], Callable[[Any], Any]]
+T = TypeVar("T")
+#: A command: its arguments and the parser of its reply.
+Command = Tuple[List[Any], Callable[[Any], T]]
+Key = Union[str, bytes]
+Opt = Optional[int]
 Meta = Union[None, str, bytes, Mapping[str, Any]]
 
 #: The module's longest MSGID, in bytes.
@@ -42,7 +46,7 @@ def new_msgid() -> str:
     return uuid.uuid4().hex
 
 
-def _settings(model, ttl, maxtokens, maxmsgs, maxage) -> List[Any]:
+def _settings(model: Optional[str], ttl: Opt, maxtokens: Opt, maxmsgs: Opt, maxage: Opt) -> List[Any]:
     return (
         _opt("MODEL", model)
         + _opt("TTL", ttl)
@@ -52,7 +56,8 @@ def _settings(model, ttl, maxtokens, maxmsgs, maxage) -> List[Any]:
     )
 
 
-def append(key, role, content, ts, meta, model, ttl, maxtokens, maxmsgs, maxage, msgid, tokens) -> Command:
+def append(key: Key, role: str, content: str, ts: Opt, meta: Meta, model: Optional[str], ttl: Opt,
+           maxtokens: Opt, maxmsgs: Opt, maxage: Opt, msgid: Optional[str], tokens: Opt) -> Command[AppendResult]:
     args = ["MEM.APPEND", key, role, content]
     args += _opt("TS", ts) + _opt("META", _meta_arg(meta))
     args += _settings(model, ttl, maxtokens, maxmsgs, maxage)
@@ -76,72 +81,75 @@ def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List
     return items
 
 
-def append_batch(key, items: List[Dict[str, Any]], model, ttl, maxtokens, maxmsgs, maxage) -> Command:
+def append_batch(key: Key, items: List[Dict[str, Any]], model: Optional[str], ttl: Opt, maxtokens: Opt,
+                 maxmsgs: Opt, maxage: Opt) -> Command[List[AppendResult]]:
     args = ["MEM.APPENDBATCH", key, json.dumps(items, ensure_ascii=False, separators=(",", ":"))]
     args += _settings(model, ttl, maxtokens, maxmsgs, maxage)
     return args, lambda r: [AppendResult.from_reply(x, i.get("msgid")) for x, i in zip(r, items)]
 
 
-def get(key, last, after, budget) -> Command:
+def get(key: Key, last: Opt, after: Opt, budget: Opt) -> Command[List[Message]]:
     args = ["MEM.GET", key] + _opt("LAST", last) + _opt("AFTER", after) + _opt("BUDGET", budget)
-    return args, lambda r: [Message.from_reply(e) for e in r or []]
+    return args, Message.list_from_reply
 
 
-def get_json(key, last, after, budget) -> Command:
+def get_json(key: Key, last: Opt, after: Opt, budget: Opt) -> Command[Dict[str, Any]]:
     args = get(key, last, after, budget)[0] + ["FORMAT", "JSON"]
     return args, lambda r: json.loads(_text(r))
 
 
-def _check_args(name, key, extra, model, context, keep) -> List[Any]:
+def _check_args(name: str, key: Key, extra: List[Any], model: Optional[str], context: Opt, keep: Opt) -> List[Any]:
     return [name, key, *extra] + _opt("MODEL", model) + _opt("CONTEXT", context) + _opt("KEEP", keep)
 
 
-def summarize_check(key, model, context, keep) -> Command:
+def summarize_check(key: Key, model: Optional[str], context: Opt, keep: Opt) -> Command[SummarizeCheck]:
     return _check_args("MEM.SUMMARIZE_CHECK", key, [], model, context, keep), SummarizeCheck.from_reply
 
 
-def summarize_begin(key, lease_ms, model, context, keep) -> Command:
+def summarize_begin(key: Key, lease_ms: int, model: Optional[str], context: Opt,
+                    keep: Opt) -> Command[SummarizeBegin]:
     return _check_args("MEM.SUMMARIZE_BEGIN", key, [lease_ms], model, context, keep), SummarizeBegin.from_reply
 
 
-def summarize(key, upto, text, lease) -> Command:
+def summarize(key: Key, upto: int, text: str, lease: Opt) -> Command[AppendResult]:
     return ["MEM.SUMMARIZE", key, upto, text] + _opt("LEASE", lease or None), AppendResult.from_reply
 
 
-def extset(key, system, conversation_id, ex) -> Command:
+def extset(key: Key, system: str, conversation_id: str, ex: Opt) -> Command[bool]:
     return ["MEM.EXTSET", key, system, conversation_id] + _opt("EX", ex), _ok
 
 
-def extget(key, system) -> Command:
+def extget(key: Key, system: str) -> Command[Optional[str]]:
     return ["MEM.EXTGET", key, system], _text
 
 
-def import_json(key, doc, replace, model, ttl) -> Command:
+def import_json(key: Key, doc: Union[str, bytes, Mapping[str, Any]], replace: bool, model: Optional[str],
+                ttl: Opt) -> Command[AppendResult]:
     if not isinstance(doc, (str, bytes)):
         doc = json.dumps(doc, ensure_ascii=False)
     args = ["MEM.IMPORT", key, doc] + (["REPLACE"] if replace else []) + _opt("MODEL", model) + _opt("TTL", ttl)
     return args, AppendResult.from_reply
 
 
-def attrset(key, name, value, raw) -> Command:
+def attrset(key: Key, name: str, value: Any, raw: bool) -> Command[bool]:
     text = value if raw else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return ["MEM.ATTRSET", key, name, text], _ok
 
 
-def attrget(key, name, raw) -> Command:
+def attrget(key: Key, name: Optional[str], raw: bool) -> Command[Any]:
     decode = _text if raw else (lambda v: json.loads(_text(v)))
     if name is not None:
         return ["MEM.ATTRGET", key, name], lambda r: None if r is None else decode(r)
     return ["MEM.ATTRGET", key], lambda r: {k: decode(v) for k, v in _to_map(r).items()}
 
 
-def attrdel(key, name) -> Command:
+def attrdel(key: Key, name: str) -> Command[bool]:
     return ["MEM.ATTRDEL", key, name], lambda r: int(r) == 1
 
 
-def info(key) -> Command:
+def info(key: Key) -> Command[Optional[SessionInfo]]:
     return ["MEM.INFO", key], lambda r: None if r is None else SessionInfo.from_reply(r)
 
 
-def count(model, text) -> Command:
+def count(model: str, text: str) -> Command[int]:
     return ["MEM.COUNT", model, text], int

@@ -8,9 +8,9 @@ arrive as flat field/value arrays) or RESP3 (real maps), with
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Type, TypeVar, Union
 
 __all__ = [
     "AppendResult",
@@ -26,6 +26,7 @@ __all__ = [
 SUMMARY_ROLE = "summary"
 
 JsonObject = Dict[str, Any]
+D = TypeVar("D")
 
 
 # --------------------------------------------------------------------------
@@ -43,7 +44,7 @@ def _to_map(reply: Any) -> Dict[str, Any]:
     """A module map reply as a dict with str keys: RESP3 gives a dict, RESP2
     a flat [field, value, field, value, ...] list."""
     if isinstance(reply, dict):
-        items: Iterable = reply.items()
+        items: Iterable[Any] = reply.items()
     elif isinstance(reply, (list, tuple)):
         if len(reply) % 2:
             raise ValueError(f"not a field/value array: {reply!r}")
@@ -53,11 +54,11 @@ def _to_map(reply: Any) -> Dict[str, Any]:
     return {_text(k): v for k, v in items}
 
 
-def _from_map(cls, m: Mapping[str, Any], **override):
+def _from_map(cls: Type[D], m: Mapping[str, Any], **override: Any) -> D:
     """Builds dataclass ``cls`` from a map, ignoring fields it does not know
     (a newer module may add some)."""
-    kw = {}
-    for f in fields(cls):
+    kw: Dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
         if f.name in override:
             kw[f.name] = override[f.name]
         elif f.name in m:
@@ -93,6 +94,7 @@ class AppendResult:
 
     @classmethod
     def from_reply(cls, reply: Any, msgid: Optional[str] = None) -> "AppendResult":
+        """Parses a MEM.APPEND / MEM.SUMMARIZE / MEM.IMPORT map (RESP2 or RESP3)."""
         m = _to_map(reply)
         return _from_map(
             cls,
@@ -105,8 +107,11 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class Message:
-    """One entry of MEM.GET. The summary, when there is one, is an entry with
-    role ``"summary"`` whose ``id`` is the last message id it covers."""
+    """One entry of MEM.GET. The summary, when there is one, is the first
+    entry, with role ``"summary"``, whose ``id`` is the last message id it
+    covers, and (SPEC v3) a field ``summary`` = 1 that no message entry has:
+    :attr:`is_summary` uses it, so a message whose role is "summary" is not
+    taken for the summary."""
 
     id: int
     role: str
@@ -116,9 +121,16 @@ class Message:
     meta: Optional[JsonObject] = None
     #: The client's id of the message (MSGID), when it was given one.
     msgid: Optional[str] = None
+    #: The reply's ``summary`` marker (True/False), None when the module
+    #: sends none (an older module): see :attr:`is_summary`.
+    summary_marker: Optional[bool] = None
 
     @property
     def is_summary(self) -> bool:
+        """Whether this entry is the session summary: the reply's ``summary``
+        marker; with an older module, which sends none, role "summary"."""
+        if self.summary_marker is not None:
+            return self.summary_marker
         return self.role == SUMMARY_ROLE
 
     @property
@@ -128,6 +140,7 @@ class Message:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "Message":
+        """Parses one MEM.GET entry (RESP2 or RESP3)."""
         m = _to_map(reply)
         meta = _text(m.get("meta"))
         return cls(
@@ -138,7 +151,23 @@ class Message:
             tokens=int(m["tokens"]),
             meta=json.loads(meta) if meta is not None else None,
             msgid=_text(m.get("msgid")),
+            summary_marker=bool(int(m["summary"])) if m.get("summary") is not None else None,
         )
+
+    @classmethod
+    def list_from_reply(cls, reply: Any) -> List["Message"]:
+        """Every entry of a MEM.GET reply. When any entry carries the
+        ``summary`` marker, entries without it are messages; when none does
+        (an older module), only a first entry with role "summary" is the
+        summary (it always comes first)."""
+        out = [cls.from_reply(e) for e in reply or []]
+        marked = any(e.summary_marker is not None for e in out)
+        return [
+            e if e.summary_marker is not None
+            else replace(e, summary_marker=False) if marked or i > 0
+            else e
+            for i, e in enumerate(out)
+        ]
 
 
 @dataclass(frozen=True)
@@ -156,6 +185,7 @@ class SummarizeCheck:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SummarizeCheck":
+        """Parses a MEM.SUMMARIZE_CHECK map."""
         m = _to_map(reply)
         return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
 
@@ -172,6 +202,7 @@ class SummarizeBegin(SummarizeCheck):
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SummarizeBegin":
+        """Parses a MEM.SUMMARIZE_BEGIN map."""
         m = _to_map(reply)
         return _from_map(cls, m, summarize=bool(int(m.get("summarize", 0))))
 
@@ -197,6 +228,7 @@ class SessionInfo:
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SessionInfo":
+        """Parses a MEM.INFO map."""
         m = _to_map(reply)
         return _from_map(
             cls,

@@ -37,8 +37,6 @@ from ._replies import (
     SessionInfo,
     SummarizeBegin,
     SummarizeCheck,
-    _meta_arg,
-    _text,
 )
 
 __all__ = [
@@ -67,9 +65,10 @@ class RedisMemClient:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> "RedisMemClient":
+        """A client on a new connection to ``url`` (``redis://...``)."""
         return cls(redis.Redis.from_url(url, **kwargs))
 
-    def _run(self, cmd: c.Command) -> Any:
+    def _run(self, cmd: "c.Command[c.T]") -> "c.T":
         args, parse = cmd
         return parse(self.redis.execute_command(*args))
 
@@ -80,7 +79,7 @@ class RedisMemClient:
 
     def append(
         self,
-        key: str,
+        key: c.Key,
         role: str,
         content: str,
         ts: Optional[int] = None,
@@ -104,7 +103,7 @@ class RedisMemClient:
 
     def append_batch(
         self,
-        key: str,
+        key: c.Key,
         messages: Iterable[Mapping[str, Any]],
         model: Optional[str] = None,
         ttl: Optional[int] = None,
@@ -119,7 +118,7 @@ class RedisMemClient:
         items = c.batch_items(messages, self.auto_msgid)
         return self._run(c.append_batch(key, items, model, ttl, maxtokens, maxmsgs, maxage))
 
-    def summarize(self, key: str, upto: int, text: str, lease: Optional[int] = None) -> AppendResult:
+    def summarize(self, key: c.Key, upto: int, text: str, lease: Optional[int] = None) -> AppendResult:
         """MEM.SUMMARIZE: replace the summary and every message with
         ``id <= upto`` by ``text``. ``lease``: the token MEM.SUMMARIZE_BEGIN
         granted (a summary without it is refused, ``LEASED``, while another
@@ -127,70 +126,71 @@ class RedisMemClient:
         return self._run(c.summarize(key, upto, text, lease))
 
     def summarize_begin(
-        self, key: str, lease_ms: int, model: Optional[str] = None, context: Optional[int] = None,
+        self, key: c.Key, lease_ms: int, model: Optional[str] = None, context: Optional[int] = None,
         keep: Optional[int] = None,
     ) -> SummarizeBegin:
         """MEM.SUMMARIZE_BEGIN: the check, and a lease of ``lease_ms`` when
         the session is due and no other worker holds it (``lease`` > 0)."""
         return self._run(c.summarize_begin(key, lease_ms, model, context, keep))
 
-    def extset(self, key: str, system: str, conversation_id: str, ex: Optional[int] = None) -> bool:
+    def extset(self, key: c.Key, system: str, conversation_id: str, ex: Optional[int] = None) -> bool:
         """MEM.EXTSET (an orchestrator's conversation id); True on OK."""
         return self._run(c.extset(key, system, conversation_id, ex))
 
-    def attrset(self, key: str, name: str, value: Any, raw: bool = False) -> bool:
+    def attrset(self, key: c.Key, name: str, value: Any, raw: bool = False) -> bool:
         """MEM.ATTRSET: store ``value`` (any JSON-serializable value; with
         ``raw=True`` a JSON text sent as is) as the session's ``name`` member
         (``user_profile``, ``context``, ...), returned at the top level of
         :meth:`get_json`. Creates the session, refreshes its TTL."""
         return self._run(c.attrset(key, name, value, raw))
 
-    def attrdel(self, key: str, name: str) -> bool:
+    def attrdel(self, key: c.Key, name: str) -> bool:
         """MEM.ATTRDEL: True when the member was set."""
         return self._run(c.attrdel(key, name))
 
     def import_json(
-        self, key: str, doc: Doc, replace: bool = False, model: Optional[str] = None, ttl: Optional[int] = None,
+        self, key: c.Key, doc: Doc, replace: bool = False, model: Optional[str] = None, ttl: Optional[int] = None,
     ) -> AppendResult:
         """MEM.IMPORT from a dict or a JSON text (``{"conversation_history":
         [...], ...}``)."""
         return self._run(c.import_json(key, doc, replace, model, ttl))
 
-    def delete(self, key: str) -> int:
+    def delete(self, key: c.Key) -> int:
+        """DEL: removes the session; 1 when it existed."""
         return int(self.redis.delete(key))
 
     # -- reads -------------------------------------------------------------
 
     def get(
-        self, key: str, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
+        self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
     ) -> List[Message]:
         """MEM.GET: the summary (role "summary", if any) then messages, oldest
         first. Empty list for a missing key."""
         return self._run(c.get(key, last, after, budget))
 
     def get_json(
-        self, key: str, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
+        self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
     ) -> JsonObject:
         """MEM.GET ... FORMAT JSON, parsed: ``{"conversation_history": [...],
         "summary": {...}|None, "total_tokens": n, "model": ..., <attributes>}``."""
         return self._run(c.get_json(key, last, after, budget))
 
     def summarize_check(
-        self, key: str, model: Optional[str] = None, context: Optional[int] = None, keep: Optional[int] = None,
+        self, key: c.Key, model: Optional[str] = None, context: Optional[int] = None, keep: Optional[int] = None,
     ) -> SummarizeCheck:
         """MEM.SUMMARIZE_CHECK (``model`` or ``context``, not both)."""
         return self._run(c.summarize_check(key, model, context, keep))
 
-    def attrget(self, key: str, name: Optional[str] = None, raw: bool = False) -> Any:
+    def attrget(self, key: c.Key, name: Optional[str] = None, raw: bool = False) -> Any:
         """MEM.ATTRGET. With ``name``: the member's value parsed (its JSON text
         with ``raw=True``), None when absent. Without: a dict of every member."""
         return self._run(c.attrget(key, name, raw))
 
-    def extget(self, key: str, system: str) -> Optional[str]:
+    def extget(self, key: c.Key, system: str) -> Optional[str]:
         """MEM.EXTGET: the stored id, or None when unknown or expired."""
         return self._run(c.extget(key, system))
 
-    def info(self, key: str) -> Optional[SessionInfo]:
+    def info(self, key: c.Key) -> Optional[SessionInfo]:
         """MEM.INFO, or None for a missing key."""
         return self._run(c.info(key))
 
@@ -210,9 +210,10 @@ class AsyncRedisMemClient:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> "AsyncRedisMemClient":
+        """A client on a new connection to ``url`` (``redis://...``)."""
         return cls(redis.asyncio.Redis.from_url(url, **kwargs))
 
-    async def _run(self, cmd: c.Command) -> Any:
+    async def _run(self, cmd: "c.Command[c.T]") -> "c.T":
         args, parse = cmd
         return parse(await self.redis.execute_command(*args))
 
@@ -220,7 +221,7 @@ class AsyncRedisMemClient:
         return c.new_msgid() if msgid is None and self.auto_msgid else msgid
 
     async def append(
-        self, key: str, role: str, content: str, ts: Optional[int] = None, meta: Meta = None,
+        self, key: c.Key, role: str, content: str, ts: Optional[int] = None, meta: Meta = None,
         model: Optional[str] = None, ttl: Optional[int] = None, maxtokens: Optional[int] = None,
         maxmsgs: Optional[int] = None, maxage: Optional[int] = None, msgid: Optional[str] = None,
         tokens: Optional[int] = None,
@@ -230,7 +231,7 @@ class AsyncRedisMemClient:
                                         self._msgid(msgid), tokens))
 
     async def append_batch(
-        self, key: str, messages: Iterable[Mapping[str, Any]], model: Optional[str] = None,
+        self, key: c.Key, messages: Iterable[Mapping[str, Any]], model: Optional[str] = None,
         ttl: Optional[int] = None, maxtokens: Optional[int] = None, maxmsgs: Optional[int] = None,
         maxage: Optional[int] = None,
     ) -> List[AppendResult]:
@@ -238,55 +239,81 @@ class AsyncRedisMemClient:
         items = c.batch_items(messages, self.auto_msgid)
         return await self._run(c.append_batch(key, items, model, ttl, maxtokens, maxmsgs, maxage))
 
-    async def summarize(self, key: str, upto: int, text: str, lease: Optional[int] = None) -> AppendResult:
+    async def summarize(self, key: c.Key, upto: int, text: str, lease: Optional[int] = None) -> AppendResult:
+        """MEM.SUMMARIZE: replace the summary and every message with
+        ``id <= upto`` by ``text``. ``lease``: the token MEM.SUMMARIZE_BEGIN
+        granted (a summary without it is refused, ``LEASED``, while another
+        worker's lease is live)."""
         return await self._run(c.summarize(key, upto, text, lease))
 
     async def summarize_begin(
-        self, key: str, lease_ms: int, model: Optional[str] = None, context: Optional[int] = None,
+        self, key: c.Key, lease_ms: int, model: Optional[str] = None, context: Optional[int] = None,
         keep: Optional[int] = None,
     ) -> SummarizeBegin:
+        """MEM.SUMMARIZE_BEGIN: the check, and a lease of ``lease_ms`` when
+        the session is due and no other worker holds it (``lease`` > 0)."""
         return await self._run(c.summarize_begin(key, lease_ms, model, context, keep))
 
-    async def extset(self, key: str, system: str, conversation_id: str, ex: Optional[int] = None) -> bool:
+    async def extset(self, key: c.Key, system: str, conversation_id: str, ex: Optional[int] = None) -> bool:
+        """MEM.EXTSET (an orchestrator's conversation id); True on OK."""
         return await self._run(c.extset(key, system, conversation_id, ex))
 
-    async def attrset(self, key: str, name: str, value: Any, raw: bool = False) -> bool:
+    async def attrset(self, key: c.Key, name: str, value: Any, raw: bool = False) -> bool:
+        """MEM.ATTRSET: store ``value`` (any JSON-serializable value; with
+        ``raw=True`` a JSON text sent as is) as the session's ``name`` member
+        (``user_profile``, ``context``, ...), returned at the top level of
+        :meth:`get_json`. Creates the session, refreshes its TTL."""
         return await self._run(c.attrset(key, name, value, raw))
 
-    async def attrdel(self, key: str, name: str) -> bool:
+    async def attrdel(self, key: c.Key, name: str) -> bool:
+        """MEM.ATTRDEL: True when the member was set."""
         return await self._run(c.attrdel(key, name))
 
     async def import_json(
-        self, key: str, doc: Doc, replace: bool = False, model: Optional[str] = None, ttl: Optional[int] = None,
+        self, key: c.Key, doc: Doc, replace: bool = False, model: Optional[str] = None, ttl: Optional[int] = None,
     ) -> AppendResult:
+        """MEM.IMPORT from a dict or a JSON text (``{"conversation_history":
+        [...], ...}``)."""
         return await self._run(c.import_json(key, doc, replace, model, ttl))
 
-    async def delete(self, key: str) -> int:
+    async def delete(self, key: c.Key) -> int:
+        """DEL: removes the session; 1 when it existed."""
         return int(await self.redis.delete(key))
 
     async def get(
-        self, key: str, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
+        self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
     ) -> List[Message]:
+        """MEM.GET: the summary (role "summary", if any) then messages, oldest
+        first. Empty list for a missing key."""
         return await self._run(c.get(key, last, after, budget))
 
     async def get_json(
-        self, key: str, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
+        self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
     ) -> JsonObject:
+        """MEM.GET ... FORMAT JSON, parsed: ``{"conversation_history": [...],
+        "summary": {...}|None, "total_tokens": n, "model": ..., <attributes>}``."""
         return await self._run(c.get_json(key, last, after, budget))
 
     async def summarize_check(
-        self, key: str, model: Optional[str] = None, context: Optional[int] = None, keep: Optional[int] = None,
+        self, key: c.Key, model: Optional[str] = None, context: Optional[int] = None, keep: Optional[int] = None,
     ) -> SummarizeCheck:
+        """MEM.SUMMARIZE_CHECK (``model`` or ``context``, not both)."""
         return await self._run(c.summarize_check(key, model, context, keep))
 
-    async def attrget(self, key: str, name: Optional[str] = None, raw: bool = False) -> Any:
+    async def attrget(self, key: c.Key, name: Optional[str] = None, raw: bool = False) -> Any:
+        """MEM.ATTRGET. With ``name``: the member's value parsed (its JSON text
+        with ``raw=True``), None when absent. Without: a dict of every member."""
         return await self._run(c.attrget(key, name, raw))
 
-    async def extget(self, key: str, system: str) -> Optional[str]:
+    async def extget(self, key: c.Key, system: str) -> Optional[str]:
+        """MEM.EXTGET: the stored id, or None when unknown or expired."""
         return await self._run(c.extget(key, system))
 
-    async def info(self, key: str) -> Optional[SessionInfo]:
+    async def info(self, key: c.Key) -> Optional[SessionInfo]:
+        """MEM.INFO, or None for a missing key."""
         return await self._run(c.info(key))
 
     async def count(self, model: str, text: str) -> int:
+        """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
+        module counts them (a prompt, a tool schema, a candidate summary)."""
         return await self._run(c.count(model, text))

@@ -19,7 +19,8 @@ earlier than the id's).
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+import inspect
+from typing import Awaitable, Callable, Optional, Union
 
 import redis
 import redis.asyncio
@@ -38,19 +39,28 @@ class ConversationIds:
 
     def __init__(
         self,
-        client: Union["redis.Redis", RedisMemClient],
-        system: str,
+        client: Union["redis.Redis", RedisMemClient, None] = None,
+        system: str = "",
         key_template: str = DEFAULT_KEY_TEMPLATE,
         ex: Optional[int] = None,
-    ):
+        *,
+        redis_client: Optional["redis.Redis"] = None,
+        redis_url: Optional[str] = None,
+    ) -> None:
         if not system:
             raise ValueError("system must be a non-empty name such as 'dify'")
+        client = client if client is not None else redis_client
+        if client is None:
+            if redis_url is None:
+                raise ValueError("give client=redis.Redis(...), redis_client=... or redis_url=...")
+            client = redis.Redis.from_url(redis_url)
         self.mem = client if isinstance(client, RedisMemClient) else RedisMemClient(client)
         self.system = system
         self.key_template = key_template
         self.ex = ex
 
     def key(self, session_id: str) -> str:
+        """The session key of ``session_id``."""
         return self.key_template % session_id
 
     def get(self, session_id: str) -> Optional[str]:
@@ -80,32 +90,50 @@ class AsyncConversationIds:
 
     def __init__(
         self,
-        client: Union["redis.asyncio.Redis", AsyncRedisMemClient],
-        system: str,
+        client: Union["redis.asyncio.Redis", AsyncRedisMemClient, None] = None,
+        system: str = "",
         key_template: str = DEFAULT_KEY_TEMPLATE,
         ex: Optional[int] = None,
-    ):
+        *,
+        redis_client: Optional["redis.asyncio.Redis"] = None,
+        redis_url: Optional[str] = None,
+    ) -> None:
         if not system:
             raise ValueError("system must be a non-empty name such as 'dify'")
+        client = client if client is not None else redis_client
+        if client is None:
+            if redis_url is None:
+                raise ValueError("give client=redis.asyncio.Redis(...), redis_client=... or redis_url=...")
+            client = redis.asyncio.Redis.from_url(redis_url)
         self.mem = client if isinstance(client, AsyncRedisMemClient) else AsyncRedisMemClient(client)
         self.system = system
         self.key_template = key_template
         self.ex = ex
 
     def key(self, session_id: str) -> str:
+        """The session key of ``session_id``."""
         return self.key_template % session_id
 
     async def get(self, session_id: str) -> Optional[str]:
+        """The stored id, or None (never stored, or expired)."""
         return await self.mem.extget(self.key(session_id), self.system)
 
     async def remember(self, session_id: str, conversation_id: str) -> None:
+        """Stores the id the orchestrator answered with (or renews its expiry)."""
         if not conversation_id:
             raise ValueError("an empty conversation id is not stored")
         await self.mem.extset(self.key(session_id), self.system, conversation_id, ex=self.ex)
 
-    async def get_or_create(self, session_id: str, create: Callable[[], str]) -> str:
+    async def get_or_create(self, session_id: str,
+                            create: Callable[[], Union[str, Awaitable[str]]]) -> str:
+        """The stored id, or a new one from ``create()`` (stored): a plain
+        function or a coroutine function (``async def``), e.g. one that asks
+        the orchestrator for a new conversation."""
         cid = await self.get(session_id)
         if cid is None:
-            cid = create()
+            made = create()
+            cid = await made if inspect.isawaitable(made) else made
+            if not isinstance(cid, str):
+                raise TypeError(f"create() must give a str conversation id, not {type(cid).__name__}")
             await self.remember(session_id, cid)
         return cid

@@ -25,13 +25,24 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Union
 
 import redis
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage, SystemMessage
 
-from .client import SUMMARY_ROLE, AppendResult, Message, RedisMemClient
-from .messages import DEFAULT_SUMMARY_PREFIX, FunctionMessage, message_from_mem, message_to_mem, msgid_of  # noqa: F401
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import BaseMessage, FunctionMessage
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("redis_mem.langchain needs langchain-core: pip install 'redis-mem[langchain]'") from e
+
+from .client import AppendResult, Message, RedisMemClient
+from .messages import (  # noqa: F401
+    DEFAULT_SUMMARY_PREFIX,
+    message_from_mem,
+    message_to_mem,
+    msgid_of,
+    summary_message,
+)
 
 __all__ = [
+    "FunctionMessage",
     "RedisMemChatMessageHistory",
     "message_to_mem",
     "message_from_mem",
@@ -47,21 +58,38 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
     :class:`RedisMemClient`. ``model``, ``ttl``, ``maxtokens``, ``maxmsgs`` are
     sent with every append (session settings, see MEM.APPEND); None leaves the
     session's own. ``include_summary``: whether :attr:`messages` starts with
-    the session summary as a SystemMessage.
+    the session summary (a HumanMessage marked ``lc_source="summarization"``,
+    as the middleware gives it). ``session_id`` / ``redis_client`` /
+    ``redis_url``: the names langchain-redis users know (the key is then
+    ``key_template % session_id``).
     """
 
     def __init__(
         self,
-        key: str,
-        client: Union["redis.Redis", RedisMemClient],
+        key: Optional[str] = None,
+        client: Union["redis.Redis", RedisMemClient, None] = None,
         *,
+        session_id: Optional[str] = None,
+        redis_client: Optional["redis.Redis"] = None,
+        redis_url: Optional[str] = None,
+        key_template: str = "mem:{%s}",
         model: Optional[str] = None,
         ttl: Optional[int] = None,
         maxtokens: Optional[int] = None,
         maxmsgs: Optional[int] = None,
         include_summary: bool = True,
         summary_prefix: str = DEFAULT_SUMMARY_PREFIX,
-    ):
+    ) -> None:
+        if key is None:
+            if session_id is None:
+                raise ValueError("give the session key, or session_id=... (key mem:{<session_id>})")
+            key = key_template % session_id
+        if client is None:
+            client = redis_client
+        if client is None:
+            if redis_url is None:
+                raise ValueError("give client=redis.Redis(...), redis_client=... or redis_url=...")
+            client = redis.Redis.from_url(redis_url)
         self.key = key
         self.mem = client if isinstance(client, RedisMemClient) else RedisMemClient(client)
         self.model = model
@@ -83,16 +111,15 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     # -- reading -----------------------------------------------------------
 
-    def summary_message(self, entry: Message) -> SystemMessage:
-        return SystemMessage(
-            content=self.summary_prefix + entry.content,
-            response_metadata={"redis_mem": {"summary_upto": entry.id, "tokens": entry.tokens}},
-        )
+    def summary_message(self, entry: Message) -> BaseMessage:
+        """The session summary as a message: the same HumanMessage the agent
+        middleware gives the model (:func:`redis_mem.messages.summary_message`)."""
+        return summary_message(entry, self.summary_prefix)
 
     def _convert(self, entries: List[Message], with_summary: bool) -> List[BaseMessage]:
         out: List[BaseMessage] = []
         for e in entries:
-            if e.role == SUMMARY_ROLE and e is entries[0]:
+            if e.is_summary:
                 if with_summary:
                     out.append(self.summary_message(e))
                 continue
@@ -101,11 +128,12 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> List[BaseMessage]:  # type: ignore[override]
+        """Every message of the session, oldest first (the summary first when ``include_summary``)."""
         return self._convert(self.mem.get(self.key), self.include_summary)
 
     def context_for_budget(self, tokens: int) -> List[BaseMessage]:
         """The messages to send a model with a prompt budget of ``tokens``:
-        the summary (as a SystemMessage, first) and the newest messages that
+        the summary (first) and the newest messages that
         fit with it (MEM.GET BUDGET). The module already leaves out a tool
         result whose call did not fit (an LLM API refuses one)."""
         entries = self.mem.get(self.key, budget=tokens)
@@ -131,4 +159,5 @@ class RedisMemChatMessageHistory(BaseChatMessageHistory):
         )
 
     def clear(self) -> None:
+        """Deletes the session key."""
         self.mem.redis.delete(self.key)

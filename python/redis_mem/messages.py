@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-    messages_from_dict,
-)
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        messages_from_dict,
+    )
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError("redis_mem.messages needs langchain-core: pip install 'redis-mem[langchain]'") from e
 
 try:  # deprecated upstream, still part of langchain-core 1.x
     from langchain_core.messages import FunctionMessage
@@ -34,10 +37,23 @@ except ImportError:  # pragma: no cover - removed in a future langchain-core
 from ._commands import MAX_MSGID_BYTES
 from ._replies import Message
 
-__all__ = ["message_to_mem", "message_from_mem", "msgid_of", "DEFAULT_SUMMARY_PREFIX", "MAX_MSGID_BYTES"]
+__all__ = [
+    "DEFAULT_SUMMARY_PREFIX",
+    "MAX_MSGID_BYTES",
+    "SUMMARY_SOURCE",
+    "message_from_mem",
+    "message_to_mem",
+    "msgid_of",
+    "summary_message",
+]
 
-#: Text put before the stored summary when it is turned into a SystemMessage.
-DEFAULT_SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
+#: Text put before the stored summary when it is given to the model
+#: (LangChain's SummarizationMiddleware wording).
+DEFAULT_SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"
+
+#: additional_kwargs ``lc_source`` of the summary message (LangChain's own
+#: SummarizationMiddleware marks its summary the same way).
+SUMMARY_SOURCE = "summarization"
 
 # META members this module owns.
 _TYPE = "lc_type"
@@ -76,7 +92,7 @@ def _role_of(msg: BaseMessage) -> str:
     return _ROLE_OF_TYPE.get(t, t)
 
 
-def message_to_mem(msg: BaseMessage) -> tuple:
+def message_to_mem(msg: BaseMessage) -> Tuple[str, str, Dict[str, Any]]:
     """(role, content, meta dict) for MEM.APPEND."""
     try:
         data = msg.model_dump(mode="json")
@@ -111,6 +127,19 @@ def msgid_of(msg: BaseMessage) -> Optional[str]:
     return mid
 
 
+def summary_message(entry: Message, prefix: str = DEFAULT_SUMMARY_PREFIX) -> HumanMessage:
+    """The session summary as the model is given it, the same everywhere
+    (the middleware, the LangGraph nodes, the legacy chat history): a
+    HumanMessage as LangChain's SummarizationMiddleware makes it (so the
+    context opens with a user turn), marked ``lc_source="summarization"``."""
+    return HumanMessage(
+        content=f"{prefix}{entry.content}",
+        id=f"redis-mem-summary-{entry.id}",
+        additional_kwargs={"lc_source": SUMMARY_SOURCE, "redis_mem": {"summary_upto": entry.id,
+                                                                     "tokens": entry.tokens}},
+    )
+
+
 def message_from_mem(m: Message) -> BaseMessage:
     """A stored MEM.GET entry back as a LangChain message."""
     meta = dict(m.meta or {})
@@ -125,7 +154,7 @@ def message_from_mem(m: Message) -> BaseMessage:
         except Exception:
             cls = ChatMessage
             lc_type = "chat"
-    known = set(cls.model_fields)
+    known = set(getattr(cls, "model_fields", {}))
     data: Dict[str, Any] = {"content": content}
     extra: Dict[str, Any] = {}
     for k, v in meta.items():
@@ -135,7 +164,8 @@ def message_from_mem(m: Message) -> BaseMessage:
     if cls is ChatMessage:
         data["role"] = m.role
     try:
-        return cls(**data)
+        out: BaseMessage = cls(**data)
+        return out
     except Exception:
         # e.g. a "tool" message written without tool_call_id by another client
         return ChatMessage(role=m.role, content=m.content, additional_kwargs=m.meta or {})

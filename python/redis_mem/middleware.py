@@ -8,74 +8,145 @@
     agent.invoke({"messages": [HumanMessage("hi")]},
                  config={"configurable": {"thread_id": "alice"}})
 
-What it does, per agent step (no checkpointer needed: the session is the
-memory; with one, the checkpoint stays as small as the context):
+What it does, per model call (no checkpointer needed: the session is the
+memory):
 
 * The session key comes from the LangGraph ``thread_id``
-  (``key_template % thread_id``, default ``mem:{<thread_id>}``).
-* ``before_model``: the messages of the state not stored yet (the user's
-  input, or an AI message with tool calls together with their results) go
-  in ONE ``MEM.APPENDBATCH`` (atomic, so another writer never lands between
-  a call and its results; no MULTI), each with its message id as MSGID, so
-  a retried step stores nothing twice. Then ``MEM.GET BUDGET`` gives the
+  (``key_template % thread_id``, default ``mem:{<thread_id>}``), or a fixed
+  ``session_id``.
+* ``wrap_model_call``: the messages of the state not stored yet (the
+  user's input, or an AI message with tool calls together with their
+  results) go in ``MEM.APPENDBATCH`` (atomic, so another writer never lands
+  between a call and its results; no MULTI; at most 1000 messages a batch,
+  split between tool groups), each with its message id as MSGID, so a
+  retried step stores nothing twice. Then ``MEM.GET BUDGET`` gives the
   summary plus the newest messages that fit ``budget`` tokens, never a tool
-  result without its call, and that context replaces the state's messages
-  (as LangChain's SummarizationMiddleware replaces them with its summary).
-* ``after_model``: a final AI answer (no tool calls) is appended at once; an
-  AI message with tool calls waits for its results (next ``before_model``).
-* When an append says ``summarize``: with ``summary_model`` (any LangChain
-  chat model) the summary is made inline under a lease (MEM.SUMMARIZE_BEGIN
-  / MEM.SUMMARIZE ... LEASE); without, it is left to ``redis-mem-summarizer``.
-* Memory types (the seed's): ``memory="summarize"`` (summarize at the limit,
-  the default) and ``memory="none"`` (no memory: the hooks do nothing).
+  result without its call: that context is what the model is called with.
+  The agent's state is not rewritten: streams (``stream_mode="messages"``
+  or ``"values"``) show only this run's messages, never the stored history
+  again, and no internal key.
+* ``after_model`` / ``after_agent``: a final AI answer (no tool calls) is
+  appended at once; an AI message with tool calls waits for its results.
+* Memory types (the seed's): ``memory="summarize"`` (summarize at the
+  limit, the default) summarizes inline under a short lease
+  (MEM.SUMMARIZE_BEGIN / MEM.SUMMARIZE ... LEASE) with ``summary_model``,
+  else with the agent's own model; ``summary_service=True`` leaves it to
+  ``redis-mem-summarizer``. A failed summary is retried by a later step
+  once its lease (``lease_ms``, 15 s) ends. ``memory="window"``: no
+  summary, the caps evict the oldest messages (the app's explicit choice).
+  ``memory="none"``: no memory, the hooks do nothing. When a session is
+  about to evict messages no summary covers and nothing can summarize
+  them, one warning per session says so and how to fix it.
+* Content the module would refuse never raises out of the agent: a
+  message over ``mem.max-message-bytes`` (read once with CONFIG GET, or
+  4 MB) is stored truncated with a marker (the model is given the full
+  one while the state holds it), lone surrogates are replaced by U+FFFD,
+  and a message the module still refuses is logged and left out.
+* Message ids: each message's ``id`` is its MSGID. A message without one
+  gets one derived from the run id, step and position, stable across a
+  retried step; but an application that sends the same text again in a
+  new run (after a provider error) without ``HumanMessage(id=...)`` stores
+  it twice: give your input messages ids.
+* Attributes: ``attributes=["user_profile", "context"]`` gives the model
+  those session members (MEM.ATTRSET) in its system message, formatted by
+  ``attributes_message`` (a function of the dict of present members).
 * Redis unreachable: ``on_unavailable="local"`` (default) keeps working the
   way the old stack did, on process-local memory, with a loud warning
-  (continuity is lost on restart; what was kept locally is written to the
-  session once Redis answers again); ``"fail"`` raises
-  :class:`RedisMemUnavailable`.
+  (continuity is lost on restart). Once Redis answers again, every message
+  the local memory holds that the session lacks is written, in order
+  (MSGIDs make it idempotent). ``"fail"`` raises :class:`RedisMemUnavailable`.
 
 Sync and async hooks: ``agent.invoke`` and ``agent.ainvoke`` both work
 (the async ones use a ``redis.asyncio`` client when given one, else run the
-sync calls in a thread).
+sync calls in a thread); both run the same code (one core, two drivers).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
+import threading
 import time
+import uuid
 import warnings
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 import redis
 import redis.asyncio
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware.types import ModelRequest, ModelResponse
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        HumanMessage,
+        RemoveMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langgraph.config import get_config
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
 except ImportError as e:  # pragma: no cover - the extra is missing
-    raise ImportError("redis_mem.middleware needs LangChain 1.x: pip install 'redis-mem[langchain]'") from e
-from langchain.agents.middleware.types import PrivateStateAttr
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage
-from langgraph.config import get_config
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
-from typing_extensions import Annotated, NotRequired
+    raise ImportError(
+        "redis_mem.middleware needs LangChain 1.x and LangGraph: pip install 'redis-mem[langchain]'"
+    ) from e
 
-from ._replies import AppendResult, Message
+from ._replies import AppendResult, Message, SummarizeBegin
 from .client import AsyncRedisMemClient, RedisMemClient
-from .messages import message_from_mem, message_to_mem, msgid_of
+from .messages import SUMMARY_SOURCE, message_from_mem, message_to_mem, msgid_of, summary_message
 from .summarizing import SUMMARY_PROMPT, summary_prompt
 
-__all__ = ["RedisMemMiddleware", "RedisMemState", "RedisMemUnavailable", "summary_message"]
+__all__ = [
+    "MemoryType",
+    "OnUnavailable",
+    "RedisMemMiddleware",
+    "RedisMemState",
+    "RedisMemUnavailable",
+    "summary_message",
+]
 
 log = logging.getLogger("redis_mem.middleware")
 
 #: What Redis being down looks like to redis-py.
 UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError)
 
-#: additional_kwargs marker of the summary message (LangChain's own middleware
-#: marks its summary with lc_source "summarization" too).
-SUMMARY_SOURCE = "summarization"
+#: The memory types: summarize at the limit (default), a window the caps
+#: evict (no summary), or no memory.
+MemoryType = Literal["summarize", "window", "none"]
+#: What to do while Redis cannot be reached.
+OnUnavailable = Literal["local", "fail"]
+
+#: mem.max-message-bytes when CONFIG GET is not allowed.
+DEFAULT_MAX_MESSAGE_BYTES = 4194304
+#: Messages in one MEM.APPENDBATCH at most (the module's limit).
+MAX_BATCH = 1000
+#: Marker appended to a truncated message ({kept} and {size} in bytes).
+TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+T = TypeVar("T")
+#: An I/O request of the core: (operation, arguments...).
+Op = Tuple[Any, ...]
+Core = Generator[Op, Any, T]
 
 
 class RedisMemUnavailable(RuntimeError):
@@ -83,23 +154,12 @@ class RedisMemUnavailable(RuntimeError):
 
 
 class RedisMemState(AgentState):
-    """The agent state plus the ids of the messages already in the session
-    (private: not part of the agent's input or output)."""
-
-    redis_mem_synced: NotRequired[Annotated[List[str], PrivateStateAttr]]
-
-
-def summary_message(entry: Message) -> HumanMessage:
-    """The session summary as the model sees it (LangChain's wording)."""
-    return HumanMessage(
-        content=f"Here is a summary of the conversation to date:\n\n{entry.content}",
-        id=f"redis-mem-summary-{entry.id}",
-        additional_kwargs={"lc_source": SUMMARY_SOURCE, "redis_mem": {"summary_upto": entry.id}},
-    )
+    """The agent state (the middleware adds nothing to it: kept for code
+    that names it)."""
 
 
 def _is_summary(m: BaseMessage) -> bool:
-    return isinstance(m, HumanMessage) and m.additional_kwargs.get("lc_source") == SUMMARY_SOURCE
+    return m.additional_kwargs.get("lc_source") == SUMMARY_SOURCE
 
 
 def _approx_tokens(m: BaseMessage) -> int:
@@ -107,12 +167,40 @@ def _approx_tokens(m: BaseMessage) -> int:
     return 3 + len(str(m.content)) // 4
 
 
+def _clean_text(s: str) -> str:
+    """Lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", s) if _SURROGATE.search(s) else s
+
+
+def _clean_json(v: Any) -> Any:
+    if isinstance(v, str):
+        return _clean_text(v)
+    if isinstance(v, dict):
+        return {_clean_text(str(k)): _clean_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean_json(x) for x in v]
+    return v
+
+
+def _truncate(text: str, limit: int) -> Tuple[str, int]:
+    """(text cut to at most ``limit`` UTF-8 bytes with the marker, original
+    size) or (text, 0) when it fits."""
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text, 0
+    marker_room = len(TRUNCATED_MARKER.format(kept=len(raw), size=len(raw)).encode("utf-8"))
+    keep = max(0, limit - marker_room)
+    cut = raw[:keep].decode("utf-8", "ignore")
+    kept = len(cut.encode("utf-8"))
+    return cut + TRUNCATED_MARKER.format(kept=kept, size=len(raw)), len(raw)
+
+
 class _LocalMemory:
     """Process-local memory while Redis is unreachable: per session, the last
     context loaded from Redis plus what came since, and the messages Redis
-    has not got yet (written first when it answers again). At most
-    ``max_sessions`` sessions are kept (least recently used go first), so a
-    long-running process serving many threads stays bounded."""
+    has not got yet. At most ``max_sessions`` sessions are kept (least
+    recently used go first), so a long-running process serving many threads
+    stays bounded."""
 
     def __init__(self, max_sessions: int = 1000) -> None:
         self.max_sessions = max_sessions
@@ -120,6 +208,7 @@ class _LocalMemory:
         self.pending: Dict[str, List[BaseMessage]] = {}
 
     def keep(self, key: str, context: List[BaseMessage]) -> None:
+        """The context just loaded from Redis (the newest state of the session)."""
         self.context[key] = list(context)
         self.context.move_to_end(key)
         while len(self.context) > self.max_sessions:
@@ -129,18 +218,21 @@ class _LocalMemory:
                           len(self.pending[old]), old)
             self.pending.pop(old, None)
 
-    def add(self, key: str, msgs: Sequence[BaseMessage]) -> None:
+    def add(self, key: str, msgs: Sequence[BaseMessage], pending: bool) -> None:
+        """Messages of the session (``pending``: not in Redis yet)."""
         ctx = self.context.get(key, [])
         known = {m.id for m in ctx}
-        pend = self.pending.setdefault(key, [])
+        pend = self.pending.setdefault(key, []) if pending else []
         for m in msgs:
             if m.id not in known:
                 ctx.append(m)
-                pend.append(m)
                 known.add(m.id)
+                if pending:
+                    pend.append(m)
         self.keep(key, ctx)
 
     def load(self, key: str, budget: int) -> List[BaseMessage]:
+        """The newest messages within ``budget`` (estimated tokens)."""
         ctx = self.context.get(key, [])
         head = [m for m in ctx[:1] if _is_summary(m)]
         rest = ctx[len(head):]
@@ -154,21 +246,34 @@ class _LocalMemory:
         return head + rest[start:]
 
 
+def default_attributes_message(attributes: Mapping[str, Any]) -> str:
+    """The default text of ``attributes`` for the system message."""
+    lines = ["What is known about this user and conversation (kept with the session):"]
+    for name, value in attributes.items():
+        lines.append(f"{name}: {json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
 class RedisMemMiddleware(AgentMiddleware):
     """Agent middleware keeping the conversation in a redis-mem session.
 
-    ``client``: a ``redis.Redis`` and/or ``async_client``: a
-    ``redis.asyncio.Redis`` (or ``url`` to make both). ``budget``: tokens of
-    context the model is given (summary included). ``key_template``: the
-    session key of a thread (``%s`` is the thread id), or ``session_key``, a
-    function of the thread id. ``model``, ``ttl``, ``maxtokens``,
+    Connection: ``client`` (alias ``redis_client``), a ``redis.Redis``,
+    and/or ``async_client``, a ``redis.asyncio.Redis``, or ``url`` (alias
+    ``redis_url``) to make both. Session: ``session_id`` (one fixed session),
+    else the thread id through ``key_template`` (``%s``) or ``session_key``
+    (a function of the thread id). ``budget``: tokens of context the model
+    is given (summary included). ``model``, ``ttl``, ``maxtokens``,
     ``maxmsgs``, ``maxage``: session settings sent with each append (None:
-    the session's own / the module's defaults). ``summary_model``: a
-    LangChain chat model that summarizes inline (else the summarizer
-    service does); ``keep``, ``lease_ms``: for that summary.
+    the session's own / the module's defaults). ``memory``: see
+    :data:`MemoryType`. ``summary_model``: the chat model that summarizes
+    (None: the agent's own); ``summary_service``: True when
+    ``redis-mem-summarizer`` does it instead; ``keep``, ``lease_ms``,
+    ``summary_prompt``: for the summary. ``attributes``: session members
+    given to the model (``attributes_message`` formats them).
     ``on_unavailable``: ``"local"`` or ``"fail"`` when Redis cannot be
     reached; ``retry_interval``: seconds before Redis is tried again;
     ``local_sessions``: sessions the local memory keeps at most.
+    ``max_message_bytes``: the module's limit (None: CONFIG GET once).
     """
 
     state_schema = RedisMemState
@@ -177,9 +282,12 @@ class RedisMemMiddleware(AgentMiddleware):
         self,
         client: Optional["redis.Redis"] = None,
         *,
+        redis_client: Optional["redis.Redis"] = None,
         async_client: Optional["redis.asyncio.Redis"] = None,
         url: Optional[str] = None,
-        memory: str = "summarize",
+        redis_url: Optional[str] = None,
+        session_id: Optional[str] = None,
+        memory: MemoryType = "summarize",
         budget: int = 8000,
         key_template: str = "mem:{%s}",
         session_key: Optional[Callable[[str], str]] = None,
@@ -189,19 +297,26 @@ class RedisMemMiddleware(AgentMiddleware):
         maxmsgs: Optional[int] = None,
         maxage: Optional[int] = None,
         summary_model: Any = None,
+        summary_service: bool = False,
         summary_prompt: str = SUMMARY_PROMPT,
         keep: Optional[int] = None,
-        lease_ms: int = 120_000,
-        on_unavailable: str = "local",
+        lease_ms: int = 15_000,
+        attributes: Optional[Sequence[str]] = None,
+        attributes_message: Callable[[Mapping[str, Any]], str] = default_attributes_message,
+        on_unavailable: OnUnavailable = "local",
         retry_interval: float = 5.0,
         local_sessions: int = 1000,
-    ):
+        max_message_bytes: Optional[int] = None,
+    ) -> None:
         super().__init__()
-        memory = {"summarize_at_limit": "summarize", "summarize at limit": "summarize"}.get(memory, memory)
-        if memory not in ("summarize", "none"):
-            raise ValueError('memory must be "summarize" (summarize at the limit) or "none"')
+        memory = {"summarize_at_limit": "summarize", "summarize at limit": "summarize"}.get(  # type: ignore[assignment]
+            memory, memory)
+        if memory not in ("summarize", "window", "none"):
+            raise ValueError('memory must be "summarize" (summarize at the limit), "window" or "none"')
         if on_unavailable not in ("local", "fail"):
             raise ValueError('on_unavailable must be "local" or "fail"')
+        client = client if client is not None else redis_client
+        url = url if url is not None else redis_url
         if url is not None:
             client = client or redis.Redis.from_url(url)
             async_client = async_client or redis.asyncio.Redis.from_url(url)
@@ -209,32 +324,50 @@ class RedisMemMiddleware(AgentMiddleware):
             raise ValueError("give client=redis.Redis(...), async_client=redis.asyncio.Redis(...) or url=...")
         self.mem = RedisMemClient(client) if client is not None else None
         self.amem = AsyncRedisMemClient(async_client) if async_client is not None else None
-        self.memory = memory
+        self.memory: MemoryType = memory
         self.budget = int(budget)
+        self.session_id = session_id
         self.key_template = key_template
         self.session_key = session_key
-        self.settings = dict(model=model, ttl=ttl, maxtokens=maxtokens, maxmsgs=maxmsgs, maxage=maxage)
+        self.settings: Dict[str, Any] = dict(model=model, ttl=ttl, maxtokens=maxtokens, maxmsgs=maxmsgs,
+                                             maxage=maxage)
         self.summary_model = summary_model
+        self.summary_service = bool(summary_service)
         self.summary_prompt = summary_prompt
         self.keep = keep
         self.lease_ms = int(lease_ms)
-        self.on_unavailable = on_unavailable
+        self.attributes = list(attributes) if attributes else []
+        self.attributes_message = attributes_message
+        self.on_unavailable: OnUnavailable = on_unavailable
         #: While Redis is down, it is tried again at most this often (seconds),
         #: so a step does not wait for a dead server every time.
         self.retry_interval = float(retry_interval)
+        self.max_message_bytes = max_message_bytes
         self._skip_until = 0.0
         self.local = _LocalMemory(local_sessions)
         #: Sessions served from local memory right now (Redis was down).
-        self.degraded: set = set()
-        #: Appends made (replies), summaries committed: for tests and metrics.
-        self.stats = {"batches": 0, "duplicates": 0, "summaries": 0, "local": 0}
+        self.degraded: Set[str] = set()
+        #: Sessions warned about evictions nothing summarizes.
+        self.warned: Set[str] = set()
+        #: The agent's own chat model (seen in wrap_model_call): the default summarizer.
+        self.agent_model: Any = None
+        self._lock = threading.Lock()
+        self._synced: "OrderedDict[str, Set[str]]" = OrderedDict()
+        self._local_sessions = local_sessions
+        #: Appends made (batches), duplicates, summaries committed, local steps,
+        #: messages truncated or refused: for tests and metrics.
+        self.stats = {"batches": 0, "duplicates": 0, "summaries": 0, "summary_failures": 0, "local": 0,
+                      "truncated": 0, "refused": 0, "resent": 0}
 
-    # -- keys, messages --------------------------------------------------------
+    # -- keys, ids ------------------------------------------------------------
 
     def key_for(self, thread_id: str) -> str:
+        """The session key of a thread."""
         return self.session_key(thread_id) if self.session_key else self.key_template % thread_id
 
     def _key(self) -> str:
+        if self.session_id is not None:
+            return self.key_for(self.session_id)
         try:
             thread_id = get_config().get("configurable", {}).get("thread_id")
         except RuntimeError:
@@ -242,15 +375,69 @@ class RedisMemMiddleware(AgentMiddleware):
         if not thread_id:
             raise ValueError(
                 "RedisMemMiddleware needs a thread id: invoke the agent with "
-                'config={"configurable": {"thread_id": "<session id>"}}'
+                'config={"configurable": {"thread_id": "<session id>"}} (or give session_id=...)'
             )
         return self.key_for(str(thread_id))
 
     @staticmethod
-    def _unsynced(state: Dict[str, Any]) -> List[BaseMessage]:
-        """Messages of the state not in the session yet."""
-        synced = set(state.get("redis_mem_synced") or [])
-        return [m for m in state["messages"] if m.id not in synced and not _is_summary(m)]
+    def _ensure_ids(msgs: Sequence[BaseMessage]) -> None:
+        """Gives a message without an id one derived from the LangGraph task
+        (its id is the same when the step is retried, new in every run), the
+        step and its position; a random one outside a graph."""
+        missing = [i for i, m in enumerate(msgs) if not m.id]
+        if not missing:
+            return
+        try:
+            conf = get_config()
+        except RuntimeError:
+            conf = {}
+        meta = conf.get("metadata") or {}
+        task = (conf.get("configurable") or {}).get("checkpoint_ns") or meta.get("langgraph_checkpoint_ns")
+        run = conf.get("run_id")
+        base = f"{task}:{meta.get('langgraph_step', 0)}" if task else (str(run) if run else None)
+        for i in missing:
+            msgs[i].id = f"lg:{base}:{i}" if base else f"lg:{uuid.uuid4().hex}"
+
+    def _synced_of(self, key: str) -> Optional[Set[str]]:
+        with self._lock:
+            return self._synced.get(key)
+
+    def _mark(self, key: str, ids: Sequence[Optional[str]]) -> None:
+        with self._lock:
+            s = self._synced.setdefault(key, set())
+            s.update(i for i in ids if i)
+            self._synced.move_to_end(key)
+            while len(self._synced) > max(1, self._local_sessions):
+                self._synced.popitem(last=False)
+
+    def _unsynced(self, key: str, msgs: Sequence[BaseMessage], held: Optional[Set[str]]) -> List[BaseMessage]:
+        """Messages of the state not in the session yet. ``held``: on the
+        first sight of a session with a longer state (a checkpointer, a new
+        process), the msgids the session holds: the state up to the last
+        message it holds is taken as stored."""
+        body = [m for m in msgs if not _is_summary(m)]
+        if held is not None:
+            last = -1
+            for i, m in enumerate(body):
+                if (m.id and m.id in held) or (msgid_of(m) in held):
+                    last = i
+            self._mark(key, [m.id for m in body[: last + 1]])
+        synced = self._synced_of(key) or set()
+        return [m for m in body if m.id not in synced]
+
+    def _needs_sight(self, key: str, msgs: Sequence[BaseMessage]) -> bool:
+        return self._synced_of(key) is None and sum(1 for m in msgs if not _is_summary(m)) > 1
+
+    @staticmethod
+    def _held(key: str, entries: Sequence[Message]) -> Set[str]:
+        out: Set[str] = set()
+        for e in entries:
+            if e.is_summary:
+                continue
+            if e.msgid:
+                out.add(e.msgid)
+            out.add(f"redis-mem-{key}-{e.id}")
+        return out
 
     @staticmethod
     def _waits(new: List[BaseMessage], final: bool) -> bool:
@@ -258,12 +445,266 @@ class RedisMemMiddleware(AgentMiddleware):
         # so no reader ever sees calls without results, or results first.
         return not final and isinstance(new[-1], AIMessage) and bool(new[-1].tool_calls)
 
-    def _items(self, msgs: Sequence[BaseMessage]) -> List[Dict[str, Any]]:
-        items = []
-        for m in msgs:
-            role, content, meta = message_to_mem(m)
-            items.append({"role": role, "content": content, "meta": meta, "msgid": msgid_of(m)})
-        return items
+    # -- what is stored ----------------------------------------------------------
+
+    def _item(self, m: BaseMessage, limit: int, minimal: bool = False) -> Dict[str, Any]:
+        role, content, meta = message_to_mem(m)
+        if minimal:  # the module refused the full META: keep what rebuilds the message
+            meta = {k: v for k, v in meta.items()
+                    if k in ("lc_type", "id", "tool_calls", "tool_call_id", "name", "status")}
+            meta = json.loads(json.dumps(meta, default=str))
+        content = _clean_text(content)
+        meta = _clean_json(meta)
+        content, size = _truncate(content, limit)
+        if size:
+            meta["redis_mem_truncated"] = size
+            meta.pop("lc_content", None)  # the blocks hold the same text
+            self.stats["truncated"] += 1
+            log.warning("redis-mem: a %s message of %d bytes is over mem.max-message-bytes (%d): stored "
+                        "truncated (the model was given all of it)", role, size, limit)
+        if len(json.dumps(meta, ensure_ascii=False).encode("utf-8")) > limit:
+            # META over the limit (content blocks, huge tool arguments): keep
+            # what rebuilds the message; tool calls stay (a result needs its
+            # call), their largest arguments replaced by their size.
+            calls = meta.get("tool_calls") or []
+            room = limit // (2 * max(1, len(calls)))
+            kept_calls = []
+            for call in calls:
+                size = len(json.dumps(call, ensure_ascii=False).encode("utf-8"))
+                if size > room and isinstance(call, dict):
+                    call = {k: v for k, v in call.items() if k in ("id", "name", "type")}
+                    call["args"] = {"redis_mem_truncated": size}
+                kept_calls.append(call)
+            meta = {k: v for k, v in meta.items() if k in ("lc_type", "id", "tool_call_id", "name", "status")}
+            if kept_calls:
+                meta["tool_calls"] = kept_calls
+            meta["redis_mem_meta_dropped"] = True
+            self.stats["truncated"] += 1
+            log.warning("redis-mem: the META of a %s message is over mem.max-message-bytes (%d): stored reduced",
+                        role, limit)
+        return {"role": _clean_text(role)[:64] or "user", "content": content, "meta": meta,
+                "msgid": msgid_of(m)}
+
+    @staticmethod
+    def _batches(items: List[Dict[str, Any]], limit: int) -> List[List[Dict[str, Any]]]:
+        """At most MAX_BATCH items and about 3 x ``limit`` bytes a batch; a
+        batch is cut before a message that is not a tool result when it can
+        be (a call stays with its results)."""
+        def size(item: Dict[str, Any]) -> int:
+            return len(item["content"].encode("utf-8")) + len(json.dumps(item["meta"])) + 64
+
+        out: List[List[Dict[str, Any]]] = []
+        start, n, max_bytes = 0, len(items), 3 * limit
+        while start < n:
+            end, used = start, 0
+            while end < n and end - start < MAX_BATCH and (end == start or used + size(items[end]) <= max_bytes):
+                used += size(items[end])
+                end += 1
+            if end < n:
+                cut = end
+                while cut > start + 1 and items[cut]["role"] == "tool":
+                    cut -= 1
+                if items[cut]["role"] != "tool":
+                    end = cut
+            out.append(items[start:end])
+            start = end
+        return out
+
+    # -- the core (one for sync and async: it yields its I/O) -------------------
+
+    def _limit_core(self) -> Core[int]:
+        if self.max_message_bytes is None:
+            got = yield ("config", "mem.max-message-bytes")
+            try:
+                self.max_message_bytes = int(got) if got is not None else DEFAULT_MAX_MESSAGE_BYTES
+            except (TypeError, ValueError):
+                self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
+        return self.max_message_bytes
+
+    def _append_core(self, key: str, msgs: List[BaseMessage], limit: int) -> Core[List[AppendResult]]:
+        items = [self._item(m, limit) for m in msgs]
+        results: List[AppendResult] = []
+        offset = 0
+        for batch in self._batches(items, limit):
+            first, offset = offset, offset + len(batch)
+            try:
+                results += yield ("append_batch", key, batch)
+                continue
+            except redis.ResponseError as err:
+                log.warning("redis-mem: %s: the module refused a batch (%s); retrying message by message", key, err)
+            for item, m in zip(batch, msgs[first:offset]):
+                last: Optional[Exception] = None
+                for attempt in (item, self._item(m, limit, minimal=True)):
+                    try:
+                        results += yield ("append_batch", key, [attempt])
+                        last = None
+                        break
+                    except redis.ResponseError as err:
+                        last = err
+                if last is not None:
+                    self.stats["refused"] += 1
+                    log.error("redis-mem: %s: a %s message was refused by the module and NOT stored: %s",
+                              key, item["role"], last)
+        return results
+
+    def _store_core(self, key: str, msgs: List[BaseMessage]) -> Core[None]:
+        recovering = key in self.degraded or bool(self.local.pending.get(key))
+        if not msgs and not recovering:
+            return
+        if self._skipping():
+            self.local.add(key, msgs, pending=True)
+            return
+        try:
+            limit = yield from self._limit_core()
+            send = list(msgs)
+            if recovering:
+                # Redis answers again: every message the local memory holds
+                # that the session lacks (it may have restarted empty).
+                held = self._held(key, (yield ("get", key, None)))
+                ids = {m.id for m in send}
+                lacking = [m for m in self.local.context.get(key, [])
+                           if not _is_summary(m) and m.id not in ids
+                           and m.id not in held and msgid_of(m) not in held]
+                self.stats["resent"] += len(lacking)
+                send = lacking + send
+            results = yield from self._append_core(key, send, limit)
+        except UNAVAILABLE as err:
+            self._down(key, err)
+            self.local.add(key, msgs, pending=True)
+            return
+        self._up(key)
+        self.local.add(key, send, pending=False)
+        self.local.pending.pop(key, None)
+        self._mark(key, [m.id for m in send])
+        self.stats["batches"] += 1
+        self.stats["duplicates"] += sum(r.duplicate for r in results)
+        yield from self._after_append_core(key, results)
+
+    def _summarizer(self) -> Any:
+        if self.summary_model is not None:
+            return self.summary_model
+        if self.summary_service:
+            return None
+        return self.agent_model
+
+    def _after_append_core(self, key: str, results: List[AppendResult]) -> Core[None]:
+        if self.memory != "summarize" or not results:
+            return
+        due = any(r.summarize for r in results)
+        trimmed = sum(r.trimmed for r in results)
+        model = self._summarizer()
+        if due and model is not None:
+            yield from self._summarize_core(key, model)
+        elif (due or trimmed) and model is None and not self.summary_service and key not in self.warned:
+            self.warned.add(key)
+            log.warning(
+                "redis-mem: session %s is at its limit and nothing summarizes it: its oldest messages %s "
+                "evicted by the caps and LOST. Fix: give RedisMemMiddleware(summary_model=<chat model>), run "
+                "redis-mem-summarizer and pass summary_service=True, or memory='window' to accept it.",
+                key, f"are being ({trimmed} so far)" if trimmed else "will be")
+        elif trimmed and key not in self.warned:
+            self.warned.add(key)
+            log.warning("redis-mem: session %s: %d messages were evicted before a summary covered them (%s)",
+                        key, trimmed, "is redis-mem-summarizer running?" if self.summary_service and model is None
+                        else "the summary failed or is late")
+
+    def _summarize_core(self, key: str, model: Any) -> Core[None]:
+        started = time.monotonic()
+        try:
+            begin: SummarizeBegin = yield ("begin", key, self.lease_ms, self.keep)
+            if not begin.lease:
+                return  # not due, or another worker holds the session
+            entries = yield ("get", key, None)
+            prompt = summary_prompt(entries, begin.upto, self.summary_prompt)
+            text = yield ("llm", model, prompt)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError("the model returned an empty summary")
+            result = yield ("summarize", key, begin.upto, text.strip(), begin.lease)
+        except UNAVAILABLE as err:
+            self._down(key, err)  # the next step finds out whether Redis is back
+            return
+        except Exception as err:
+            # The lease is short (lease_ms): the next step after it tries again.
+            self.stats["summary_failures"] += 1
+            log.warning("redis-mem: inline summary of %s failed (retried after %d ms): %s",
+                        key, self.lease_ms, err)
+            return
+        self.stats["summaries"] += 1
+        log.info("redis-mem: summarized %s up to %d in %.0f ms (%d tokens left)",
+                 key, begin.upto, (time.monotonic() - started) * 1000, result.total_tokens)
+
+    def _load_core(self, key: str) -> Core[Tuple[List[BaseMessage], Dict[str, Any]]]:
+        if self._skipping():
+            return self.local.load(key, self.budget), {}
+        try:
+            entries = yield ("get", key, self.budget)
+            attrs: Dict[str, Any] = {}
+            if self.attributes:
+                every = (yield ("attrget", key)) or {}
+                attrs = {n: every[n] for n in self.attributes if n in every}
+        except UNAVAILABLE as err:
+            self._down(key, err)
+            return self.local.load(key, self.budget), {}
+        context = self._context(key, entries)
+        self.local.keep(key, context)
+        self._mark(key, [m.id for m in context if not _is_summary(m)])
+        return context, attrs
+
+    def _sight_core(self, key: str, msgs: Sequence[BaseMessage]) -> Core[Optional[Set[str]]]:
+        if not self._needs_sight(key, msgs) or self._skipping():
+            return None
+        try:
+            return self._held(key, (yield ("get", key, None)))
+        except UNAVAILABLE:
+            return None
+
+    def _model_call_core(self, request: ModelRequest) -> Core[ModelRequest]:
+        key = self._key()
+        if self.agent_model is None:
+            self.agent_model = request.model
+        msgs = list(request.state.get("messages") or request.messages)
+        self._ensure_ids(msgs)
+        held = yield from self._sight_core(key, msgs)
+        yield from self._store_core(key, self._unsynced(key, msgs, held))
+        context, attrs = yield from self._load_core(key)
+        return self._request(key, request, msgs, context, attrs)
+
+    def _after_core(self, state: Mapping[str, Any], final: bool) -> Core[None]:
+        msgs = list(state.get("messages") or [])
+        if not msgs:
+            return
+        key = self._key()
+        self._ensure_ids(msgs)
+        held = yield from self._sight_core(key, msgs)
+        new = self._unsynced(key, msgs, held)
+        if not new or self._waits(new, final):
+            return
+        yield from self._store_core(key, new)
+
+    def _state_core(self, state: Mapping[str, Any]) -> Core[Dict[str, Any]]:
+        """For the LangGraph nodes: store, then the state update that
+        replaces the messages by the context."""
+        key = self._key()
+        msgs = list(state.get("messages") or [])
+        self._ensure_ids(msgs)
+        held = yield from self._sight_core(key, msgs)
+        yield from self._store_core(key, self._unsynced(key, msgs, held))
+        context, _attrs = yield from self._load_core(key)
+        ctx = self._merge(msgs, context)
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *ctx]}
+
+    def _input_core(self, state: Mapping[str, Any]) -> Core[List[BaseMessage]]:
+        """For a graph's own model node: store, then the messages to call
+        the model with (the state is left as it is)."""
+        key = self._key()
+        msgs = list(state.get("messages") or [])
+        self._ensure_ids(msgs)
+        held = yield from self._sight_core(key, msgs)
+        yield from self._store_core(key, self._unsynced(key, msgs, held))
+        context, _attrs = yield from self._load_core(key)
+        return self._merge(msgs, context)
+
+    # -- the context the model gets ---------------------------------------------
 
     def _context(self, key: str, entries: List[Message]) -> List[BaseMessage]:
         out: List[BaseMessage] = []
@@ -277,23 +718,43 @@ class RedisMemMiddleware(AgentMiddleware):
             out.append(m)
         return out
 
-    def _update(self, key: str, context: List[BaseMessage], state: Dict[str, Any]) -> Dict[str, Any]:
-        # The context replaces the state's messages; a state message the
-        # budget left out although it is the newest (one huge message) is kept.
-        ids = {m.id for m in context}
+    def _merge(self, state_msgs: Sequence[BaseMessage], context: List[BaseMessage]) -> List[BaseMessage]:
+        # The state's own copy of a message (e.g. a tool result stored
+        # truncated: the model is given all of it); the newest state messages
+        # the budget left out (one huge message) are sent as they are.
+        by_id = {m.id: m for m in state_msgs if m.id}
+        ctx = [by_id.get(m.id, m) if m.id else m for m in context]
+        ids = {m.id for m in ctx}
         tail = []
-        for m in reversed(state["messages"]):
+        for m in reversed(state_msgs):
             if m.id in ids or _is_summary(m):
                 break
             tail.append(m)
         tail.reverse()
         if tail:
-            log.warning("redis-mem: %s: the newest messages do not fit budget %d; sent as they are", key, self.budget)
-        msgs = [*context, *tail]
-        return {
-            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *msgs],
-            "redis_mem_synced": [m.id for m in msgs],
-        }
+            log.warning("redis-mem: the newest messages do not fit budget %d; sent as they are", self.budget)
+        out = [*ctx, *tail]
+        # Never open the conversation with an assistant turn cut loose from
+        # its question (providers refuse it): start at the first user turn.
+        if out and isinstance(out[0], AIMessage):
+            first = next((i for i, m in enumerate(out) if isinstance(m, HumanMessage)), None)
+            if first:
+                out = out[first:]
+        return out
+
+    def _request(self, key: str, request: ModelRequest, msgs: Sequence[BaseMessage],
+                 context: List[BaseMessage], attrs: Dict[str, Any]) -> ModelRequest:
+        changes: Dict[str, Any] = {"messages": self._merge(msgs, context)}
+        if attrs:
+            text = self.attributes_message(attrs)
+            sm = request.system_message
+            if sm is None:
+                changes["system_message"] = SystemMessage(text)
+            elif isinstance(sm.content, str):
+                changes["system_message"] = SystemMessage(sm.content + "\n\n" + text)
+            else:
+                changes["system_message"] = SystemMessage([*sm.content, {"type": "text", "text": text}])
+        return request.override(**changes)
 
     # -- unavailable Redis ------------------------------------------------------
 
@@ -317,168 +778,178 @@ class RedisMemMiddleware(AgentMiddleware):
             self.degraded.discard(key)
             log.warning("redis-mem: Redis reachable again; session %s is back in Redis", key)
 
-    def _with_pending(self, key: str, msgs: Sequence[BaseMessage]) -> List[BaseMessage]:
-        pend = self.local.pending.get(key, [])
-        seen = {m.id for m in pend}
-        return [*pend, *(m for m in msgs if m.id not in seen)]
-
-    def _stored(self, key: str, results: List[AppendResult]) -> bool:
-        self.local.pending.pop(key, None)
-        self.stats["batches"] += 1
-        self.stats["duplicates"] += sum(r.duplicate for r in results)
-        return any(r.summarize for r in results)
-
-    # -- sync ----------------------------------------------------------------
+    # -- drivers ---------------------------------------------------------------
 
     def _sync_mem(self) -> RedisMemClient:
         if self.mem is None:
             raise ValueError("the sync hooks (agent.invoke) need client=redis.Redis(...) or url=...")
         return self.mem
 
-    def _store(self, key: str, msgs: Sequence[BaseMessage]) -> None:
-        msgs = self._with_pending(key, msgs)
-        if not msgs:
-            return
-        if self._skipping():
-            self.local.add(key, msgs)
-            return
-        try:
-            results = self._sync_mem().append_batch(key, self._items(msgs), **self.settings)
-        except UNAVAILABLE as err:
-            self._down(key, err)
-            self.local.add(key, msgs)
-            return
-        self._up(key)
-        self.local.add(key, msgs)
-        self.local.pending.pop(key, None)
-        if self._stored(key, results) and self.summary_model is not None:
-            self._summarize(key)
+    @staticmethod
+    def _llm_config() -> Dict[str, Any]:
+        # The summary call is the middleware's own: never streamed to the
+        # agent's caller as messages of the step.
+        return {"callbacks": [], "tags": ["nostream"], "run_name": "redis-mem-summary"}
 
-    def _load(self, key: str) -> List[BaseMessage]:
-        if self._skipping():
-            return self.local.load(key, self.budget)
-        try:
-            entries = self._sync_mem().get(key, budget=self.budget)
-        except UNAVAILABLE as err:
-            self._down(key, err)
-            return self.local.load(key, self.budget)
-        context = self._context(key, entries)
-        self.local.keep(key, context)
-        return context
-
-    def _summarize(self, key: str) -> None:
+    def _do(self, op: Op) -> Any:
         mem = self._sync_mem()
-        begin = mem.summarize_begin(key, self.lease_ms, keep=self.keep)
-        if not begin.lease:
-            return  # not due, or another worker holds the session
-        started = time.monotonic()
-        try:
-            entries = mem.get(key)
-            prompt = summary_prompt(entries, begin.upto, self.summary_prompt)
-            text = self.summary_model.invoke(prompt).text
-            result = mem.summarize(key, begin.upto, text.strip(), lease=begin.lease)
-        except Exception as err:  # the lease runs out; the service or a later step retries
-            log.warning("redis-mem: inline summary of %s failed: %s", key, err)
-            return
-        self.stats["summaries"] += 1
-        log.info("redis-mem: summarized %s up to %d in %.0f ms (%d tokens left)",
-                 key, begin.upto, (time.monotonic() - started) * 1000, result.total_tokens)
+        kind = op[0]
+        if kind == "get":
+            return mem.get(op[1], budget=op[2])
+        if kind == "append_batch":
+            return mem.append_batch(op[1], op[2], **self.settings)
+        if kind == "attrget":
+            return mem.attrget(op[1])
+        if kind == "config":
+            try:
+                got = mem.redis.config_get(op[1])
+            except redis.ResponseError:
+                return None
+            return next(iter(got.values()), None) if got else None
+        if kind == "begin":
+            return mem.summarize_begin(op[1], op[2], keep=op[3])
+        if kind == "summarize":
+            return mem.summarize(op[1], op[2], op[3], lease=op[4])
+        if kind == "llm":
+            reply = op[1].invoke(op[2], config=self._llm_config())
+            return reply.text if isinstance(reply.text, str) else reply.text()
+        raise AssertionError(kind)
 
-    def before_model(self, state: Dict[str, Any], runtime: Any) -> Optional[Dict[str, Any]]:
-        if self.memory == "none":
-            return None
-        key = self._key()
-        self._store(key, self._unsynced(state))
-        return self._update(key, self._load(key), state)
-
-    def after_model(self, state: Dict[str, Any], runtime: Any) -> Optional[Dict[str, Any]]:
-        return self._after(state, final=False)
-
-    def after_agent(self, state: Dict[str, Any], runtime: Any) -> Optional[Dict[str, Any]]:
-        return self._after(state, final=True)
-
-    def _after(self, state: Dict[str, Any], final: bool) -> Optional[Dict[str, Any]]:
-        if self.memory == "none":
-            return None
-        new = self._unsynced(state)
-        if not new or self._waits(new, final):
-            return None
-        key = self._key()
-        self._store(key, new)
-        return {"redis_mem_synced": [*(state.get("redis_mem_synced") or []), *(m.id for m in new)]}
-
-    # -- async ----------------------------------------------------------------
-
-    async def _astore(self, key: str, msgs: Sequence[BaseMessage]) -> None:
-        if self.amem is None:
-            return await asyncio.to_thread(self._store, key, msgs)
-        msgs = self._with_pending(key, msgs)
-        if not msgs:
-            return
-        if self._skipping():
-            self.local.add(key, msgs)
-            return
-        try:
-            results = await self.amem.append_batch(key, self._items(msgs), **self.settings)
-        except UNAVAILABLE as err:
-            self._down(key, err)
-            self.local.add(key, msgs)
-            return
-        self._up(key)
-        self.local.add(key, msgs)
-        self.local.pending.pop(key, None)
-        if self._stored(key, results) and self.summary_model is not None:
-            await self._asummarize(key)
-
-    async def _aload(self, key: str) -> List[BaseMessage]:
-        if self.amem is None:
-            return await asyncio.to_thread(self._load, key)
-        if self._skipping():
-            return self.local.load(key, self.budget)
-        try:
-            entries = await self.amem.get(key, budget=self.budget)
-        except UNAVAILABLE as err:
-            self._down(key, err)
-            return self.local.load(key, self.budget)
-        context = self._context(key, entries)
-        self.local.keep(key, context)
-        return context
-
-    async def _asummarize(self, key: str) -> None:
+    async def _ado(self, op: Op) -> Any:
         mem = self.amem
-        assert mem is not None
-        begin = await mem.summarize_begin(key, self.lease_ms, keep=self.keep)
-        if not begin.lease:
-            return
-        try:
-            entries = await mem.get(key)
-            prompt = summary_prompt(entries, begin.upto, self.summary_prompt)
-            text = (await self.summary_model.ainvoke(prompt)).text
-            await mem.summarize(key, begin.upto, text.strip(), lease=begin.lease)
-        except Exception as err:
-            log.warning("redis-mem: inline summary of %s failed: %s", key, err)
-            return
-        self.stats["summaries"] += 1
+        kind = op[0]
+        if kind == "llm":
+            reply = await op[1].ainvoke(op[2], config=self._llm_config())
+            return reply.text if isinstance(reply.text, str) else reply.text()
+        if mem is None:
+            return await asyncio.to_thread(self._do, op)
+        if kind == "get":
+            return await mem.get(op[1], budget=op[2])
+        if kind == "append_batch":
+            return await mem.append_batch(op[1], op[2], **self.settings)
+        if kind == "attrget":
+            return await mem.attrget(op[1])
+        if kind == "config":
+            try:
+                got = await mem.redis.config_get(op[1])
+            except redis.ResponseError:
+                return None
+            return next(iter(got.values()), None) if got else None
+        if kind == "begin":
+            return await mem.summarize_begin(op[1], op[2], keep=op[3])
+        if kind == "summarize":
+            return await mem.summarize(op[1], op[2], op[3], lease=op[4])
+        raise AssertionError(kind)
 
-    async def abefore_model(self, state: Dict[str, Any], runtime: Any) -> Optional[Dict[str, Any]]:
+    def _drive(self, core: Core[T]) -> T:
+        return _drive(core, self._do)
+
+    async def _adrive(self, core: Core[T]) -> T:
+        return await _adrive(core, self._ado)
+
+    # -- hooks -----------------------------------------------------------------
+
+    def wrap_model_call(self, request: ModelRequest,
+                        handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
+        """Stores the new messages, then calls the model with the session's context."""
         if self.memory == "none":
-            return None
-        key = self._key()
-        await self._astore(key, self._unsynced(state))
-        return self._update(key, await self._aload(key), state)
+            return handler(request)
+        return handler(self._drive(self._model_call_core(request)))
 
-    async def aafter_model(self, state: Dict[str, Any], runtime: Any) -> Optional[Dict[str, Any]]:
-        return await self._aafter(state, final=False)
-
-    async def aafter_agent(self, state: Dict[str, Any], runtime: Any) -> Optional[Dict[str, Any]]:
-        return await self._aafter(state, final=True)
-
-    async def _aafter(self, state: Dict[str, Any], final: bool) -> Optional[Dict[str, Any]]:
+    async def awrap_model_call(self, request: ModelRequest,
+                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> ModelResponse:
+        """Async :meth:`wrap_model_call`."""
         if self.memory == "none":
-            return None
-        new = self._unsynced(state)
-        if not new or self._waits(new, final):
-            return None
-        key = self._key()
-        await self._astore(key, new)
-        return {"redis_mem_synced": [*(state.get("redis_mem_synced") or []), *(m.id for m in new)]}
+            return await handler(request)
+        return await handler(await self._adrive(self._model_call_core(request)))
+
+    def after_model(self, state: AgentState[Any], runtime: Any) -> None:
+        """Stores a final answer at once (a tool call waits for its results)."""
+        if self.memory != "none":
+            self._drive(self._after_core(state, final=False))
+
+    def after_agent(self, state: AgentState[Any], runtime: Any) -> None:
+        """Stores whatever the run added and is not stored yet."""
+        if self.memory != "none":
+            self._drive(self._after_core(state, final=True))
+
+    async def aafter_model(self, state: AgentState[Any], runtime: Any) -> None:
+        """Async :meth:`after_model`."""
+        if self.memory != "none":
+            await self._adrive(self._after_core(state, final=False))
+
+    async def aafter_agent(self, state: AgentState[Any], runtime: Any) -> None:
+        """Async :meth:`after_agent`."""
+        if self.memory != "none":
+            await self._adrive(self._after_core(state, final=True))
+
+    # -- the LangGraph nodes (redis_mem.langgraph) -------------------------------
+
+    def load_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """Stores the state's new messages; the update replacing them by the
+        session's context (for a plain StateGraph node)."""
+        if self.memory == "none":
+            return {}
+        return self._drive(self._state_core(state))
+
+    async def aload_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """Async :meth:`load_state`."""
+        if self.memory == "none":
+            return {}
+        return await self._adrive(self._state_core(state))
+
+    def model_input(self, state: Dict[str, Any]) -> List[BaseMessage]:
+        """Stores the state's new messages; the session's context to call the
+        model with, the state left unchanged (nothing replayed into streams)."""
+        if self.memory == "none":
+            return list(state.get("messages") or [])
+        return self._drive(self._input_core(state))
+
+    async def amodel_input(self, state: Dict[str, Any]) -> List[BaseMessage]:
+        """Async :meth:`model_input`."""
+        if self.memory == "none":
+            return list(state.get("messages") or [])
+        return await self._adrive(self._input_core(state))
+
+    def store_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """Stores what the state holds and the session lacks."""
+        if self.memory != "none":
+            self._drive(self._after_core(state, final=True))
+        return {}
+
+    async def astore_state(self, state: Dict[str, Any]) -> Dict[str, Any]:
+        """Async :meth:`store_state`."""
+        if self.memory != "none":
+            await self._adrive(self._after_core(state, final=True))
+        return {}
+
+
+def _drive(core: Core[T], do: Callable[[Op], Any]) -> T:
+    """Runs ``core``, answering each I/O request with ``do`` (exceptions are
+    thrown into the core)."""
+    try:
+        op = next(core)
+        while True:
+            try:
+                result = do(op)
+            except Exception as err:
+                op = core.throw(err)
+                continue
+            op = core.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def _adrive(core: Core[T], do: Callable[[Op], Awaitable[Any]]) -> T:
+    """:func:`_drive` with an async ``do``."""
+    try:
+        op = next(core)
+        while True:
+            try:
+                result = await do(op)
+            except Exception as err:
+                op = core.throw(err)
+                continue
+            op = core.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

@@ -1,71 +1,125 @@
 """redis-mem-migrate: move the chat memory of the stores redis-mem replaces
-into redis-mem sessions.
+into redis-mem sessions, losing nothing.
 
 Sources (--from):
-  user-memory      client-side `user_memory_*` JSON strings (below)
+  user-memory      client-side `user_memory_<id>` JSON strings (below)
   langchain        langchain-community RedisChatMessageHistory lists,
-                   `message_store:<session>` (--pattern)
+                   `message_store:<id>`
   langchain-redis  langchain-redis per-message JSON documents,
-                   `chat:<session>:<ULID>` (--prefix)
+                   `chat:<id>:<ULID>`
+  external         the seed's orchestrator conversation ids,
+                   `external:<system>:conversation:<id>` (dify, n8n, ...):
+                   each becomes the session's external id (MEM.EXTSET) with
+                   the source's remaining lifetime as its EX
 The LangChain sources become one session per session id, messages in order,
 each with its LangChain type and fields in META and its id as MSGID (see
-redis_mem.migrate_lc). Target names: --target-template with <session> (the
-session id; for user-memory the key after the pattern's prefix, also
-<suffix>) or <key> (the source key).
+redis_mem.migrate_lc).
 
-Every source: --dry-run (read and check, write nothing), a progress bar on
-stderr (a terminal, or --progress), a report (text or --json), resumable
-(--state FILE journals each finished session; a rerun skips what it lists,
-and without one a session already imported is skipped as existing), and a
-source that cannot be imported is reported failed and left untouched.
---delete-source deletes a source only after its import, and only if it did
-not change meanwhile (WATCH).
+Target names: --target-template (default `mem:{<id>}`), where <id> is the
+source key after the SOURCE PREFIX (--source-prefix; default user_memory_,
+message_store:, chat: (= --prefix), or external:<system>:conversation:),
+whatever --pattern selects: `--pattern user_memory_bob` moves
+user_memory_bob to mem:{bob}. <session> and <suffix> are other names of
+<id>; <key> is the whole source name. A key that does not start with the
+prefix, or leaves an empty id, fails (it is never given a made-up name).
 
-user-memory in detail:
-Before redis-mem, applications kept each user's memory as a JSON string:
-    user_memory_<id> = {"conversation_history": [{"role", "content",
-                        "timestamp"}...], "user_profile": {...}, "context": {...}}
-This script finds those keys (SCAN MATCH <pattern> TYPE string) and turns each
-into a session key (default `mem:{<suffix>}`) with MEM.IMPORT, which counts the
-tokens, assigns ids, applies the caps and keeps `user_profile`, `context` and
-any other member verbatim (they come back at the top level of
-`MEM.GET key FORMAT JSON`).
+What it guarantees:
+* Never overwrites a session it did not create in this run, unless
+  --replace (the report marks each `replaced` target). Two sources mapping
+  to one target: the second fails.
+* Never drops messages. A history longer than the server's default caps
+  (mem.max-messages / mem.max-tokens) is imported whole: MEM.IMPORT gets
+  MAXMSGS / MAXTOKENS large enough (up to mem.max-messages-limit /
+  mem.max-tokens-limit), and the report says the caps it set. Every import
+  is read back (MEM.GET FORMAT JSON) and compared with the source, message
+  by message; a session that would not hold every message fails and is not
+  written (a history beyond the limits, messages older than mem.max-age,
+  a tool result first without its call...). Or, with --overflow summarize,
+  the oldest messages are folded into the session summary by an LLM
+  (OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL, --langchain-model, or
+  --extractive) so that the rest fits the default caps; the report says so.
+* Timestamps: numbers are Unix time, seconds below 10^11 (fractions
+  allowed), milliseconds otherwise; ISO 8601 strings (UTC when they carry no
+  zone); all converted client-side to integer milliseconds (`ts`).
+* Lifetimes: each session gets the source's remaining TTL (PTTL, rounded up
+  to seconds; a source without expiry gives a session without one), or
+  --ttl for all.
+* --dry-run runs exactly the real run's path (validation, the import, the
+  read-back) into a temporary key beside the target, deleted at once:
+  sources and targets are left as they are and its report predicts the
+  real run's failures exactly. (The real run also imports into that
+  temporary key, verifies it, then RENAMEs it onto the target, so a
+  target never holds a half-checked session.)
+* --delete-source deletes a source only after its session was verified,
+  and only if the source did not change meanwhile (WATCH; a changed source
+  is imported again).
+* Resumable: --state FILE journals each finished source; a rerun skips
+  what it lists. A progress bar on stderr (a terminal, or --progress).
 
-A key that cannot be imported (not UTF-8, not JSON, not that shape) is
-reported as failed and left untouched; a key whose target already exists is
-skipped unless --replace. With --delete-source, a source is deleted only after
-its import succeeded, and only if it did not change meanwhile (checked under
-WATCH; a changed source is imported again). --dry-run reads and checks but
-writes nothing.
+The conversation ids (--from external) go into existing sessions or create
+empty ones; migrate them after the histories (a history's target that
+exists is otherwise skipped as existing).
 
 Examples:
     redis-mem-migrate --url redis://localhost:6379/0 --dry-run
     redis-mem-migrate --host 10.0.0.5 --port 6379 --delete-source
-    redis-mem-migrate --target-template 'chat:<suffix>' --json
+    redis-mem-migrate --pattern 'user_memory_al*' --target-template 'chat:<id>' --json
     redis-mem-migrate --from langchain --state migrate.state
-    redis-mem-migrate --from langchain-redis --prefix chat: --target-template 'mem:{<session>}'
-Template placeholders: <suffix> (the key name after the pattern's literal
-prefix, e.g. "42" for user_memory_42) and <key> (the whole source name).
-Exit status: 0 when nothing failed, 1 otherwise.
+    redis-mem-migrate --from langchain-redis --prefix chat: --target-template 'mem:{<id>}'
+    redis-mem-migrate --from external --delete-source
+Exit status: 0 when nothing failed, 1 otherwise, 2 on a usage or connection error.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
+import re
 import sys
+import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Union
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 
 import redis
 
 from . import migrate_lc as lc
+from .client import RedisMemClient
+from .summarizing import Entry, NoSummarizer, default_summarizer, langchain_summarizer
+
+__all__ = [
+    "DEFAULT_PATTERN",
+    "DEFAULT_TEMPLATE",
+    "KeyResult",
+    "Limits",
+    "Report",
+    "SOURCES",
+    "check_document",
+    "main",
+    "migrate",
+    "session_id_of",
+    "target_name",
+    "to_ms",
+]
 
 DEFAULT_PATTERN = "user_memory_*"
-DEFAULT_TEMPLATE = "mem:{<suffix>}"
-SOURCES = ("user-memory", "langchain", "langchain-redis")
+DEFAULT_PREFIX = "user_memory_"
+DEFAULT_EXTERNAL_PATTERN = "external:*:conversation:*"
+DEFAULT_TEMPLATE = "mem:{<id>}"
+SOURCES = ("user-memory", "langchain", "langchain-redis", "external")
+PLACEHOLDERS = ("<id>", "<session>", "<suffix>", "<key>")
+_PLACEHOLDER = re.compile(b"<id>|<session>|<suffix>|<key>")
 MAX_ATTEMPTS = 3
+#: Role names the module accepts (bytes).
+MAX_ROLE_BYTES = 64
+MAX_MSGID_BYTES = 128
+#: Tokens a message may carry beyond the bytes of its role, content and META
+#: (OpenAI's per-message overhead, the per-tool-call overhead): a generous
+#: bound, as every token of a BPE encoding covers at least one byte.
+OVERHEAD_PER_MESSAGE = 64
 
 MOVED = "moved"
 WOULD_MOVE = "would_move"
@@ -75,16 +129,30 @@ FAILED = "failed"
 
 @dataclass
 class KeyResult:
+    """The outcome of one source (a key, a LangChain session, an external id)."""
+
     source: str
     target: str
     status: str  # moved | would_move | skipped | failed
     reason: str = ""
-    messages: int = 0  # messages in the session after import (or in the document)
-    deleted: bool = False  # source deleted (--delete-source)
+    #: Messages in the session after import (verified), or that a dry run verified.
+    messages: int = 0
+    #: Source deleted (--delete-source), after its session was verified.
+    deleted: bool = False
+    #: The target existed before this run and was overwritten (--replace).
+    replaced: bool = False
+    #: The session TTL set (seconds; 0 = none), None when not applicable.
+    ttl: Optional[int] = None
+    #: How a history longer than the server's default caps was kept whole,
+    #: e.g. "imported whole: MAXMSGS 5000 MAXTOKENS 240000"; "" when the
+    #: defaults held it.
+    caps: str = ""
 
 
 @dataclass
 class Report:
+    """Every source's :class:`KeyResult`; ``render()`` / ``to_dict()``."""
+
     dry_run: bool
     results: List[KeyResult] = field(default_factory=list)
 
@@ -93,37 +161,59 @@ class Report:
 
     @property
     def moved(self) -> List[KeyResult]:
+        """Moved (would move, in a dry run)."""
         return self._with(WOULD_MOVE if self.dry_run else MOVED)
 
     @property
     def skipped(self) -> List[KeyResult]:
+        """Skipped (target exists, nothing to move, finished earlier)."""
         return self._with(SKIPPED)
 
     @property
     def failed(self) -> List[KeyResult]:
+        """Failed: the source is left untouched."""
         return self._with(FAILED)
 
+    @property
+    def replaced(self) -> List[KeyResult]:
+        """Moved over a session that existed before the run (--replace)."""
+        return [r for r in self.moved if r.replaced]
+
     def to_dict(self) -> Dict[str, Any]:
+        """The report as JSON-ready data (--json)."""
         return {
             "dry_run": self.dry_run,
             "moved": len(self.moved),
             "skipped": len(self.skipped),
             "failed": len(self.failed),
+            "replaced": len(self.replaced),
             "keys": [asdict(r) for r in self.results],
         }
 
     def render(self) -> str:
+        """The report as text, one line per source and a total."""
         lines = []
         for r in self.results:
             line = f"{r.status:10} {r.source} -> {r.target}"
             if r.status in (MOVED, WOULD_MOVE):
-                line += f" ({r.messages} messages{', source deleted' if r.deleted else ''})"
+                extra = [f"{r.messages} messages"]
+                if r.caps:
+                    extra.append(r.caps)
+                if r.ttl is not None:
+                    extra.append(f"ttl {r.ttl}s" if r.ttl else "no ttl")
+                if r.replaced:
+                    extra.append("would replace the existing session" if self.dry_run
+                                 else "REPLACED the existing session")
+                if r.deleted:
+                    extra.append("source deleted")
+                line += f" ({', '.join(extra)})"
             if r.reason:
                 line += f": {r.reason}"
             lines.append(line)
         verb = "would move" if self.dry_run else "moved"
         lines.append(
             f"{verb} {len(self.moved)}, skipped {len(self.skipped)}, failed {len(self.failed)}"
+            + (f", replaced {len(self.replaced)}" if self.replaced else "")
             + (" (dry run: nothing written)" if self.dry_run else "")
         )
         return "\n".join(lines)
@@ -135,44 +225,162 @@ def _b(v: Union[str, bytes]) -> bytes:
     return v if isinstance(v, bytes) else v.encode("utf-8")
 
 
+def _s(v: Any) -> Any:
+    return v.decode("utf-8") if isinstance(v, bytes) else v
+
+
 def _show(v: bytes) -> str:
     return v.decode("utf-8", "backslashreplace")
 
 
-def literal_prefix(pattern: str) -> str:
-    """The part of a SCAN pattern before its first glob character."""
-    for i, ch in enumerate(pattern):
-        if ch in "*?[\\":
-            return pattern[:i]
-    return pattern
+def session_id_of(source: bytes, prefix: str) -> bytes:
+    """The session id of a source key: what follows ``prefix``. Raises
+    ValueError when the key does not start with it or nothing follows."""
+    p = _b(prefix)
+    if not source.startswith(p):
+        raise ValueError(f"the key does not start with the source prefix {prefix!r} (see --source-prefix)")
+    rest = source[len(p):]
+    if not rest:
+        raise ValueError(f"the key leaves an empty session id after the source prefix {prefix!r}")
+    return rest
 
 
-def target_name(source: bytes, pattern: str, template: str) -> bytes:
-    prefix = _b(literal_prefix(pattern))
-    suffix = source[len(prefix):] if prefix and source.startswith(prefix) else source
-    return _b(template).replace(b"<suffix>", suffix).replace(b"<session>", suffix).replace(b"<key>", source)
+def target_name(source: bytes, session_id: bytes, template: str) -> bytes:
+    """The target key: ``template`` with <id> / <session> / <suffix> = the
+    session id and <key> = the source key."""
+    # One pass: an id that itself holds "<key>" is not substituted again.
+    return _PLACEHOLDER.sub(lambda m: source if m.group(0) == b"<key>" else session_id, _b(template))
+
+
+def to_ms(v: Any) -> int:
+    """A timestamp as Unix milliseconds: a number is seconds below 10^11
+    (fractions allowed), milliseconds otherwise; a string a number or ISO
+    8601 (UTC when it carries no zone). Raises ValueError."""
+    if isinstance(v, bool):
+        raise ValueError(f"not a timestamp: {v!r}")
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            num = float(s)
+        except ValueError:
+            num = None
+        if num is None:
+            iso = s[:-1] + "+00:00" if s[-1:] in ("Z", "z") else s
+            try:
+                dt = datetime.fromisoformat(iso)
+            except ValueError:
+                raise ValueError(f"not a timestamp: {v!r}") from None
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            return (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+        v = num
+    if isinstance(v, (int, float)):
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"not a timestamp: {v!r}")
+        ms = v * 1000 if v < 1e11 else v
+        return int(round(ms))
+    raise ValueError(f"not a timestamp: {v!r}")
 
 
 def check_document(text: str) -> Dict[str, Any]:
     """Parses and checks the client-side memory shape; raises ValueError
-    with the reason. (MEM.IMPORT checks again, authoritatively.)"""
+    with the reason. (The import, read back, is the authority.)"""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("the document is not a JSON object")
     history = doc.get("conversation_history")
     if not isinstance(history, list):
         raise ValueError("conversation_history is missing or not an array")
+    return doc
+
+
+@dataclass
+class Limits:
+    """The server's caps and limits (CONFIG GET mem.*; the module's
+    defaults when CONFIG is refused)."""
+
+    max_messages: int = 30
+    max_tokens: int = 80000
+    max_messages_limit: int = 100000
+    max_tokens_limit: int = 10000000
+    max_age: int = 0
+    max_message_bytes: int = 4194304
+
+    @classmethod
+    def read(cls, r: "redis.Redis") -> "Limits":
+        """Reads them once from the server."""
+        out = cls()
+        try:
+            got = r.config_get("mem.*")
+        except redis.ResponseError:
+            return out
+        conf = {_s(k): _s(v) for k, v in got.items()}
+        for name in ("max_messages", "max_tokens", "max_messages_limit", "max_tokens_limit",
+                     "max_age", "max_message_bytes"):
+            val = conf.get("mem." + name.replace("_", "-"))
+            if val is not None:
+                try:
+                    setattr(out, name, int(val))
+                except ValueError:
+                    pass
+        return out
+
+
+def prepare_history(history: List[Any], limits: Limits) -> List[Tuple[str, str]]:
+    """Checks each message as the module will and converts its timestamp
+    to integer ms (``ts``), in place. Returns the (role, content) pairs the
+    session must hold. Raises ValueError with the reason."""
+    expected = []
     for i, m in enumerate(history):
         if not isinstance(m, dict):
             raise ValueError(f"conversation_history[{i}] is not an object")
-        if not isinstance(m.get("role"), str) or not m["role"]:
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not role:
             raise ValueError(f"conversation_history[{i}].role is not a non-empty string")
-        if not isinstance(m.get("content"), str):
+        if not isinstance(content, str):
             raise ValueError(f"conversation_history[{i}].content is not a string")
-    return doc
+        try:
+            nbytes = len(role.encode("utf-8")), len(content.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"conversation_history[{i}] holds a lone surrogate (\\ud800-\\udfff escape): "
+                             "not valid UTF-8") from None
+        if nbytes[0] > MAX_ROLE_BYTES:
+            raise ValueError(f"conversation_history[{i}].role is over {MAX_ROLE_BYTES} bytes")
+        if nbytes[1] > limits.max_message_bytes:
+            raise ValueError(f"conversation_history[{i}].content is {nbytes[1]} bytes, over "
+                             f"mem.max-message-bytes ({limits.max_message_bytes})")
+        if "meta" in m and m["meta"] is not None and not isinstance(m["meta"], dict):
+            raise ValueError(f"conversation_history[{i}].meta is not an object")
+        if m.get("msgid") is not None and (not isinstance(m["msgid"], str)
+                                           or len(m["msgid"].encode("utf-8", "surrogatepass")) > MAX_MSGID_BYTES):
+            raise ValueError(f"conversation_history[{i}].msgid is not a string of at most {MAX_MSGID_BYTES} bytes")
+        ts = m.get("ts")
+        stamp = m.pop("timestamp", None)
+        try:
+            if ts is not None and not isinstance(ts, bool) and isinstance(ts, int):
+                m["ts"] = to_ms(ts) if ts < 1e11 else ts
+            elif ts is not None:
+                m["ts"] = to_ms(ts)
+            elif stamp is not None:
+                m["ts"] = to_ms(stamp)
+        except ValueError as e:
+            raise ValueError(f"conversation_history[{i}]: {e}") from None
+        expected.append((role, content))
+    return expected
+
+
+def _encode(doc: Dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the document holds a lone surrogate (a \\ud800-\\udfff escape): not valid UTF-8") from None
+    except ValueError as e:  # NaN/Infinity are refused by allow_nan? (kept) / circular
+        raise ValueError(f"cannot be encoded: {e}") from None
 
 
 def _reply_map(reply: Any) -> Dict[str, Any]:
@@ -184,16 +392,231 @@ def _reply_map(reply: Any) -> Dict[str, Any]:
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in items}
 
 
-def _import(r: "redis.Redis", target: bytes, value: bytes, replace: bool,
-            model: Optional[str], ttl: Optional[int]) -> Dict[str, Any]:
-    args: List[Any] = ["MEM.IMPORT", target, value]
-    if replace:
-        args.append("REPLACE")
-    if model:
-        args += ["MODEL", model]
+def _hash_tag(key: bytes) -> Optional[bytes]:
+    start = key.find(b"{")
+    if start < 0:
+        return None
+    end = key.find(b"}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1:end]
+
+
+def _scratch_key(target: bytes) -> bytes:
+    """A temporary key in the target's cluster slot."""
+    tail = b"~redis-mem-migrate~" + uuid.uuid4().hex.encode()
+    if _hash_tag(target) is not None or b"{" in target or b"}" in target:
+        return target + tail
+    return b"{" + target + b"}" + tail
+
+
+def ttl_of(r: "redis.Redis", keys: Sequence[bytes]) -> Optional[int]:
+    """The remaining lifetime of a source (its longest-lived key), in whole
+    seconds rounded up; 0 when one has no expiry; None when all are gone."""
+    best: Optional[int] = None
+    for k in keys:
+        p = int(r.pttl(k))
+        if p == -2:
+            continue
+        if p == -1:
+            return 0
+        sec = max(1, math.ceil(p / 1000))
+        best = sec if best is None else max(best, sec)
+    return best
+
+
+@dataclass
+class _Run:
+    """What one migration run shares: options, the server's limits, and the
+    targets it created (target -> source)."""
+
+    r: "redis.Redis"
+    dry_run: bool
+    delete_source: bool
+    replace: bool
+    model: Optional[str]
+    ttl: Optional[int]
+    maxage: Optional[int]
+    limits: Limits
+    created: Dict[bytes, str] = field(default_factory=dict)
+    #: "whole" (raise the caps) or "summarize" (fold what is over the
+    #: default caps into the session summary with ``summarize_fn``).
+    overflow: str = "whole"
+    summarize_fn: Optional[Callable[[Optional[str], Sequence[Any]], str]] = None
+
+
+def _caps(run: _Run, n: int, doc_bytes: int) -> Tuple[List[Any], str]:
+    """MEM.IMPORT options that keep a history of n messages whole."""
+    lim = run.limits
+    args: List[Any] = []
+    if n > lim.max_messages:
+        if n > lim.max_messages_limit:
+            raise ValueError(f"{n} messages are more than mem.max-messages-limit ({lim.max_messages_limit}) lets "
+                             "a session hold: raise it (CONFIG SET mem.max-messages-limit) to import it whole")
+        args += ["MAXMSGS", n]
+    bound = doc_bytes + OVERHEAD_PER_MESSAGE * n
+    if bound > lim.max_tokens:
+        args += ["MAXTOKENS", min(bound, lim.max_tokens_limit)]
+    caps = ("imported whole: " + " ".join(str(a) for a in args)) if args else ""
+    if run.maxage is not None:
+        args += ["MAXAGE", run.maxage]
+    return args, caps
+
+
+def _verify(run: _Run, key: bytes, expected: List[Tuple[str, str]]) -> str:
+    """'' when the session at ``key`` holds exactly ``expected`` (roles and
+    contents, in order), else what differs."""
+    raw = run.r.execute_command("MEM.GET", key, "FORMAT", "JSON")
+    doc = json.loads(_s(raw))
+    got = [(m.get("role"), m.get("content")) for m in doc.get("conversation_history") or []]
+    if len(got) != len(expected):
+        lead = 0
+        while lead < len(expected) and expected[lead][0] == "tool":
+            lead += 1
+        why = f"the session would hold {len(got)} of {len(expected)} messages"
+        if lead and len(got) == len(expected) - lead:
+            why += f" (the module drops the {lead} leading tool result(s) without their call)"
+        elif run.limits.max_age or run.maxage:
+            why += " (messages older than MAXAGE / mem.max-age are evicted: --maxage 0 keeps them)"
+        return why + "; nothing written"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if g != e:
+            return f"message {i + 1} reads back different from the source; nothing written"
+    return ""
+
+
+def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: bytes,
+           expected: List[Tuple[str, str]], ttl: Optional[int]) -> bool:
+    """Imports ``value`` into a temporary key, verifies it, then (real run)
+    renames it onto ``target``. Sets ``res``; True when the target now holds
+    the verified session (or would, in a dry run)."""
+    r = run.r
+    owner = run.created.get(target)
+    if owner is not None and owner != source_name:
+        res.status, res.reason = FAILED, f"{_show(target)} is already the target of {owner} in this run"
+        return False
+    ours = owner == source_name
+    if not ours and r.exists(target):
+        if not run.replace:
+            res.status, res.reason = SKIPPED, "target key exists (use --replace)"
+            return False
+        res.replaced = True
+    try:
+        caps_args, res.caps = _caps(run, len(expected), len(value))
+    except ValueError as e:
+        res.status, res.reason = FAILED, str(e)
+        return False
+    args: List[Any] = []
+    if run.model:
+        args += ["MODEL", run.model]
     if ttl is not None:
         args += ["TTL", ttl]
-    return _reply_map(r.execute_command(*args))
+        res.ttl = ttl
+    scratch = _scratch_key(target)
+    try:
+        try:
+            reply = _reply_map(r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args))
+            if "MAXTOKENS" in caps_args:
+                # The token cap was a bound (bytes + overhead): now that the
+                # module counted them, import again with the cap it needs.
+                i = caps_args.index("MAXTOKENS")
+                total = int(reply.get("total_tokens", 0))
+                if total < caps_args[i + 1] and int(reply.get("messages", 0)) == len(expected):
+                    if total <= run.limits.max_tokens:
+                        del caps_args[i:i + 2]
+                    else:
+                        caps_args[i + 1] = total
+                    r.execute_command("MEM.IMPORT", scratch, value, "REPLACE", *args, *caps_args)
+                    shown = caps_args[:caps_args.index("MAXAGE")] if "MAXAGE" in caps_args else caps_args
+                    res.caps = ("imported whole: " + " ".join(str(a) for a in shown)) if shown else ""
+        except redis.ResponseError as e:
+            msg = str(e)
+            if "unknown option" in msg and res.caps:
+                msg = (f"this module's MEM.IMPORT has no MAXMSGS/MAXTOKENS (SPEC v3), so the {len(expected)} "
+                       "messages would be cut to the default caps: upgrade the module")
+            else:
+                msg = f"MEM.IMPORT refused it: {msg}"
+            res.status, res.reason = FAILED, msg
+            return False
+        why = _verify(run, scratch, expected)
+        if why:
+            res.status, res.reason = FAILED, why
+            return False
+        res.messages = len(expected)
+        if res.caps and run.overflow == "summarize" and not _fold(run, res, scratch, expected, args):
+            return False
+        if run.dry_run:
+            res.status = WOULD_MOVE
+            run.created[target] = source_name
+            return True
+        if res.replaced or ours:
+            r.rename(scratch, target)
+        elif not r.renamenx(scratch, target):
+            res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+            return False
+        scratch = b""
+        run.created[target] = source_name
+        res.status = MOVED
+        return True
+    finally:
+        if scratch:
+            r.unlink(scratch)
+
+
+def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Tuple[str, str]], args: List[Any]) -> bool:
+    """--overflow summarize: the verified whole session in ``scratch`` gets
+    its oldest messages folded into its summary (``summarize_fn``) so that
+    the rest fits the server's default caps, then is imported again with
+    those caps and verified (the summary, and every message kept)."""
+    r, lim = run.r, run.limits
+    entries = RedisMemClient(r).get(scratch)
+    threshold = max(1, math.ceil(lim.max_messages * 0.8) - 1)
+    keep, used = 0, 0
+    for e in reversed(entries):
+        if keep >= threshold or used + e.tokens > lim.max_tokens // 2:
+            break
+        keep, used = keep + 1, used + e.tokens
+    check = RedisMemClient(r).summarize_check(scratch, keep=max(1, keep))
+    folded = [e for e in entries if not e.is_summary and e.id <= check.upto]
+    if not folded:
+        res.status, res.reason = FAILED, "the history is over the caps but nothing can be summarized (tool groups)"
+        return False
+    kept = len(expected) - len(folded)
+    res.caps = f"{len(folded)} oldest messages summarized into the session summary, {kept} kept"
+    if run.dry_run:
+        res.messages = kept
+        return True
+    if run.summarize_fn is None:
+        res.status, res.reason = FAILED, "--overflow summarize needs an LLM (see --help)"
+        return False
+    try:
+        text = str(run.summarize_fn(None, [Entry(e.id, e.role, e.content, e.ts, e.meta) for e in folded])).strip()
+        if not text:
+            raise ValueError("the LLM returned an empty summary")
+    except Exception as e:
+        res.status, res.reason = FAILED, f"the summary failed ({e}); nothing written"
+        return False
+    mem = RedisMemClient(r)
+    mem.summarize(scratch, check.upto, text)
+    doc = mem.get_json(scratch)
+    settings = doc.get("redis_mem")
+    if isinstance(settings, dict):  # back to the server's default caps
+        settings["maxmsgs"], settings["maxtokens"] = lim.max_messages, lim.max_tokens
+    maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
+    try:
+        r.execute_command("MEM.IMPORT", scratch, _encode(doc), "REPLACE", *args, *maxage)
+    except redis.ResponseError as e:
+        res.status, res.reason = FAILED, f"MEM.IMPORT refused the summarized session: {e}"
+        return False
+    why = _verify(run, scratch, expected[len(folded):])
+    back = mem.get(scratch)
+    if not why and not (back and back[0].is_summary and back[0].content == text):
+        why = "the summary reads back different; nothing written"
+    if why:
+        res.status, res.reason = FAILED, why
+        return False
+    res.messages = kept
+    return True
 
 
 def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optional[bytes]:
@@ -220,17 +643,21 @@ def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optio
             return b"" if now is None else _b(now)
 
 
-def migrate_key(
-    r: "redis.Redis",
-    source: bytes,
-    target: bytes,
-    dry_run: bool = False,
-    delete_source: bool = False,
-    replace: bool = False,
-    model: Optional[str] = None,
-    ttl: Optional[int] = None,
-) -> KeyResult:
-    res = KeyResult(_show(source), _show(target), FAILED)
+def _document(value: bytes, limits: Limits) -> Tuple[bytes, List[Tuple[str, str]]]:
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"value is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    doc = check_document(text)
+    expected = prepare_history(doc["conversation_history"], limits)
+    return _encode(doc), expected
+
+
+def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
+    """One ``user_memory_*`` key into ``target``."""
+    r = run.r
+    name = _show(source)
+    res = KeyResult(name, _show(target), FAILED)
     if target == source:
         res.reason = "the target template maps the key onto itself"
         return res
@@ -243,36 +670,17 @@ def migrate_key(
         res.status, res.reason = SKIPPED, "source key disappeared"
         return res
     value = _b(value)
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError as e:
-        res.reason = f"value is not valid UTF-8 ({e.reason} at byte {e.start})"
-        return res
-    try:
-        doc = check_document(text)
-    except ValueError as e:
-        res.reason = str(e)
-        return res
-    if not replace and r.exists(target):
-        res.status, res.reason = SKIPPED, "target key exists (use --replace)"
-        return res
-    if dry_run:
-        res.status, res.messages = WOULD_MOVE, len(doc["conversation_history"])
-        return res
-
-    overwrite = replace
+    ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
     for _attempt in range(MAX_ATTEMPTS):
         try:
-            reply = _import(r, target, value, overwrite, model, ttl)
-        except redis.ResponseError as e:
-            msg = str(e)
-            if msg.startswith("BUSYKEY") or "already exists" in msg:
-                res.status, res.reason = SKIPPED, "target key exists (use --replace)"
-            else:
-                res.reason = f"MEM.IMPORT refused it: {msg}"
+            doc_bytes, expected = _document(value, run.limits)
+        except ValueError as e:
+            res.status, res.reason = FAILED, str(e) if not res.messages else (
+                f"source changed to an invalid document after import ({e}); source kept")
             return res
-        res.status, res.messages = MOVED, int(reply.get("messages", 0))
-        if not delete_source:
+        if not _place(run, res, name, target, doc_bytes, expected, ttl):
+            return res
+        if run.dry_run or not run.delete_source:
             return res
         now = _delete_if_unchanged(r, source, value)
         if now is None:
@@ -283,57 +691,33 @@ def migrate_key(
             return res
         # The application wrote to the source meanwhile: import the new value
         # over the session this run just created, then try the delete again.
-        value, overwrite = now, True
-        try:
-            check_document(value.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            res.reason = f"source changed to an invalid document after import ({e}); source kept"
-            return res
+        value = now
     res.reason = "source kept changing during migration; source kept, session holds a recent copy"
     return res
 
 
-def migrate_unit(
-    r: "redis.Redis",
-    unit: "lc.Unit",
-    read: Callable[["redis.Redis", "lc.Unit"], Any],
-    target: bytes,
-    dry_run: bool = False,
-    delete_source: bool = False,
-    replace: bool = False,
-    model: Optional[str] = None,
-    ttl: Optional[int] = None,
-) -> KeyResult:
+def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.Unit"], Any],
+                 target: bytes) -> KeyResult:
     """One LangChain session (a list, or a group of documents) into `target`."""
+    r = run.r
     res = KeyResult(unit.session, _show(target), FAILED)
     if target in unit.keys:
         res.reason = "the target template maps the session onto one of its source keys"
         return res
     try:
         doc, snapshot = read(r, unit)
+        expected = prepare_history(doc["conversation_history"], run.limits)
+        value = _encode(doc)
     except (ValueError, redis.ResponseError) as e:
         res.reason = str(e)
         return res
     if not doc["conversation_history"]:
         res.status, res.reason = SKIPPED, "no messages"
         return res
-    if not replace and r.exists(target):
-        res.status, res.reason = SKIPPED, "target key exists (use --replace)"
+    ttl = run.ttl if run.ttl is not None else ttl_of(r, unit.keys)
+    if not _place(run, res, unit.session, target, value, expected, ttl):
         return res
-    if dry_run:
-        res.status, res.messages = WOULD_MOVE, len(doc["conversation_history"])
-        return res
-    try:
-        reply = _import(r, target, json.dumps(doc, ensure_ascii=False).encode(), replace, model, ttl)
-    except redis.ResponseError as e:
-        msg = str(e)
-        if msg.startswith("BUSYKEY") or "already exists" in msg:
-            res.status, res.reason = SKIPPED, "target key exists (use --replace)"
-        else:
-            res.reason = f"MEM.IMPORT refused it: {msg}"
-        return res
-    res.status, res.messages = MOVED, int(reply.get("messages", 0))
-    if delete_source:
+    if run.delete_source and not run.dry_run:
         with r.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(*unit.keys)
@@ -349,6 +733,75 @@ def migrate_unit(
     return res
 
 
+def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> KeyResult:
+    """One ``external:<system>:conversation:<id>`` key into the session's
+    external ids (MEM.EXTSET target system value EX <remaining lifetime>)."""
+    r = run.r
+    res = KeyResult(_show(source), _show(target) + f" [{system}]", FAILED)
+    try:
+        value = r.get(source)
+    except redis.ResponseError as e:
+        res.reason = f"not a string key ({e})"
+        return res
+    if value is None:
+        res.status, res.reason = SKIPPED, "source key disappeared"
+        return res
+    value = _b(value)
+    try:
+        cid = value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        res.reason = f"value is not valid UTF-8 ({e.reason} at byte {e.start})"
+        return res
+    if not cid:
+        res.reason = "empty conversation id"
+        return res
+    ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
+    if ttl is None:
+        res.status, res.reason = SKIPPED, "source key disappeared"
+        return res
+    ex: List[Any] = ["EX", ttl] if ttl else []  # no expiry at the source: mem.ext-ttl
+    res.ttl = ttl
+    if not ttl:
+        res.reason = "the source had no expiry: the id gets mem.ext-ttl"
+    key_exists = bool(r.exists(target))
+    if key_exists:
+        try:
+            held = _s(r.execute_command("MEM.EXTGET", target, system))
+        except redis.ResponseError as e:
+            res.reason = f"the target is not a redis-mem session ({e})"
+            return res
+        if held is not None and held != cid and not run.replace:
+            res.status, res.reason = SKIPPED, f"the session already holds another {system} id (use --replace)"
+            return res
+        res.replaced = held is not None and held != cid
+    scratch = _scratch_key(target)
+    try:
+        r.execute_command("MEM.EXTSET", scratch, system, cid, *ex)
+        ok = _s(r.execute_command("MEM.EXTGET", scratch, system)) == cid
+    except redis.ResponseError as e:
+        res.reason = f"MEM.EXTSET refused it: {e}"
+        return res
+    finally:
+        r.unlink(scratch)
+    if not ok:
+        res.reason = "the id reads back different; nothing written"
+        return res
+    res.messages = 0
+    if run.dry_run:
+        res.status = WOULD_MOVE
+        return res
+    r.execute_command("MEM.EXTSET", target, system, cid, *ex)
+    if _s(r.execute_command("MEM.EXTGET", target, system)) != cid:
+        res.reason = "the id reads back different from the source; source kept"
+        return res
+    res.status = MOVED
+    if run.delete_source:
+        res.deleted = _delete_if_unchanged(r, source, value) is None
+        if not res.deleted:
+            res.reason = "source changed during migration; source kept"
+    return res
+
+
 class Progress:
     """A progress bar on a terminal (stderr): sessions done of all, failed."""
 
@@ -359,6 +812,7 @@ class Progress:
         self.done = self.failed = 0
 
     def step(self, status: str) -> None:
+        """One more source finished with ``status``."""
         self.done += 1
         self.failed += status == FAILED
         if not self.enabled:
@@ -394,16 +848,23 @@ class Journal:
         self._f = open(path, "a", encoding="utf-8") if path else None
 
     def done_before(self, source: str) -> bool:
+        """Whether an earlier run finished ``source``."""
         return source in self.finished
 
     def record(self, res: KeyResult) -> None:
+        """Journals a finished source."""
         if self._f is not None and res.status != WOULD_MOVE:
             self._f.write(json.dumps(asdict(res)) + "\n")
             self._f.flush()
 
     def close(self) -> None:
+        """Closes the journal file."""
         if self._f is not None:
             self._f.close()
+
+
+def _failed(name: str, target: str, reason: str) -> Callable[[], KeyResult]:
+    return lambda: KeyResult(name, target, FAILED, reason)
 
 
 def migrate(
@@ -421,46 +882,104 @@ def migrate(
     state: Optional[str] = None,
     progress: Optional[bool] = False,
     progress_stream: Optional[TextIO] = None,
+    source_prefix: Optional[str] = None,
+    maxage: Optional[int] = None,
+    systems: Sequence[str] = ("dify", "n8n"),
+    overflow: str = "whole",
+    summarize_fn: Optional[Callable[[Optional[str], Sequence[Any]], str]] = None,
 ) -> Report:
-    """Migrates every session of `source` (see the module doc); returns the
-    report. ``progress``: None = a bar when stderr is a terminal."""
+    """Migrates every session of ``source`` (see the module doc) and returns
+    the report. ``pattern`` selects source keys (SCAN MATCH); the session id
+    is the key after ``source_prefix`` (default per source; ``prefix`` for
+    langchain-redis). ``ttl``: None carries each source's remaining TTL.
+    ``maxage``: MAXAGE for the sessions (None: the server's). ``systems``:
+    the orchestrators of ``source="external"``. ``overflow``: a history over
+    the server's default caps is imported ``"whole"`` (the caps raised) or,
+    with ``"summarize"``, its oldest messages are folded into the session
+    summary by ``summarize_fn(previous, entries) -> text``. ``progress``:
+    None = a bar when stderr is a terminal."""
+    if overflow not in ("whole", "summarize"):
+        raise ValueError('overflow must be "whole" or "summarize"')
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}")
+    if not any(ph in target_template for ph in PLACEHOLDERS):
+        raise ValueError("the target template must contain <id> (or <session>, <suffix>, <key>)")
+    pool = getattr(r, "connection_pool", None)
+    kw = dict(getattr(pool, "connection_kwargs", {}) or {})
+    if kw.get("decode_responses") and pool is not None:
+        # Source values may not be UTF-8: read them as bytes, on a pool of
+        # our own with the caller's connection settings.
+        kw["decode_responses"] = False
+        raw = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kw))
+        try:
+            return migrate(raw, pattern, target_template, dry_run, delete_source, replace, model, ttl, scan_count,
+                           source, prefix, state, progress, progress_stream, source_prefix, maxage, systems,
+                           overflow, summarize_fn)
+        finally:
+            raw.close()
+    run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r), overflow=overflow,
+               summarize_fn=summarize_fn)
     report = Report(dry_run=dry_run)
-    work: List[Any] = []  # (name, run() -> KeyResult)
-    if source == "user-memory":
-        pattern = pattern or DEFAULT_PATTERN
+    work: List[Tuple[str, Callable[[], KeyResult]]] = []
+    if source in ("user-memory", "external"):
+        if source == "user-memory":
+            pattern = pattern or (source_prefix + "*" if source_prefix else DEFAULT_PATTERN)
+            sp = DEFAULT_PREFIX if source_prefix is None else source_prefix
+        else:
+            pattern = pattern or DEFAULT_EXTERNAL_PATTERN
+            sp = ""
         seen = set()
         for key in r.scan_iter(match=pattern, count=scan_count, _type="string"):
             key = _b(key)
-            if key not in seen:  # SCAN may return a key twice
-                seen.add(key)
-                tgt = target_name(key, pattern, target_template)
-                work.append((_show(key), lambda k=key, t=tgt: migrate_key(
-                    r, k, t, dry_run, delete_source, replace, model, ttl)))
+            if key in seen:  # SCAN may return a key twice
+                continue
+            seen.add(key)
+            name = _show(key)
+            try:
+                if source == "user-memory":
+                    sid = session_id_of(key, sp)
+                else:
+                    parts = key.split(b":", 3)
+                    if len(parts) != 4 or parts[0] != b"external" or parts[2] != b"conversation" or not parts[3]:
+                        raise ValueError("not an external:<system>:conversation:<id> key")
+                    system = _show(parts[1])
+                    if system not in systems:
+                        continue  # another system's key: not asked for
+                    sid = session_id_of(key, source_prefix) if source_prefix else parts[3]
+            except ValueError as e:
+                work.append((name, _failed(name, "", str(e))))
+                continue
+            tgt = target_name(key, sid, target_template)
+            if source == "user-memory":
+                work.append((name, functools.partial(migrate_key, run, key, tgt)))
+            else:
+                work.append((name, functools.partial(migrate_external, run, key, system, tgt)))
         work.sort(key=lambda w: w[0])
     else:
         if source == "langchain":
-            pattern = pattern or lc.DEFAULT_LIST_PATTERN
-            units, read = lc.find_lists(r, pattern, scan_count), lc.read_list
+            sp = source_prefix if source_prefix is not None else lc.DEFAULT_LIST_PREFIX
+            pattern = pattern or sp + "*"
+            units, read = lc.find_lists(r, pattern, scan_count, prefix=sp), lc.read_list
         else:
-            pattern = prefix + "*"
-            units, read = lc.find_documents(r, prefix, scan_count), lc.read_documents
+            sp = source_prefix if source_prefix is not None else prefix
+            pattern = pattern or sp.replace("*", r"\*") + "*"
+            units, read = lc.find_documents(r, sp, scan_count, pattern=pattern), lc.read_documents
         for u in units:
-            tgt = _b(target_template).replace(b"<suffix>", _b(u.session)).replace(
-                b"<session>", _b(u.session)).replace(b"<key>", u.keys[0])
-            work.append((u.session, lambda u=u, t=tgt: migrate_unit(
-                r, u, read, t, dry_run, delete_source, replace, model, ttl)))
+            if u.error and not u.session:
+                work.append((_show(u.keys[0]), _failed(_show(u.keys[0]), "", u.error)))
+                continue
+            tgt = target_name(u.keys[0], _b(u.session), target_template)
+            work.append((u.session, functools.partial(migrate_unit, run, u, read, tgt)))
     journal = Journal(state)
     bar = Progress(len(work), progress_stream, progress)
     try:
-        for name, run in work:
+        for name, job in work:
             if journal.done_before(name):
                 row = journal.finished[name]
                 res = KeyResult(name, row.get("target", ""), SKIPPED, "finished in an earlier run (--state)",
                                 row.get("messages", 0), row.get("deleted", False))
             else:
-                res = run()
+                res = job()
                 journal.record(res)
             report.results.append(res)
             bar.step(res.status)
@@ -471,11 +990,14 @@ def migrate(
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``redis-mem-migrate`` console script."""
     p = argparse.ArgumentParser(
         prog="redis-mem-migrate",
-        description="Move user_memory_* JSON keys, LangChain message_store:* lists or langchain-redis "
-                    "documents into redis-mem sessions (MEM.IMPORT).",
-        epilog="Template placeholders: <session> (= <suffix>), <key>.",
+        description="Move user_memory_* JSON keys, LangChain message_store:* lists, langchain-redis "
+                    "documents or the seed's external:<system>:conversation:<id> keys into redis-mem "
+                    "sessions, verified, losing nothing.",
+        epilog="Target template placeholders: <id> (the key after the source prefix; = <session>, <suffix>), "
+               "<key> (the source key).",
     )
     p.add_argument("--from", dest="source", choices=SOURCES, default="user-memory",
                    help="the store to migrate from (default user-memory)")
@@ -485,27 +1007,64 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--db", type=int, default=0)
     p.add_argument("--password", default=os.environ.get("REDISCLI_AUTH"))
     p.add_argument("--pattern", default=None,
-                   help=f"SCAN MATCH pattern (default {DEFAULT_PATTERN}; langchain: {lc.DEFAULT_LIST_PATTERN})")
+                   help=f"SCAN MATCH pattern selecting the sources (default <source prefix>*; external: "
+                        f"{DEFAULT_EXTERNAL_PATTERN})")
+    p.add_argument("--source-prefix", default=None,
+                   help=f"what precedes the session id in a source key (default {DEFAULT_PREFIX}; langchain: "
+                        f"{lc.DEFAULT_LIST_PREFIX}; langchain-redis: --prefix; external: "
+                        "external:<system>:conversation:)")
     p.add_argument("--prefix", default=lc.DEFAULT_DOC_PREFIX,
                    help=f"langchain-redis key_prefix (default {lc.DEFAULT_DOC_PREFIX})")
+    p.add_argument("--systems", default="dify,n8n",
+                   help="external: the orchestrators to migrate (default dify,n8n)")
     p.add_argument("--state", metavar="FILE", help="journal of finished sessions: a rerun resumes after them")
     p.add_argument("--progress", action="store_true", default=None,
                    help="progress bar on stderr even when it is not a terminal")
     p.add_argument("--target-template", default=DEFAULT_TEMPLATE,
                    help=f"session key name (default {DEFAULT_TEMPLATE})")
-    p.add_argument("--dry-run", action="store_true", help="check and report, write nothing")
-    p.add_argument("--delete-source", action="store_true", help="delete each source after its import")
-    p.add_argument("--replace", action="store_true", help="overwrite existing target keys")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run every check and the import into a temporary key (deleted at once); "
+                        "sources and targets unchanged")
+    p.add_argument("--delete-source", action="store_true",
+                   help="delete each source once its session is verified")
+    p.add_argument("--replace", action="store_true",
+                   help="overwrite sessions that exist before the run (the report lists them)")
     p.add_argument("--model", help="MODEL for the imported sessions")
-    p.add_argument("--ttl", type=int, help="TTL (seconds) for the imported sessions; 0 = none")
+    p.add_argument("--ttl", type=int,
+                   help="TTL (seconds) for every imported session, 0 = none (default: the source's remaining TTL)")
+    p.add_argument("--maxage", type=int, help="MAXAGE (seconds) for the sessions, 0 = none (default: the server's)")
+    p.add_argument("--overflow", choices=("whole", "summarize"), default="whole",
+                   help="a history over the server's default caps: imported whole (caps raised, the default) or "
+                        "its oldest messages summarized into the session summary by an LLM (OPENAI_BASE_URL / "
+                        "OPENAI_API_KEY / OPENAI_MODEL, --langchain-model, or --extractive)")
+    p.add_argument("--langchain-model", default=None, help="--overflow summarize: e.g. openai:gpt-4o-mini")
+    p.add_argument("--extractive", action="store_true",
+                   help="--overflow summarize without an LLM: offline extractive summaries (lossy)")
     p.add_argument("--scan-count", type=int, default=500)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     a = p.parse_args(argv)
-    if not any(x in a.target_template for x in ("<suffix>", "<session>", "<key>")):
-        p.error("--target-template must contain <session>, <suffix> or <key>")
+    if not any(x in a.target_template for x in PLACEHOLDERS):
+        p.error("--target-template must contain <id> (or <session>, <suffix>, <key>)")
     if a.ttl is not None and a.ttl < 0:
         p.error("--ttl must be >= 0")
+    if a.maxage is not None and a.maxage < 0:
+        p.error("--maxage must be >= 0")
 
+    fn = None
+    if a.overflow == "summarize" and not a.dry_run:
+        try:
+            if a.langchain_model:
+                try:
+                    from langchain.chat_models import init_chat_model
+                except ImportError as e:
+                    raise NoSummarizer("--langchain-model needs LangChain: "
+                                       f"pip install 'redis-mem[langchain]' ({e})") from e
+                fn = langchain_summarizer(init_chat_model(a.langchain_model))
+            else:
+                fn = default_summarizer(allow_extractive=a.extractive)
+        except NoSummarizer as e:
+            print(f"redis-mem-migrate: error: {e}", file=sys.stderr)
+            return 2
     if a.url:
         r = redis.Redis.from_url(a.url)
     else:
@@ -525,6 +1084,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             prefix=a.prefix,
             state=a.state,
             progress=a.progress,
+            source_prefix=a.source_prefix,
+            maxage=a.maxage,
+            systems=[s for s in a.systems.split(",") if s],
+            overflow=a.overflow,
+            summarize_fn=fn,
         )
     except redis.RedisError as e:
         print(f"error: {e}", file=sys.stderr)

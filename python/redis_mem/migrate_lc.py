@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import redis
 
-DEFAULT_LIST_PATTERN = "message_store:*"
+DEFAULT_LIST_PREFIX = "message_store:"
+DEFAULT_LIST_PATTERN = DEFAULT_LIST_PREFIX + "*"
 DEFAULT_DOC_PREFIX = "chat:"
 
 _ROLE_OF_TYPE = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system", "function": "function"}
@@ -48,10 +49,10 @@ class Unit:
 def _msgid(mid: Any) -> Optional[str]:
     if not mid:
         return None
-    mid = str(mid)
-    if len(mid.encode("utf-8")) > _MAX_MSGID:
-        return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
-    return mid
+    text = str(mid)
+    if len(text.encode("utf-8")) > _MAX_MSGID:
+        return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return text
 
 
 def _empty(v: Any) -> bool:
@@ -106,16 +107,23 @@ def _decode(raw: bytes, what: str) -> Any:
 
 # -- langchain-community: message_store:<session> lists --------------------------
 
-def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int = 500) -> List[Unit]:
-    prefix = _b(pattern.split("*", 1)[0])
+def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int = 500,
+               prefix: str = DEFAULT_LIST_PREFIX) -> List[Unit]:
+    """Every list ``pattern`` matches, one session each: its id is the key
+    after ``prefix`` (a key without the prefix, or with nothing after it, is
+    a unit with an ``error``: never given a made-up id)."""
+    p = _b(prefix)
     units, seen = [], set()
     for key in r.scan_iter(match=pattern, count=count, _type="list"):
         key = _b(key)
         if key in seen:
             continue
         seen.add(key)
-        session = key[len(prefix):] if key.startswith(prefix) else key
-        units.append(Unit(session.decode("utf-8", "backslashreplace"), [key]))
+        if not key.startswith(p) or len(key) == len(p):
+            units.append(Unit("", [key], error=f"the key does not start with the source prefix {prefix!r} "
+                                                "followed by a session id (see --source-prefix)"))
+            continue
+        units.append(Unit(key[len(p):].decode("utf-8", "backslashreplace"), [key]))
     return sorted(units, key=lambda u: u.keys)
 
 
@@ -144,17 +152,21 @@ def _read_doc(r: "redis.Redis", key: bytes) -> bytes:
     raise ValueError(f"{key!r} is a {kind}, not a langchain-redis document")
 
 
-def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: int = 500) -> List[Unit]:
+def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: int = 500,
+                   pattern: Optional[str] = None) -> List[Unit]:
     """Every message document under ``prefix``, grouped by session (the key
     minus its prefix and ``:<ULID>``, checked against the document)."""
     groups: Dict[str, Unit] = {}
     seen = set()
     p = _b(prefix)
-    for key in r.scan_iter(match=prefix.replace("*", r"\*") + "*", count=count):
+    match = pattern or prefix.replace("*", r"\*") + "*"
+    for key in r.scan_iter(match=match, count=count):
         key = _b(key)
         if key in seen:
             continue
         seen.add(key)
+        if not key.startswith(p):
+            continue
         rest = key[len(p):]
         if b":" not in rest:
             continue  # not a message document (e.g. the prefix's own keys)
@@ -169,6 +181,8 @@ def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: in
 
 
 def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes, Any]]:
+    """(MEM.IMPORT document, snapshot of the source) of one langchain-redis
+    session, its messages ordered by timestamp then ULID."""
     if unit.error:
         raise ValueError(unit.error)
     rows = []
@@ -185,7 +199,9 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
             raise ValueError(f"{key!r} has no numeric timestamp")
         rows.append((float(ts), str(d.get("message_id") or key), d))
     rows.sort(key=lambda x: (x[0], x[1]))  # timestamp, then ULID (time-ordered)
-    items = [message_item(d["type"], d["data"], ts=int(ts * 1000), msgid=mid) for ts, mid, d in rows]
+    # Unix seconds (langchain-redis writes time.time()), or ms when >= 10^11.
+    items = [message_item(d["type"], d["data"], ts=int(round(ts * 1000 if ts < 1e11 else ts)), msgid=mid)
+             for ts, mid, d in rows]
     return {"conversation_history": items}, dict(unit.values)
 
 

@@ -13,8 +13,10 @@ act before they evict anything). The service:
   case an event was missed (the service was down, a reconnect, a failover);
 * per session: MEM.SUMMARIZE_BEGIN (a lease: of several services hearing the
   same event one makes the LLM call), MEM.GET, the summary (an
-  OpenAI-compatible endpoint, any LangChain chat model, or offline
-  extractive), MEM.SUMMARIZE ... LEASE. Messages appended meanwhile are kept;
+  OpenAI-compatible endpoint, any LangChain chat model, or, only with
+  --extractive, offline extractive), MEM.SUMMARIZE ... LEASE; tool calls are
+  shown to the LLM with their name and arguments. Messages appended
+  meanwhile are kept; `--concurrency N` sessions at once;
 * retries a failed LLM call with exponential backoff while its lease lasts,
   then looks at the session again after the lease (nothing is lost: the
   messages stay in the session);
@@ -24,7 +26,11 @@ act before they evict anything). The service:
 Usage:
     redis-mem-summarizer [--url redis://localhost:6379/0] [--cluster] [--keep 10]
         [--lease-ms 120000] [--sweep-interval 60] [--once KEY]
-        [--openai-base-url URL --openai-model NAME | --langchain-model provider:model]
+        [--concurrency 4] [--openai-base-url URL --openai-model NAME |
+         --langchain-model provider:model | --extractive]
+With no LLM configured it refuses to start (exit 2) unless --extractive asks
+for the offline extractive summary, which keeps only the first sentence of
+each message.
 Environment: REDIS_URL, OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL
 (default gpt-4o-mini), OPENAI_TIMEOUT (seconds, default 60).
 """
@@ -41,18 +47,21 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import redis
 
 from ._replies import _text
 from .client import RedisMemClient
 from .summarizing import (  # noqa: F401  (re-exported: the service's API)
+    NO_LLM,
     SYSTEM_PROMPT,
     Entry,
-    Summary,
+    NoSummarizer,
     SummarizeFn,
+    Summary,
     default_summarizer,
     extractive_summarize,
     langchain_summarizer,
@@ -115,7 +124,11 @@ class SummarizerWorker:
     ``llm_retries``: further attempts after a failed call, ``backoff`` seconds
     apart, doubling, while the lease leaves time. ``sweep_interval``: seconds
     between SCAN sweeps in :meth:`run`, the first at its start (0, the
-    default here: none; the console script sweeps every 60 s)."""
+    default here: none; the console script sweeps every 60 s).
+    ``concurrency``: sessions summarized at once (LLM calls in parallel; one
+    session is never handled twice at a time). ``summarize_fn`` None: an
+    OpenAI-compatible endpoint from the environment, else
+    :class:`NoSummarizer` is raised unless ``allow_extractive``."""
 
     def __init__(
         self,
@@ -130,10 +143,17 @@ class SummarizerWorker:
         llm_retries: int = 2,
         backoff: float = 1.0,
         sweep_interval: float = 0.0,
-    ):
+        concurrency: int = 1,
+        allow_extractive: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
         self.redis = client
         self.mem = RedisMemClient(client)
-        self.summarize_fn = summarize_fn or default_summarizer()
+        self.summarize_fn = summarize_fn or default_summarizer(allow_extractive)
+        self.concurrency = int(concurrency)
+        self._lock = threading.RLock()
+        self._inflight: Set[str] = set()
         self.keep = keep
         if db is None:
             db = 0 if _is_cluster(client) else client.connection_pool.connection_kwargs.get("db", 0)
@@ -150,18 +170,24 @@ class SummarizerWorker:
         self._stop = threading.Event()
         #: Sessions to look at again: a heap of (monotonic time, key), and the
         #: keys in it (each once, however many events came meanwhile).
-        self._later: List = []
-        self._queued: set = set()
+        self._later: List[Tuple[float, str]] = []
+        self._queued: Set[str] = set()
         self._events: "queue.Queue[str]" = queue.Queue()
         #: What happened, for monitoring.
         self.stats = {"llm_calls": 0, "llm_failures": 0, "committed": 0, "refused": 0, "busy": 0,
                       "sweeps": 0, "swept_due": 0, "reconnects": 0}
 
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.stats[name] += n
+
     @property
     def channel(self) -> str:
+        """The keyevent channel of mem.threshold in this worker's database."""
         return f"__keyevent@{self.db}__:{EVENT}"
 
     def stop(self) -> None:
+        """Asks :meth:`run` to return after the summary in progress."""
         self._stop.set()
 
     def nodes(self) -> List["redis.Redis"]:
@@ -177,27 +203,29 @@ class SummarizerWorker:
     def _look_again(self, key: str, lease_expires_ms: int, extra: float = 0.0) -> None:
         """Queues `key` for when the lease that expires at `lease_expires_ms`
         (server clock, Unix ms) has run out."""
-        if key in self._queued:
-            return
-        wait = max(0.0, lease_expires_ms / 1000 - time.time())
-        wait = min(wait, self.lease_ms / 1000) + self.retry_jitter + extra
-        heapq.heappush(self._later, (time.monotonic() + wait, key))
-        self._queued.add(key)
+        with self._lock:
+            if key in self._queued:
+                return
+            wait = max(0.0, lease_expires_ms / 1000 - time.time())
+            wait = min(wait, self.lease_ms / 1000) + self.retry_jitter + extra
+            heapq.heappush(self._later, (time.monotonic() + wait, key))
+            self._queued.add(key)
 
     def _due(self) -> List[str]:
         now = time.monotonic()
         keys = []
-        while self._later and self._later[0][0] <= now:
-            key = heapq.heappop(self._later)[1]
-            self._queued.discard(key)
-            keys.append(key)
+        with self._lock:
+            while self._later and self._later[0][0] <= now:
+                key = heapq.heappop(self._later)[1]
+                self._queued.discard(key)
+                keys.append(key)
         return keys
 
     def _call_once(self, previous: Optional[str], todo: Sequence[Entry], timeout: float) -> str:
-        self.stats["llm_calls"] += 1
-        out: dict = {}
+        self._count("llm_calls")
+        out: Dict[str, Any] = {}
 
-        def call():
+        def call() -> None:
             try:
                 out["text"] = self.summarize_fn(previous, todo)
             except BaseException as e:  # handed to the caller below
@@ -212,7 +240,8 @@ class SummarizerWorker:
             raise LLMTimeout(f"no summary within {timeout:.1f} s")
         if "error" in out:
             raise out["error"]
-        return out["text"]
+        text: str = out["text"]
+        return text
 
     def _call_llm(self, previous: Optional[str], todo: Sequence[Entry]) -> str:
         """The summarize function, bounded by `llm_timeout` overall, retried
@@ -243,7 +272,7 @@ class SummarizerWorker:
         if not begin.lease:
             if begin.lease_expires and begin.summarize and begin.upto:
                 # Another worker is on it; should it fail, take over.
-                self.stats["busy"] += 1
+                self._count("busy")
                 self._look_again(key, begin.lease_expires)
             return None
         previous, todo = None, []
@@ -251,7 +280,7 @@ class SummarizerWorker:
             if e.is_summary:
                 previous = e.content
             elif e.id <= begin.upto:
-                todo.append(Entry(e.id, e.role, e.content, e.ts))
+                todo.append(Entry(e.id, e.role, e.content, e.ts, e.meta))
         if not todo:
             return None
         try:
@@ -259,7 +288,7 @@ class SummarizerWorker:
         except Exception as err:
             # Nothing is lost: the messages are still there. The lease runs
             # out; then this worker (or another) tries again.
-            self.stats["llm_failures"] += 1
+            self._count("llm_failures")
             log.warning("summarizing %s failed (%s); retrying after the lease", key, err)
             self._look_again(key, begin.lease_expires, extra=self.backoff)
             return None
@@ -268,10 +297,10 @@ class SummarizerWorker:
         except redis.ResponseError as err:
             # LEASED: this worker was too slow and another took over; or the
             # session changed under the summary (trimmed, replaced).
-            self.stats["refused"] += 1
+            self._count("refused")
             log.warning("MEM.SUMMARIZE %s %s refused: %s", key, begin.upto, err)
             return None
-        self.stats["committed"] += 1
+        self._count("committed")
         done = SummaryDone(
             key, begin.upto, len(todo), result.messages, result.total_tokens,
             tokens_before=begin.total_tokens, summary_tokens=result.tokens,
@@ -301,8 +330,8 @@ class SummarizerWorker:
                         due.append(key)
                 except redis.ResponseError:
                     continue  # gone or changed type meanwhile
-        self.stats["sweeps"] += 1
-        self.stats["swept_due"] += len(due)
+        self._count("sweeps")
+        self._count("swept_due", len(due))
         return due
 
     def _listen(self, node: "redis.Redis", subscribed: threading.Event) -> None:
@@ -330,7 +359,7 @@ class SummarizerWorker:
                     elif kind == "message":
                         self._events.put(_text(msg["data"]))
             except (redis.ConnectionError, redis.TimeoutError, OSError) as err:
-                self.stats["reconnects"] += 1
+                self._count("reconnects")
                 log.warning("lost %s (%s); reconnecting in %.1f s", node, err, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 30.0)
@@ -357,14 +386,31 @@ class SummarizerWorker:
             t.start()
             listeners.append((t, ev))
 
-        def handle(key: str) -> None:
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="summarizer") if self.concurrency > 1 else None
+        futures: List["Future[None]"] = []
+
+        def work(key: str) -> None:
             try:
                 res = self.run_once(key)
             except Exception:  # keep serving other sessions
                 log.exception("summarizing %s failed", key)
                 return
+            finally:
+                with self._lock:
+                    self._inflight.discard(key)
             if res is not None and collect:
                 done.append(res)
+
+        def handle(key: str) -> None:
+            with self._lock:
+                if key in self._inflight:
+                    return  # being summarized right now: that pass covers it
+                self._inflight.add(key)
+            if pool is None:
+                work(key)
+            else:
+                futures[:] = [f for f in futures if not f.done()]
+                futures.append(pool.submit(work, key))
 
         try:
             while not all(ev.is_set() for _, ev in listeners):
@@ -400,6 +446,8 @@ class SummarizerWorker:
                 handled += 1
                 handle(key)
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # the summaries in progress are finished
             self._stop.set()
             for t, _ in listeners:
                 t.join(5)
@@ -407,14 +455,14 @@ class SummarizerWorker:
         return done
 
 
-def run_once(key: str, client: Optional["redis.Redis"] = None, **kwargs) -> Optional[SummaryDone]:
+def run_once(key: str, client: Optional["redis.Redis"] = None, **kwargs: Any) -> Optional[SummaryDone]:
     """Module-level shortcut: one summarization pass on `key`."""
     client = client or redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     return SummarizerWorker(client, **kwargs).run_once(key)
 
 
 def run(client: Optional["redis.Redis"] = None, max_events: Optional[int] = None,
-        timeout: Optional[float] = None, **kwargs) -> List[SummaryDone]:
+        timeout: Optional[float] = None, **kwargs: Any) -> List[SummaryDone]:
     """Module-level shortcut: the event loop (bounded by max_events/timeout)."""
     client = client or redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     return SummarizerWorker(client, **kwargs).run(max_events=max_events, timeout=timeout)
@@ -422,8 +470,11 @@ def run(client: Optional["redis.Redis"] = None, max_events: Optional[int] = None
 
 def _summarizer_from_args(a: argparse.Namespace) -> SummarizeFn:
     if a.langchain_model:
-        from langchain.chat_models import init_chat_model  # the langchain extra
-
+        try:
+            from langchain.chat_models import init_chat_model
+        except ImportError as e:
+            raise NoSummarizer("--langchain-model needs LangChain: pip install 'redis-mem[langchain]' "
+                               f"(and the provider's package, e.g. langchain-openai): {e}") from e
         return langchain_summarizer(init_chat_model(a.langchain_model))
     if a.openai_base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"):
         return openai_summarizer(
@@ -432,12 +483,15 @@ def _summarizer_from_args(a: argparse.Namespace) -> SummarizeFn:
             model=a.openai_model or os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
             timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
         )
-    log.warning("no LLM configured (OPENAI_BASE_URL / OPENAI_API_KEY / --langchain-model): "
-                "offline extractive summaries")
-    return extractive_summarize
+    if a.extractive:
+        log.warning("--extractive: OFFLINE EXTRACTIVE summaries (the first sentence of each message; the rest "
+                    "of what they fold in is lost)")
+        return extractive_summarize
+    raise NoSummarizer(NO_LLM)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The ``redis-mem-summarizer`` console script."""
     p = argparse.ArgumentParser(prog="redis-mem-summarizer", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default=os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
     p.add_argument("--cluster", action="store_true", help="the URL is a cluster node: serve every master")
@@ -449,6 +503,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--openai-base-url", default=None)
     p.add_argument("--openai-model", default=None)
     p.add_argument("--langchain-model", default=None, help="e.g. openai:gpt-4o-mini (init_chat_model)")
+    p.add_argument("--concurrency", type=int, default=4, help="sessions summarized at once (default 4)")
+    p.add_argument("--extractive", action="store_true",
+                   help="without an LLM, use offline extractive summaries (lossy: never used unasked)")
     p.add_argument("--max-events", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None, help="seconds to run")
     p.add_argument("--once", metavar="KEY", help="summarize one session and exit")
@@ -463,14 +520,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         client: Any = RedisCluster.from_url(a.url)
     else:
         client = redis.Redis.from_url(a.url)
-    worker = SummarizerWorker(client, summarize_fn=_summarizer_from_args(a), keep=a.keep,
-                              lease_ms=a.lease_ms, llm_retries=a.llm_retries, sweep_interval=a.sweep_interval)
+    if a.concurrency < 1:
+        p.error("--concurrency must be at least 1")
+    try:
+        fn = _summarizer_from_args(a)
+    except NoSummarizer as e:
+        print(f"redis-mem-summarizer: error: {e}", file=sys.stderr)
+        return 2
+    worker = SummarizerWorker(client, summarize_fn=fn, keep=a.keep, lease_ms=a.lease_ms,
+                              llm_retries=a.llm_retries, sweep_interval=a.sweep_interval,
+                              concurrency=a.concurrency)
     if a.once:
         res = worker.run_once(a.once)
         print(json.dumps(asdict(res) if res else None))
         return 0
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: Any) -> None:
         log.warning("signal %d: stopping after the summary in progress", signum)
         worker.stop()
 

@@ -20,6 +20,8 @@ __all__ = [
     "Entry",
     "Summary",
     "SummarizeFn",
+    "NoSummarizer",
+    "transcript",
     "default_summarizer",
     "extractive_summarize",
     "langchain_summarizer",
@@ -48,12 +50,45 @@ def split_for_summary(entries: Sequence[Message], upto: int) -> Tuple[Optional[s
     return previous, todo
 
 
+def _tool_calls(meta: Any) -> List[str]:
+    """The tool calls of a message's META (LangChain's or OpenAI's shape) as
+    ``name(arguments)``."""
+    calls = (meta or {}).get("tool_calls") if isinstance(meta, dict) else None
+    out = []
+    for c in calls or []:
+        if not isinstance(c, dict):
+            continue
+        fn = c.get("function") if isinstance(c.get("function"), dict) else None
+        name = (fn or c).get("name") or "?"
+        args: Any = fn.get("arguments") if fn else c.get("args")
+        if not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False, sort_keys=True)
+        out.append(f"{name}({args})")
+    return out
+
+
+def _line(m: Any) -> str:
+    meta = getattr(m, "meta", None)
+    calls = _tool_calls(meta)
+    if calls:
+        text = f"{m.role}: {m.content}\n" if m.content else f"{m.role}: "
+        return text + "[called " + "; ".join(calls) + "]"
+    if m.role == "tool" and isinstance(meta, dict):
+        name = meta.get("name") or meta.get("tool_call_id") or "tool"
+        return f"tool {name} returned: {m.content}"
+    return f"{m.role}: {m.content}"
+
+
 def transcript(previous: Optional[str], todo: Sequence[Any]) -> str:
-    lines = "\n".join(f"{m.role}: {m.content}" for m in todo)
+    """The user turn of the summary prompt: the previous summary and the
+    messages to fold in, tool calls shown with their name and arguments."""
+    lines = "\n".join(_line(m) for m in todo)
     return (f"Previous summary:\n{previous}\n\n" if previous else "") + f"New messages:\n{lines}"
 
 
 def summary_prompt(entries: Sequence[Message], upto: int, instructions: str = SUMMARY_PROMPT) -> List[Dict[str, str]]:
+    """The chat prompt (system instructions, then the previous summary and
+    the messages with id <= ``upto``) as OpenAI-style role/content dicts."""
     previous, todo = split_for_summary(entries, upto)
     return [
         {"role": "system", "content": instructions},
@@ -68,7 +103,8 @@ class Summary(str):
     prompt_tokens: Optional[int]
     completion_tokens: Optional[int]
 
-    def __new__(cls, text: str, prompt_tokens: Optional[int] = None, completion_tokens: Optional[int] = None):
+    def __new__(cls, text: str, prompt_tokens: Optional[int] = None,
+                completion_tokens: Optional[int] = None) -> "Summary":
         obj = super().__new__(cls, text)
         obj.prompt_tokens = prompt_tokens
         obj.completion_tokens = completion_tokens
@@ -81,12 +117,14 @@ SummarizeFn = Callable[[Optional[str], Sequence["Entry"]], str]
 
 @dataclass(frozen=True)
 class Entry:
-    """A message handed to a summarize function."""
+    """A message handed to a summarize function (``meta``: its META, where
+    tool calls and tool names are)."""
 
     id: int
     role: str
     content: str
     ts: int
+    meta: Optional[Dict[str, Any]] = None
 
 
 # --------------------------------------------------------------------------
@@ -194,9 +232,21 @@ def langchain_summarizer(model: Any, instructions: str = SUMMARY_PROMPT) -> Summ
     return summarize
 
 
-def default_summarizer() -> SummarizeFn:
-    """OpenAI-compatible endpoint when OPENAI_BASE_URL or OPENAI_API_KEY is
-    set, else the offline extractive summary."""
+class NoSummarizer(RuntimeError):
+    """No LLM is configured and the extractive fallback was not asked for."""
+
+
+NO_LLM = ("no LLM configured for summaries: set OPENAI_BASE_URL and/or OPENAI_API_KEY (an OpenAI-compatible "
+          "endpoint), or give --langchain-model provider:model; --extractive (allow_extractive=True) uses an "
+          "offline extractive summary instead, which keeps only the first sentence of each message and loses "
+          "the rest")
+
+
+def default_summarizer(allow_extractive: bool = False) -> SummarizeFn:
+    """An OpenAI-compatible endpoint when OPENAI_BASE_URL or OPENAI_API_KEY
+    is set. Otherwise the offline extractive summary if
+    ``allow_extractive``, else :class:`NoSummarizer` (an extractive summary
+    drops most of what it folds in: it is never used unasked)."""
     base = os.environ.get("OPENAI_BASE_URL")
     key = os.environ.get("OPENAI_API_KEY")
     if base or key:
@@ -206,4 +256,6 @@ def default_summarizer() -> SummarizeFn:
             model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
             timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
         )
-    return extractive_summarize
+    if allow_extractive:
+        return extractive_summarize
+    raise NoSummarizer(NO_LLM)

@@ -126,3 +126,29 @@ def test_async_conversation_ids(clean):
             await ar.aclose()
 
     assert run(main()) == (None, "c-9", "c-9")
+
+
+def test_async_get_or_create_with_an_async_factory(clean):
+    """Issue 19 finding 11: an async factory (asking the orchestrator) works."""
+    async def main():
+        ar = redis.asyncio.Redis(port=clean.port)
+        try:
+            ids = AsyncConversationIds(redis_client=ar, system="n8n")
+            calls = []
+
+            async def new_session():
+                calls.append(1)
+                await asyncio.sleep(0)
+                return "n8n-async-1"
+
+            first = await ids.get_or_create("dave", new_session)
+            again = await ids.get_or_create("dave", new_session)
+            return first, again, calls
+        finally:
+            await ar.aclose()
+
+    first, again, calls = run(main())
+    assert (first, again, calls) == ("n8n-async-1", "n8n-async-1", [1])
+    assert RedisMemClient(clean.client()).extget("mem:{dave}", "n8n") == "n8n-async-1"
+    sync = ConversationIds(system="n8n", redis_url=clean.url)
+    assert sync.get("dave") == "n8n-async-1"

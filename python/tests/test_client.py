@@ -226,7 +226,8 @@ def test_summarize_begin_and_lease(mem):
         mem.append(KEY, "user", f"message {i}", maxmsgs=6)
     b = mem.summarize_begin(KEY, 10_000, keep=2)
     assert isinstance(b, SummarizeBegin)
-    assert (b.summarize, b.upto, b.lease) == (True, 4, 1)
+    # (SPEC v3: a token is never granted twice for a key name, so not 1.)
+    assert (b.summarize, b.upto) == (True, 4) and b.lease > 0
     assert b.lease_expires > time.time() * 1000
     other = mem.summarize_begin(KEY, 10_000, keep=2)
     assert (other.lease, other.lease_expires) == (0, b.lease_expires)
@@ -372,3 +373,26 @@ def test_a_request_resent_after_a_timeout_is_stored_once(clean, auto_msgid, stor
     got = RedisMemClient(clean.client()).get(KEY)
     assert [m.content for m in got] == ["Please book the 8pm table."] * stored
     flaky.close()
+
+
+def test_is_summary_uses_the_summary_marker_when_the_module_sends_it(mem):
+    """Issue 19 item 5: a message whose role is "summary" is not the summary."""
+    from redis_mem._replies import Message as M
+
+    new = [["id", 2, "role", "summary", "content", "S", "ts", 1, "tokens", 5, "summary", 1],
+           ["id", 3, "role", "summary", "content", "a message", "ts", 1, "tokens", 5]]
+    got = M.list_from_reply(new)
+    assert [e.is_summary for e in got] == [True, False]
+    # No marker anywhere (an older module): only a first "summary" entry is it.
+    old = [x[:10] for x in new]
+    assert [e.is_summary for e in M.list_from_reply(old)] == [True, False]
+    assert [e.is_summary for e in M.list_from_reply(old[1:])] == [True]  # (ambiguous: first entry)
+    # Live: AFTER returns no summary, whatever the module version.
+    mem.append(KEY, "summary", "I am a message with a summary role")
+    mem.append(KEY, "user", "x")
+    mem.summarize(KEY, 1, "the real summary")
+    entries = mem.get(KEY)
+    assert [(e.is_summary, e.content) for e in entries] == [(True, "the real summary"), (False, "x")]
+    mem.append(KEY, "summary", "another message with that role")
+    entries = mem.get(KEY)
+    assert [e.is_summary for e in entries] == [True, False, False]

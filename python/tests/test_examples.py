@@ -16,7 +16,9 @@ EXAMPLES = os.path.join(REPO_ROOT, "examples")
 
 def run_example(name, url):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    env["REDIS_URL"] = url
+    # examples/ (not this package's) read a raw MEM.INFO reply as a RESP2
+    # array; redis-py 8 connects with RESP3 by default: pin RESP2 for them.
+    env["REDIS_URL"] = url + "?protocol=2"
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], capture_output=True, text=True,
                          timeout=120, env=env, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr

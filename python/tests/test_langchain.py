@@ -136,15 +136,22 @@ def test_settings_are_sent_and_caps_apply(clean):
     assert 0 < r.ttl(KEY) <= 300
 
 
-def test_summary_is_a_system_message_first(clean):
+def test_summary_is_the_same_message_as_the_middlewares_first(clean):
+    """Issue 19 finding 12: one summary message type everywhere."""
+    from redis_mem.middleware import RedisMemMiddleware
+
     r = clean.client()
-    h = RedisMemChatMessageHistory(KEY, r)
+    h = RedisMemChatMessageHistory(session_id="lc", redis_client=r)  # langchain-redis names
+    assert h.key == KEY
     h.add_messages([HumanMessage(f"question {i}") for i in range(4)])
     RedisMemClient(r).summarize(KEY, 2, "User asked two questions.")
     got = h.messages
-    assert isinstance(got[0], SystemMessage)
+    assert isinstance(got[0], HumanMessage)
     assert got[0].content == DEFAULT_SUMMARY_PREFIX + "User asked two questions."
-    assert got[0].response_metadata["redis_mem"]["summary_upto"] == 2
+    assert got[0].additional_kwargs["lc_source"] == "summarization"
+    assert got[0].additional_kwargs["redis_mem"]["summary_upto"] == 2
+    mw = RedisMemMiddleware(r)
+    assert mw._context(KEY, RedisMemClient(r).get(KEY))[0] == got[0]
     assert got[1:] == [HumanMessage("question 2"), HumanMessage("question 3")]
     no_summary = RedisMemChatMessageHistory(KEY, r, include_summary=False)
     assert no_summary.messages == [HumanMessage("question 2"), HumanMessage("question 3")]
@@ -160,8 +167,8 @@ def test_context_for_budget(clean):
     summary, rest = entries[0], entries[1:]
     budget = summary.tokens + sum(m.tokens for m in rest[-3:])
     ctx = h.context_for_budget(budget)
-    assert ctx[0] == SystemMessage("Earlier the user asked questions 0 to 2.",
-                                   response_metadata=ctx[0].response_metadata)
+    assert ctx[0].content == "Earlier the user asked questions 0 to 2."
+    assert ctx[0].additional_kwargs["lc_source"] == "summarization"
     assert [m.content for m in ctx[1:]] == ["question number 5", "question number 6",
                                             "question number 7"]
     # One token less: one message fewer (contiguous newest run).

@@ -85,3 +85,31 @@ def test_state_graph_async(clean):
     out = asyncio.run(main())
     assert out["messages"][-1].content == "You said: ok"
     assert len(RedisMemClient(clean.client()).get("mem:{graph}")) == 6
+
+
+def test_model_input_streams_nothing_but_what_is_new(r):
+    """Class 13: the graph recipe with the context given in the model node."""
+    from langgraph.graph import END, START, StateGraph
+
+    model = ScriptedModel(respond=calculator_script, prompts=[])
+    memory = SessionMemory(r, budget=4000)
+
+    def agent(state):
+        return {"messages": [model.invoke(memory.model_input(state))]}
+
+    g = StateGraph(MemoryState)
+    g.add_node("agent", agent)
+    g.add_node("tools", ToolNode([add]))
+    g.add_node("append", memory.append)
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition, {"tools": "tools", END: "append"})
+    g.add_edge("tools", "agent")
+    g.add_edge("append", END)
+    graph = g.compile()
+    graph.invoke({"messages": [HumanMessage("My name is Alice.")]}, CFG)
+    events = list(graph.stream({"messages": [HumanMessage("add 1 2")]}, CFG, stream_mode="messages"))
+    assert [m.content for m, _ in events] == ["", "3", "The sum is 3."]
+    assert [m.content for m in model.prompts[-1]] == ["My name is Alice.", "You said: My name is Alice.",
+                                                     "add 1 2", "", "3"]
+    assert [e.content for e in RedisMemClient(r).get("mem:{graph}")] == [
+        "My name is Alice.", "You said: My name is Alice.", "add 1 2", "", "3", "The sum is 3."]

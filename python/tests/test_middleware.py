@@ -110,10 +110,16 @@ def test_a_retried_step_stores_nothing_twice(r):
     # crash that lost the checkpoint): the same message ids, so MSGID makes
     # the module keep one copy of each.
     state = {"messages": model.prompts[-1][1:] + [AIMessage("The sum is 2.", id=before[-1][1])]}
-    RunnableLambda(lambda s: mw.before_model(s, None)).invoke(state, cfg())
-    RunnableLambda(lambda s: mw.after_agent(s, None)).invoke(state, cfg())
+    for retry in (mw, RedisMemMiddleware(r)):  # the same process, a new one
+        RunnableLambda(lambda s: retry.load_state(s)).invoke(state, cfg())
+        RunnableLambda(lambda s: retry.after_agent(s, None)).invoke(state, cfg())
+        assert [(e.id, e.msgid) for e in stored(r)] == before
+    # Sent again without the knowledge of what is stored: MSGID dedupes.
+    blind = RedisMemMiddleware(r)
+    blind._mark("mem:{alice}", [])
+    RunnableLambda(lambda s: blind.after_agent(s, None)).invoke(state, cfg())
     assert [(e.id, e.msgid) for e in stored(r)] == before
-    assert mw.stats["duplicates"] == 8  # both hooks resent all four
+    assert blind.stats["duplicates"] == 4
     # A client resending the turn: its message is not stored twice either.
     agent.invoke({"messages": [HumanMessage("add 1 1", id="turn-1")]}, cfg())
     assert [e.msgid for e in stored(r)].count("turn-1") == 1
@@ -145,8 +151,8 @@ def test_summarize_at_limit_inline_under_a_lease(r):
     assert not any("Here is a summary" in e.content for e in stored(r))
 
 
-def test_without_a_summary_model_the_summary_is_left_to_the_service(r):
-    mw = RedisMemMiddleware(r, maxmsgs=10, keep=2)
+def test_with_summary_service_the_summary_is_left_to_the_service(r):
+    mw = RedisMemMiddleware(r, maxmsgs=10, keep=2, summary_service=True)
     agent, _ = agent_with(mw)
     for i in range(6):
         agent.invoke({"messages": [HumanMessage(f"question {i}")]}, cfg())
@@ -214,9 +220,13 @@ def test_redis_stopped_and_started_mid_conversation(own_server):
     srv.start_again()  # an empty server: --save ''
     agent.invoke({"messages": [HumanMessage("Still there?")]}, cfg())
     assert not mw.degraded
-    # What was said while Redis was down was written first, in order.
+    # Every turn the local memory held is written first, in order: those said
+    # while Redis was down and those before it, which the restarted server
+    # (no persistence) lost (issue 19 finding 6).
     contents = [e.content for e in stored(r)]
-    assert contents[:4] == ["add 1 2", "", "3", "The sum is 3."], contents
+    assert contents[:6] == ["My name is Alice.", "You said: My name is Alice.",
+                            "add 1 2", "", "3", "The sum is 3."], contents
+    assert mw.stats["resent"] == 6
     assert contents[-2:] == ["Still there?", "You said: Still there?"]
 
 

@@ -69,9 +69,9 @@ def test_dry_run_changes_nothing(clean):
     assert "not valid JSON" in by["user_memory_badjson"].reason
     assert by["user_memory_noshape"].status == mig.FAILED
     assert by["user_memory_binary"].status == mig.FAILED and "UTF-8" in by["user_memory_binary"].reason
-    # The module's stricter checks are only known on a real run.
-    assert by["user_memory_longrole"].status == mig.WOULD_MOVE
-    assert [x.source for x in report.moved] == ["user_memory_alice", "user_memory_longrole"]
+    # The dry run predicts the real run's failures exactly (finding 3).
+    assert by["user_memory_longrole"].status == mig.FAILED
+    assert [x.source for x in report.moved] == ["user_memory_alice"]
 
 
 def test_real_run_moves_keys_and_keeps_failures_untouched(clean):
@@ -83,7 +83,7 @@ def test_real_run_moves_keys_and_keeps_failures_untouched(clean):
     assert {x.source for x in report.moved} == {"user_memory_alice", "user_memory_bob"}
     assert all(x.deleted for x in report.moved)
     assert {x.source for x in report.failed} == set(BAD)
-    assert "MEM.IMPORT refused" in by["user_memory_longrole"].reason
+    assert "over 64 bytes" in by["user_memory_longrole"].reason
     assert report.skipped == []
 
     # Moved: sources gone, sessions there with profile/context kept.
@@ -131,7 +131,8 @@ def test_sources_kept_without_delete_and_rerun_skips(clean):
 def test_custom_pattern_and_template(clean):
     r = clean.client()
     r.set("legacy:mem:42", json.dumps(BOB))
-    report = mig.migrate(r, pattern="legacy:mem:*", target_template="chat:<suffix>:from:<key>")
+    report = mig.migrate(r, pattern="legacy:mem:*", source_prefix="legacy:mem:",
+                         target_template="chat:<suffix>:from:<key>")
     assert [(x.source, x.target, x.status) for x in report.results] == [
         ("legacy:mem:42", "chat:42:from:legacy:mem:42", mig.MOVED)]
     assert RedisMemClient(r).get("chat:42:from:legacy:mem:42")[0].content == "hi"
@@ -147,7 +148,7 @@ def test_cli_dry_run_then_real_run(clean):
         capture_output=True, text=True, timeout=60)
     assert dry.returncode == 1, dry.stderr  # failures in the report
     rep = json.loads(dry.stdout)
-    assert (rep["dry_run"], rep["moved"], rep["skipped"], rep["failed"]) == (True, 3, 0, 3)
+    assert (rep["dry_run"], rep["moved"], rep["skipped"], rep["failed"]) == (True, 2, 0, 4)
     assert snapshot(r) == before
 
     real = subprocess.run(
@@ -175,19 +176,19 @@ def test_delete_source_reimports_a_source_changed_meanwhile(clean, monkeypatch):
     r.set("user_memory_carol", json.dumps(BOB))
     newer = dict(BOB, conversation_history=BOB["conversation_history"] + [
         {"role": "assistant", "content": "written by the old app meanwhile"}])
-    real_import = mig._import
+    real_place = mig._place
     calls = []
 
-    def import_then_app_writes(*args):
-        out = real_import(*args)
-        calls.append(args[3])  # replace flag
+    def import_then_app_writes(run, res, name, target, *args):
+        out = real_place(run, res, name, target, *args)
+        calls.append(target in run.created)
         if len(calls) == 1:  # the old application writes right after our import
             r.set("user_memory_carol", json.dumps(newer))
         return out
 
-    monkeypatch.setattr(mig, "_import", import_then_app_writes)
+    monkeypatch.setattr(mig, "_place", import_then_app_writes)
     report = mig.migrate(r, delete_source=True)
-    assert calls == [False, True]
+    assert calls == [True, True]
     assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)]
     assert not r.exists("user_memory_carol")
     msgs = RedisMemClient(r).get("mem:{carol}")

@@ -123,14 +123,14 @@ def test_messages_appended_during_summarization_are_kept(clean):
 def test_run_once(clean):
     r = clean.client(decode_responses=False)
     mem = RedisMemClient(r)
-    assert sw.run_once(KEY, client=r, keep=2) is None  # no session
+    assert sw.run_once(KEY, client=r, keep=2, allow_extractive=True) is None  # no session
     for i in range(1, 5):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
-    assert sw.run_once(KEY, client=r, keep=2) is None  # below the threshold (5)
+    assert sw.run_once(KEY, client=r, keep=2, allow_extractive=True) is None  # below the threshold (5)
     mem.append(KEY, "user", "m5")
     res = sw.run_once(KEY, client=r, keep=2, summarize_fn=sw.extractive_summarize)
     assert (res.upto, res.summarized, res.messages) == (3, 3, 2)
-    assert sw.run_once(KEY, client=r, keep=2) is None  # done already
+    assert sw.run_once(KEY, client=r, keep=2, allow_extractive=True) is None  # done already
     # Next round folds the previous summary in.
     for i in range(6, 9):
         mem.append(KEY, "assistant", f"m{i}")
@@ -248,7 +248,7 @@ def test_a_timed_out_llm_call_is_taken_over_by_another_worker(clean):
 
 
 def test_run_stops_on_timeout_without_events(clean):
-    worker = sw.SummarizerWorker(clean.client(), keep=2)
+    worker = sw.SummarizerWorker(clean.client(), keep=2, allow_extractive=True)
     start = time.monotonic()
     assert worker.run(timeout=1.0) == []
     assert time.monotonic() - start < 20
@@ -263,7 +263,7 @@ def test_extractive_summary_is_bounded_and_offline():
     assert "- user: Sentence number 199 is here." in text
     assert "Second sentence" not in text
     assert "earlier messages omitted" in text
-    assert sw.default_summarizer() is sw.extractive_summarize
+    assert sw.default_summarizer(allow_extractive=True) is sw.extractive_summarize
 
 
 class _Stub(BaseHTTPRequestHandler):
@@ -325,11 +325,83 @@ def test_cli_once(clean):
     for i in range(1, 7):
         mem.append(KEY, "user", f"m{i}", maxmsgs=6)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    # No LLM configured: it refuses to start, saying how to configure one
+    # (issue 19 finding 9: no silent extractive fallback).
+    refused = subprocess.run([SCRIPT, "--url", clean.url, "--once", KEY, "--keep", "3"],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 2 and "no LLM configured" in refused.stderr
+    assert "--extractive" in refused.stderr and "OPENAI_BASE_URL" in refused.stderr
+    assert not mem.get(KEY)[0].is_summary
     out = subprocess.run(
-        [SCRIPT, "--url", clean.url,
+        [SCRIPT, "--url", clean.url, "--extractive",
          "--once", KEY, "--keep", "3"],
         capture_output=True, text=True, timeout=60, env=env,
     )
     assert out.returncode == 0, out.stderr
+    assert "OFFLINE EXTRACTIVE" in out.stderr
     assert json.loads(out.stdout)["upto"] == 3
     assert mem.get(KEY)[0].id == 3
+
+
+def test_no_llm_and_no_extractive_is_a_clear_error(clean):
+    with pytest.raises(sw.NoSummarizer, match="no LLM configured"):
+        sw.SummarizerWorker(clean.client(), keep=2)
+
+
+def test_concurrency_summarizes_due_sessions_at_once(clean):
+    """Issue 19 finding 9: 5 sessions due at once, each LLM call 0.6 s."""
+    r = clean.client()
+    mem = RedisMemClient(r)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def slow(previous, msgs):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.6)
+        with lock:
+            running[0] -= 1
+        return f"summary of {len(msgs)}"
+
+    worker = sw.SummarizerWorker(r, summarize_fn=slow, keep=2, concurrency=5)
+    t, out = start_worker(worker, timeout=6.0)
+    started = time.monotonic()
+    keys = [f"mem:{{c{i}}}" for i in range(5)]
+    for i in range(1, 7):
+        for k in keys:
+            mem.append(k, "user", f"m{i}", maxmsgs=6)
+    while time.monotonic() - started < 5 and not all(mem.get(k)[0].is_summary for k in keys):
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    worker.stop()
+    t.join(10)
+    assert all(mem.get(k)[0].is_summary for k in keys)
+    assert peak[0] >= 4, peak  # in parallel, not one after another
+    assert elapsed < 5 * 0.6, elapsed
+
+
+def test_the_prompt_shows_tool_calls_with_name_and_arguments(clean):
+    r = clean.client()
+    mem = RedisMemClient(r)
+    mem.append(KEY, "user", "weather in Lisbon?")
+    mem.append(KEY, "assistant", "", meta={"tool_calls": [
+        {"id": "c1", "name": "get_weather", "args": {"city": "Lisbon"}}]})
+    mem.append(KEY, "tool", "sunny, 24 C", meta={"tool_call_id": "c1", "name": "get_weather"})
+    mem.append(KEY, "assistant", "", meta={"tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": "book", "arguments": '{"seat": "12A"}'}}]})
+    mem.append(KEY, "tool", "booked", meta={"tool_call_id": "c2"})
+    for i in range(3):
+        mem.append(KEY, "user", f"more {i}", maxmsgs=8)
+    seen = []
+
+    def capture(previous, msgs):
+        from redis_mem.summarizing import transcript
+        seen.append(transcript(previous, msgs))
+        return "summary"
+
+    assert sw.SummarizerWorker(r, summarize_fn=capture, keep=2).run_once(KEY) is not None
+    text = seen[0]
+    assert 'assistant: [called get_weather({"city": "Lisbon"})]' in text
+    assert "tool get_weather returned: sunny, 24 C" in text
+    assert 'assistant: [called book({"seat": "12A"})]' in text
+    assert "tool c2 returned: booked" in text

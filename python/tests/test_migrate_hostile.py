@@ -1,0 +1,304 @@
+"""Issue 19, findings 1-3 and 11: the migration on hostile data, against the
+real module. It never renames from the pattern, never overwrites what it did
+not create, never drops messages, keeps timestamps and lifetimes, predicts
+its failures in the dry run, and deletes only verified sources."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+import redis_mem.migrate as mig
+from redis_mem import RedisMemClient
+
+from test_migrate_langchain import write_community
+
+
+def doc(*contents, **extra):
+    return json.dumps({"conversation_history": [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": c} for i, c in enumerate(contents)], **extra})
+
+
+def module_has_import_caps(r) -> bool:
+    try:
+        r.execute_command("MEM.IMPORT", "probe:{caps}", '{"conversation_history":[]}', "MAXMSGS", 100)
+    except redis.ResponseError as e:
+        if "unknown option" in str(e):
+            return False
+        raise
+    r.delete("probe:{caps}")
+    return True
+
+
+def statuses(report):
+    return {x.source: (x.status.replace(mig.WOULD_MOVE, mig.MOVED), x.reason) for x in report.results}
+
+
+# -- finding 1: the target name ------------------------------------------------
+
+def test_target_is_the_id_after_the_source_prefix_whatever_the_pattern(r):
+    r.set("user_memory_alice", doc("I am Alice"))
+    r.set("user_memory_bob", doc("I am Bob"))
+    one = mig.migrate(r, pattern="user_memory_bob", replace=True)
+    assert [(x.source, x.target, x.status) for x in one.results] == [("user_memory_bob", "mem:{bob}", mig.MOVED)]
+    glob = mig.migrate(r, pattern="user_memory_al*")
+    assert [(x.source, x.target) for x in glob.results] == [("user_memory_alice", "mem:{alice}")]
+    assert not r.exists("mem:{}") and not r.exists("mem:{ice}")
+    assert RedisMemClient(r).get("mem:{bob}")[0].content == "I am Bob"
+
+
+def test_an_id_holding_a_placeholder_is_not_substituted_again(r):
+    r.set("user_memory_<key>", doc("tricky"))
+    rep = mig.migrate(r, target_template="chat:<id>:of:<key>")
+    assert [(x.target, x.status) for x in rep.results] == [("chat:<key>:of:user_memory_<key>", mig.MOVED)]
+
+
+def test_a_key_outside_the_prefix_or_with_an_empty_id_fails_and_is_kept(r):
+    r.set("user_memory_", doc("nobody"))
+    r.set("legacy_1", doc("x"))
+    rep = mig.migrate(r, pattern="*", delete_source=True)
+    by = {x.source: x for x in rep.results}
+    assert by["user_memory_"].status == mig.FAILED and "empty session id" in by["user_memory_"].reason
+    assert by["legacy_1"].status == mig.FAILED and "source prefix" in by["legacy_1"].reason
+    assert r.exists("user_memory_", "legacy_1") == 2
+    assert [k for k in r.scan_iter("mem:*")] == []
+
+
+def test_never_overwrites_a_session_it_did_not_create_unless_replace(r):
+    mem = RedisMemClient(r)
+    mem.append("mem:{carol}", "user", "the live session")
+    r.set("user_memory_carol", doc("old history"))
+    rep = mig.migrate(r, delete_source=True)
+    assert [(x.status, x.reason, x.deleted) for x in rep.results] == [
+        (mig.SKIPPED, "target key exists (use --replace)", False)]
+    assert [m.content for m in mem.get("mem:{carol}")] == ["the live session"]
+    assert r.exists("user_memory_carol")
+    dry = mig.migrate(r, replace=True, dry_run=True)
+    assert dry.results[0].replaced and "would replace" in dry.render()
+    assert [m.content for m in mem.get("mem:{carol}")] == ["the live session"]
+    rep = mig.migrate(r, replace=True)
+    assert rep.results[0].replaced and "REPLACED" in rep.render() and "replaced 1" in rep.render()
+    assert rep.to_dict()["replaced"] == 1
+    assert [m.content for m in mem.get("mem:{carol}")] == ["old history"]
+
+
+# -- finding 2: never truncate -----------------------------------------------
+
+def test_a_5000_message_history_is_imported_whole_or_not_at_all(r):
+    history = [f"message {i}" for i in range(5000)]
+    r.set("user_memory_huge", doc(*history))
+    dry = mig.migrate(r, dry_run=True, delete_source=True)
+    real = mig.migrate(r, delete_source=True)
+    assert statuses(dry) == statuses(real)  # the dry run predicted it exactly
+    res = real.results[0]
+    if module_has_import_caps(r):
+        assert (res.status, res.messages, res.deleted) == (mig.MOVED, 5000, True)
+        assert "MAXMSGS 5000" in res.caps and "imported whole" in real.render()
+        info = RedisMemClient(r).info("mem:{huge}")
+        # The token cap is what the history needs (or the default), not the bound.
+        assert info.maxmsgs == 5000 and info.maxtokens == max(80000, info.total_tokens)
+        got = RedisMemClient(r).get("mem:{huge}")
+        assert [m.content for m in got] == history
+    else:  # an older module: refused, nothing lost
+        assert res.status == mig.FAILED and "upgrade the module" in res.reason
+        assert not r.exists("mem:{huge}")
+        assert len(json.loads(r.get("user_memory_huge"))["conversation_history"]) == 5000
+
+
+def test_a_2000_message_langchain_list_is_imported_whole_or_not_at_all(r):
+    from langchain_core.messages import AIMessage, HumanMessage
+    msgs = [HumanMessage(f"q{i}") if i % 2 == 0 else AIMessage(f"a{i}") for i in range(2000)]
+    write_community(r, "long", msgs)
+    dry = mig.migrate(r, source="langchain", dry_run=True)
+    real = mig.migrate(r, source="langchain", delete_source=True)
+    assert statuses(dry) == statuses(real)
+    res = real.results[0]
+    if module_has_import_caps(r):
+        assert (res.status, res.messages, res.deleted) == (mig.MOVED, 2000, True)
+        assert [m.content for m in RedisMemClient(r).get("mem:{long}")] == [m.content for m in msgs]
+    else:
+        assert res.status == mig.FAILED and r.llen("message_store:long") == 2000
+
+
+def test_a_history_over_the_token_cap_gets_the_cap_it_needs(r):
+    if not module_has_import_caps(r):
+        pytest.skip("the module's MEM.IMPORT has no MAXTOKENS")
+    history = [("word " * 2000) + str(i) for i in range(60)]  # ~120k tokens > 80000
+    r.set("user_memory_wordy", doc(*history))
+    rep = mig.migrate(r)
+    res = rep.results[0]
+    info = RedisMemClient(r).info("mem:{wordy}")
+    assert res.status == mig.MOVED and info.messages == 60
+    assert info.total_tokens > 80000 and info.maxtokens == info.total_tokens
+    assert res.caps == f"imported whole: MAXMSGS 60 MAXTOKENS {info.total_tokens}"
+
+
+def test_a_leading_tool_result_fails_instead_of_being_dropped(r):
+    r.set("user_memory_tool", json.dumps({"conversation_history": [
+        {"role": "tool", "content": "orphan result"}, {"role": "user", "content": "hi"}]}))
+    dry = mig.migrate(r, dry_run=True)
+    real = mig.migrate(r, delete_source=True)
+    assert statuses(dry) == statuses(real)
+    assert real.results[0].status == mig.FAILED and "tool result" in real.results[0].reason
+    assert r.exists("user_memory_tool") and not r.exists("mem:{tool}")
+
+
+# -- finding 3: timestamps, lifetimes, the dry run's prediction ---------------
+
+def test_numeric_and_iso_timestamps_become_the_right_ms(r):
+    r.set("user_memory_ts", json.dumps({"conversation_history": [
+        {"role": "user", "content": "int s", "timestamp": 1700000000},
+        {"role": "user", "content": "float s", "timestamp": 1700000000.25},
+        {"role": "user", "content": "ms", "timestamp": 1700000000123},
+        {"role": "user", "content": "string s", "timestamp": "1700000001"},
+        {"role": "user", "content": "iso", "timestamp": "2024-05-01T10:00:00+02:00"},
+        {"role": "user", "content": "iso Z", "timestamp": "2024-05-01T10:00:02.500Z"},
+    ]}))
+    rep = mig.migrate(r)
+    assert rep.results[0].status == mig.MOVED, rep.render()
+    assert [m.ts for m in RedisMemClient(r).get("mem:{ts}")] == [
+        1700000000000, 1700000000250, 1700000000123, 1700000001000, 1714550400000, 1714557602500]
+
+
+def test_the_source_ttl_is_carried_or_the_explicit_ttl(r):
+    r.set("user_memory_short", doc("a"), ex=5000)
+    r.set("user_memory_forever", doc("b"))
+    r.set("user_memory_given", doc("c"), ex=100)
+    rep = mig.migrate(r, pattern="user_memory_[fs]*")
+    by = {x.source: x for x in rep.results}
+    assert 4990 <= by["user_memory_short"].ttl <= 5000
+    assert 4990 <= r.ttl("mem:{short}") <= 5000
+    assert by["user_memory_forever"].ttl == 0 and r.ttl("mem:{forever}") == -1
+    assert RedisMemClient(r).info("mem:{forever}").ttl == 0
+    mig.migrate(r, pattern="user_memory_given", ttl=3600)
+    assert RedisMemClient(r).info("mem:{given}").ttl == 3600 and r.ttl("mem:{given}") > 3000
+
+
+HOSTILE = {
+    "user_memory_notjson": b"{not json",
+    "user_memory_binary": b'{"conversation_history":[{"role":"user","content":"\xff\xfe"}]}',
+    "user_memory_array": b"[1, 2]",
+    "user_memory_histstr": b'{"conversation_history": "hello"}',
+    "user_memory_contentnum": b'{"conversation_history":[{"role":"user","content":42}]}',
+    "user_memory_roleint": b'{"conversation_history":[{"role":7,"content":"x"}]}',
+    "user_memory_tsbool": b'{"conversation_history":[{"role":"user","content":"x","timestamp":true}]}',
+    "user_memory_tsjunk": b'{"conversation_history":[{"role":"user","content":"x","timestamp":"yesterday"}]}',
+    "user_memory_surrogate": b'{"conversation_history":[{"role":"user","content":"a\\ud800b"}]}',
+    "user_memory_metastr": b'{"conversation_history":[{"role":"user","content":"x","meta":"no"}]}',
+    "user_memory_longrole": json.dumps({"conversation_history": [{"role": "r" * 65, "content": "x"}]}).encode(),
+    "user_memory_deep": b'{"conversation_history":[],"context":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    "user_memory_good": doc("fine", "also fine").encode(),
+}
+
+
+def test_hostile_values_fail_with_a_reason_the_dry_run_predicted_and_stay(clean):
+    r = clean.client(decode_responses=False)
+    for k, v in HOSTILE.items():
+        r.set(k, v)
+    dry = mig.migrate(r, dry_run=True, delete_source=True)
+    assert [k for k in r.scan_iter(b"mem:*")] == []
+    real = mig.migrate(r, delete_source=True)
+    assert statuses(dry) == statuses(real)
+    by = {x.source: x for x in real.results}
+    assert by["user_memory_good"].status == mig.MOVED and by["user_memory_good"].deleted
+    for k in HOSTILE:
+        if k == "user_memory_good":
+            continue
+        assert by[k].status == mig.FAILED and by[k].reason, k
+        assert r.get(k) == HOSTILE[k], k
+    assert "UTF-8" in by["user_memory_binary"].reason
+    assert "surrogate" in by["user_memory_surrogate"].reason
+    assert [k for k in r.scan_iter("mem:*")] == [b"mem:{good}"]  # no temporary key left
+
+
+def test_a_decoding_client_is_fine_with_binary_sources(r):
+    """migrate() with a decode_responses=True client reads the values as bytes."""
+    r.set("user_memory_bin", b"\xff\xfe")
+    r.set("user_memory_ok", doc("fine"))
+    rep = mig.migrate(r)
+    assert statuses(rep) == {"user_memory_bin": (mig.FAILED, "value is not valid UTF-8 (invalid start byte at byte 0)"),
+                             "user_memory_ok": (mig.MOVED, "")}
+
+
+# -- finding 11: the seed's external conversation ids ---------------------------
+
+def test_external_ids_move_into_the_session_with_their_lifetime(clean):
+    r = clean.client(decode_responses=False)
+    mem = RedisMemClient(r)
+    r.set("user_memory_alice", doc("hi"))
+    mig.migrate(r)
+    r.set("external:dify:conversation:alice", "dify-conv-1", ex=86000)
+    r.set("external:n8n:conversation:bob", "n8n-sess-9", px=1500)
+    r.set("external:other:conversation:carol", "x")
+    r.set("external:dify:conversation:bin", b"\xff")
+    dry = mig.migrate(r, source="external", dry_run=True)
+    assert mem.extget("mem:{alice}", "dify") is None
+    rep = mig.migrate(r, source="external", delete_source=True)
+    assert statuses(dry) == statuses(rep)
+    by = {x.source: x for x in rep.results}
+    assert set(by) == {"external:dify:conversation:alice", "external:n8n:conversation:bob",
+                       "external:dify:conversation:bin"}
+    assert by["external:dify:conversation:alice"].status == mig.MOVED
+    assert by["external:dify:conversation:bin"].status == mig.FAILED
+    assert mem.extget("mem:{alice}", "dify") == "dify-conv-1"
+    assert [m.content for m in mem.get("mem:{alice}")] == ["hi"]  # the history kept
+    assert mem.extget("mem:{bob}", "n8n") == "n8n-sess-9"
+    assert not r.exists("external:dify:conversation:alice", "external:n8n:conversation:bob")
+    assert r.exists("external:other:conversation:carol", "external:dify:conversation:bin") == 2
+    time.sleep(2.2)  # the 1.5 s the source had left were carried as EX
+    assert mem.extget("mem:{bob}", "n8n") is None
+    # Another id already there: kept unless --replace.
+    r.set("external:dify:conversation:alice", "dify-conv-2", ex=100)
+    again = mig.migrate(r, source="external", pattern="external:dify:conversation:alice")
+    assert again.results[0].status == mig.SKIPPED and mem.extget("mem:{alice}", "dify") == "dify-conv-1"
+    forced = mig.migrate(r, source="external", pattern="external:dify:conversation:alice", replace=True)
+    assert forced.results[0].replaced and mem.extget("mem:{alice}", "dify") == "dify-conv-2"
+
+
+@pytest.mark.parametrize("source", ["langchain-redis"])
+def test_langchain_redis_documents_carry_their_ttl_and_ms_timestamps(r, source):
+    from test_migrate_langchain import write_langchain_redis
+    from langchain_core.messages import AIMessage, HumanMessage
+    keys = write_langchain_redis(r, "dave", [HumanMessage("q"), AIMessage("a")], t0=1_700_000_000.5)
+    for k in keys:
+        r.expire(k, 700)
+    rep = mig.migrate(r, source=source, delete_source=True)
+    res = rep.results[0]
+    assert res.status == mig.MOVED and 690 <= res.ttl <= 700 and res.deleted
+    assert [m.ts for m in RedisMemClient(r).get("mem:{dave}")] == [1700000000500, 1700000001750]
+
+
+def test_overflow_summarize_folds_the_oldest_messages_into_the_summary(r):
+    """The explicit alternative to importing whole: the report says which."""
+    if not module_has_import_caps(r):
+        pytest.skip("the module's MEM.IMPORT has no MAXMSGS")
+    history = [f"fact number {i}" for i in range(100)]
+    r.set("user_memory_long", doc(*history), ex=900)
+    folded = []
+
+    def llm(previous, entries):
+        folded.extend(entries)
+        return f"SUMMARY of {len(entries)} messages, from {entries[0].content} to {entries[-1].content}"
+
+    dry = mig.migrate(r, overflow="summarize", dry_run=True)
+    assert not folded and "summarized into the session summary" in dry.results[0].caps
+    rep = mig.migrate(r, overflow="summarize", summarize_fn=llm, delete_source=True)
+    res = rep.results[0]
+    assert res.status == mig.MOVED and res.deleted and res.caps == dry.results[0].caps
+    n = len(folded)
+    assert res.caps == f"{n} oldest messages summarized into the session summary, {100 - n} kept"
+    entries = RedisMemClient(r).get("mem:{long}")
+    assert entries[0].is_summary and entries[0].content == f"SUMMARY of {n} messages, from fact number 0 to " \
+        f"fact number {n - 1}"
+    assert [e.content for e in entries[1:]] == history[n:]
+    info = RedisMemClient(r).info("mem:{long}")
+    assert (info.maxmsgs, info.maxtokens) == (30, 80000) and info.messages == 100 - n <= 24
+    assert 890 <= r.ttl("mem:{long}") <= 900
+    # Without an LLM it fails and keeps the source.
+    r.set("user_memory_long2", doc(*history))
+    rep = mig.migrate(r, pattern="user_memory_long2", overflow="summarize", delete_source=True)
+    assert rep.results[0].status == mig.FAILED and r.exists("user_memory_long2")
+    assert not r.exists("mem:{long2}")
