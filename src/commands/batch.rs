@@ -41,6 +41,18 @@ struct Item<'a> {
     tokens: Option<u64>,
 }
 
+/// A message's content as the string replication sends (`MEM._APPLY key
+/// header content`), made by the worker for a large batch so the main
+/// thread copies none of its bytes for replicas and the AOF.
+struct Wire(RedisString);
+
+// SAFETY: created without a context (RedisModule_CreateString with a NULL
+// ctx only allocates through Redis's thread-safe allocator and copies);
+// nothing else refers to it until the main thread passes it to replication;
+// dropping it before then (a refcount decrement to zero, a free) is safe on
+// any thread.
+unsafe impl Send for Wire {}
+
 /// A batch message, checked, with its tokens.
 struct Counted {
     role: String,
@@ -52,6 +64,7 @@ struct Counted {
     /// Given by the client: not counted.
     given: Option<u64>,
     tokens: u64,
+    wire: Option<Wire>,
 }
 
 /// What a worker made of the batch: its messages counted under `encoding`,
@@ -70,8 +83,16 @@ struct Limits {
     tokens: u64,
 }
 
-fn parse(bytes: &[u8], encoding: Encoding, limits: Limits) -> Parsed {
-    let messages = parse_items(bytes, limits).map(|items| count(items, encoding));
+/// `on_worker`: the contents' replication strings are made here too.
+fn parse(bytes: &[u8], encoding: Encoding, limits: Limits, on_worker: bool) -> Parsed {
+    let messages = parse_items(bytes, limits).map(|items| count(items, encoding)).map(|mut items| {
+        if on_worker {
+            for m in &mut items {
+                m.wire = Some(Wire(RedisString::create_from_slice(std::ptr::null_mut(), m.content.as_bytes())));
+            }
+        }
+        items
+    });
     Parsed { encoding, messages, recounted: None }
 }
 
@@ -119,7 +140,7 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
     if let Some(msgid) = &item.msgid {
         crate::session::check_msgid(msgid)?;
     }
-    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, msgid: item.msgid, given: item.tokens, tokens: 0 })
+    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, msgid: item.msgid, given: item.tokens, tokens: 0, wire: None })
 }
 
 fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
@@ -135,7 +156,7 @@ fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
 /// One message of a batch: appended, or a retry of a message the session
 /// holds (or held), or of an earlier one of the batch, by msgid.
 enum Step {
-    New(Op),
+    New(Op, Option<Wire>),
     Duplicate { id: u64, tokens: u64 },
 }
 
@@ -167,7 +188,7 @@ fn steps(messages: Vec<Counted>, session: Option<&Session>, settings: &Settings,
             meta: m.meta.map(Box::from),
         };
         let msgid = m.msgid.map(Box::from);
-        steps.push(Step::New(Op::Append { now, settings: settings.clone(), message, msgid }));
+        steps.push(Step::New(Op::Append { now, settings: settings.clone(), message, msgid }, m.wire));
     }
     Ok(steps)
 }
@@ -215,7 +236,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         drop(key);
         if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, encoding);
-            Box::new(Parsed { recounted, ..parse(bytes, encoding, limits) })
+            Box::new(Parsed { recounted, ..parse(bytes, encoding, limits, true) })
         }) {
             return reply;
         }
@@ -223,7 +244,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     }
     let parsed = match output.and_then(|o| o.downcast::<Parsed>().ok()) {
         Some(p) => *p,
-        None => parse(raw.as_slice(), encoding, limits),
+        None => parse(raw.as_slice(), encoding, limits, false),
     };
     let recounted = parsed.recounted;
     let mut messages = parsed.messages.map_err(|e| err(format!("ERR {e}")))?;
@@ -233,12 +254,12 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         messages = count(messages, encoding);
     }
     let now = now_ms();
-    let steps = steps(messages, key.session(), &settings, now)?;
+    let mut steps = steps(messages, key.session(), &settings, now)?;
     // Every limit is checked before the first message goes in: a batch
     // applies whole or not at all (its ops replicate only at the end).
     if let Some(session) = key.session() {
         let added = steps.iter().filter_map(|s| match s {
-            Step::New(Op::Append { message, .. }) => Some((&*message.role, message.meta.as_deref(), &*message.content)),
+            Step::New(Op::Append { message, .. }, _) => Some((&*message.role, message.meta.as_deref(), &*message.content)),
             _ => None,
         });
         if !session.messages.has_room_for(added) {
@@ -264,24 +285,28 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
         let first = steps.iter().find_map(|s| match s {
-            Step::New(op) => op.new_session(),
+            Step::New(op, _) => op.new_session(),
             Step::Duplicate { .. } => None,
         });
         let session = key.session_or_create(|| first)?;
         // A new tokenizer: the session re-counted first (replicated as an op).
         model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
-        let how = Propagate::Ops(
-            steps
-                .iter()
-                .filter_map(|s| match s {
-                    Step::New(op) => Some(persistence::encode_op(op)),
-                    Step::Duplicate { .. } => None,
-                })
-                .collect(),
-        );
+        // Each op as its header and its content's string (the worker's, or
+        // made here for a small batch): MEM._APPLY key header content.
+        let mut wires = Vec::with_capacity(steps.len());
+        for step in steps.iter_mut() {
+            if let Step::New(op, wire) = step {
+                let content = match wire.take() {
+                    Some(Wire(s)) => s,
+                    None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
+                };
+                wires.push((persistence::encode_op(&op.header()), content));
+            }
+        }
+        let how = Propagate::Ops(wires);
         for step in steps {
             let outcome = match step {
-                Step::New(op) => session.apply(op).map_err(super::error::session)?,
+                Step::New(op, _) => session.apply_one_of_many(op).map_err(super::error::session)?,
                 Step::Duplicate { id, tokens } => {
                     stats::add(&stats::DUPLICATES, 1);
                     session.duplicate_outcome(id, tokens)
@@ -289,6 +314,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
             };
             outcomes.push((outcome, session.meets(thresholds)));
         }
+        session.settle();
         let expiry = session.key_expiry(now);
         let events = Events::appends(&outcomes);
         finish_write(ctx, keyname, &key, how, expiry, now, &events);

@@ -238,8 +238,9 @@ pub enum Propagate<'a> {
     /// The op (its [`Op::header`]), applied identically downstream, and the
     /// appended content, if any, as the client's own argument (not copied).
     Op(Op, Option<&'a RedisString>),
-    /// Several whole ops' payloads, contents included (a batch append).
-    Ops(Vec<Vec<u8>>),
+    /// Several ops (a batch append): each one's encoded header and its
+    /// content's string.
+    Ops(Vec<(Vec<u8>, RedisString)>),
     /// The whole session (import, a re-count under a new tokenizer).
     Session,
     /// The whole session, encoded already as a string (a large import's is
@@ -270,9 +271,9 @@ pub fn finish_write(
     match how {
         Propagate::Op(header, content) => replicate_op(ctx, keyname, &header, content),
         Propagate::Ops(ops) => {
-            for op in &ops {
-                let payload = RedisString::create_from_slice(ctx.ctx, op);
-                ctx.replicate("MEM._APPLY", &[keyname, &payload]);
+            for (header, content) in &ops {
+                let payload = RedisString::create_from_slice(ctx.ctx, header);
+                ctx.replicate("MEM._APPLY", &[keyname, &payload, content]);
             }
         }
         Propagate::Session => {

@@ -371,8 +371,11 @@ impl MessageLog {
             return Err(LogError::Tokens);
         }
         // A caller that pushes many messages without settling (a loop of
-        // pushes and evictions) still keeps the side buffer small.
-        if self.extra.len() >= SMALL_LOG_BYTES.max(self.live_bytes() / 8) {
+        // pushes and evictions: a batch, an import) keeps the side buffer
+        // within the live bytes; settling only then moves the live bytes at
+        // most once per as many bytes appended (at live/8, a batch of
+        // 1,000 x 16.5 KB at 30 messages moved 8x its size: 48-101 ms).
+        if self.extra.len() >= SMALL_LOG_BYTES.max(self.live_bytes()) {
             self.settle();
         }
         if self.live_bytes().saturating_add(len) > MAX_LOG_BYTES {

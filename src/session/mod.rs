@@ -209,6 +209,15 @@ impl Op {
         }
     }
 
+    /// The text that [`Op::header`] leaves out (empty for other ops).
+    pub fn content_bytes(&self) -> &[u8] {
+        match self {
+            Op::Append { message, .. } => message.content.as_bytes(),
+            Op::Summarize { summary, .. } => summary.text.as_bytes(),
+            _ => &[],
+        }
+    }
+
     /// Puts back the text that [`Op::header`] left out.
     pub fn with_content(mut self, content: String) -> Op {
         match &mut self {
@@ -369,6 +378,17 @@ impl Session {
         // The write has trimmed: the space it freed takes what it added.
         self.messages.settle();
         outcome
+    }
+
+    /// [`Session::apply`] for one op of several (a batch): the bytes settle
+    /// once, after the last one ([`Session::settle`]).
+    pub fn apply_one_of_many(&mut self, op: Op) -> Result<Outcome, SessionError> {
+        self.apply_op(op)
+    }
+
+    /// After ops applied with [`Session::apply_one_of_many`].
+    pub fn settle(&mut self) {
+        self.messages.settle();
     }
 
     fn apply_op(&mut self, op: Op) -> Result<Outcome, SessionError> {
