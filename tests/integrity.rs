@@ -477,3 +477,114 @@ fn large_json_values_are_checked_off_the_main_thread() {
     append(&mut con, "k", "user", "hi", &["META", r#"{"b":2}"#]);
     assert_eq!(off(&mut con), before);
 }
+
+/// Fresh text of about `bytes` bytes: CJK and Hangul with Latin letters
+/// of mixed case, no spaces (one long pre-token for most encodings), from
+/// `seed` (a new text each run: no cache has seen it).
+fn fresh_mixed_script(bytes: usize, seed: u64) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = String::new();
+    while out.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let c = match x % 4 {
+            0 => char::from_u32(0x4E00 + (x >> 8) as u32 % 0x5200),
+            1 => char::from_u32(0xAC00 + (x >> 8) as u32 % 0x2BA4),
+            2 => char::from_u32(u32::from(b'a') + (x >> 8) as u32 % 26),
+            _ => char::from_u32(u32::from(b'A') + (x >> 8) as u32 % 26),
+        };
+        out.extend(c);
+    }
+    out
+}
+
+/// The longest SLOWLOG duration (µs) of `command` since the last reset.
+fn longest_hold(con: &mut redis::Connection, command: &str) -> i64 {
+    let Value::Array(entries) = ok(con, &["SLOWLOG", "GET", "-1"]) else { panic!("SLOWLOG GET") };
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            let Value::Array(f) = e else { return None };
+            let Value::Array(args) = &f[3] else { return None };
+            let name: String = redis::from_redis_value(&args[0]).ok()?;
+            name.eq_ignore_ascii_case(command).then(|| redis::from_redis_value::<i64>(&f[2]).unwrap_or(0))
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn hostile_inputs_within_the_limits_count_right_and_report_their_holds() {
+    // Behaviour is asserted; the holds are printed (quickest of 3, fresh
+    // text each run), never asserted: docs/PERFORMANCE.md has the figures.
+    let server = Server::with_args(&["--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000"]);
+    let mut con = server.client();
+    let mut report = Vec::new();
+    for model in ["mistral-large-latest", "kimi-k2", "minimax-m2", "deepseek-chat", "qwen2.5-72b-instruct", "llama-3.1-8b", "gpt-4o"] {
+        let _ = int(&mut con, &["MEM.COUNT", model, "warm"]);
+        let mut best = (i64::MAX, i64::MAX);
+        for run in 0..3u64 {
+            let text = fresh_mixed_script(3_900, run + 1);
+            ok(&mut con, &["SLOWLOG", "RESET"]);
+            let counted = int(&mut con, &["MEM.COUNT", model, &text]);
+            let again = int(&mut con, &["MEM.COUNT", model, &text]);
+            assert_eq!(counted, again, "{model}: the same text counts the same");
+            let key = format!("h:{model}:{run}");
+            let r = append(&mut con, &key, "user", &text, &["MODEL", model]);
+            assert_eq!(int_field(&r, "tokens"), 3 + int(&mut con, &["MEM.COUNT", model, "user"]) + counted, "{model}");
+            best = (best.0.min(longest_hold(&mut con, "MEM.COUNT")), best.1.min(longest_hold(&mut con, "MEM.APPEND")));
+        }
+        report.push(format!("{model}: 3.9 KB fresh mixed-script MEM.COUNT {} us, MEM.APPEND {} us", best.0, best.1));
+    }
+    // A 60 KB document under Tekken goes to the pool (below
+    // mem.async-threshold-bytes, above Tekken's inline limit).
+    let mut best = i64::MAX;
+    for run in 0..3u64 {
+        let before = info_mem(&mut con, "counts_off_thread");
+        let history: Vec<Json> = (0..15).map(|i| json!({"role": "user", "content": fresh_mixed_script(4_000, 100 * run + i)})).collect();
+        let doc = json!({"conversation_history": history, "model": "mistral-large-latest"}).to_string();
+        assert!(doc.len() < 65_536);
+        ok(&mut con, &["SLOWLOG", "RESET"]);
+        ok(&mut con, &["MEM.IMPORT", &format!("h:import{run}"), &doc]);
+        assert!(info_mem(&mut con, "counts_off_thread") > before, "the import was counted off the main thread");
+        best = best.min(longest_hold(&mut con, "MEM.IMPORT"));
+    }
+    report.push(format!("MEM.IMPORT of ~60 KB under Tekken: {best} us"));
+    // 20,000 imported members (IMPORT now refuses more than 1,024; a
+    // session loaded from an earlier release may hold them): ATTRGET is one pass.
+    let members: serde_json::Map<String, Json> = (0..1024).map(|i| (format!("m{i}"), json!(i))).collect();
+    let mut doc = json!({"conversation_history": []});
+    doc.as_object_mut().unwrap().extend(members);
+    ok(&mut con, &["MEM.IMPORT", "h:attrs", &doc.to_string()]);
+    ok(&mut con, &["SLOWLOG", "RESET"]);
+    assert_eq!(as_fields(ok(&mut con, &["MEM.ATTRGET", "h:attrs"])).len(), 1024);
+    report.push(format!("MEM.ATTRGET of 1,024 members: {} us", longest_hold(&mut con, "MEM.ATTRGET")));
+    let too_many: serde_json::Map<String, Json> = (0..1025).map(|i| (format!("m{i}"), json!(i))).collect();
+    let mut doc = json!({"conversation_history": []});
+    doc.as_object_mut().unwrap().extend(too_many);
+    assert!(err(&mut con, &["MEM.IMPORT", "h:attrs2", &doc.to_string()]).contains("at most 1024"));
+    // A 3.2 MB number-heavy META and attribute value.
+    let big = big_json(3_200_000, false);
+    ok(&mut con, &["SLOWLOG", "RESET"]);
+    append(&mut con, "h:meta", "assistant", "", &["META", &big]);
+    ok(&mut con, &["MEM.ATTRSET", "h:meta", "ctx", &big]);
+    let _ = string(&mut con, &["MEM.GET", "h:meta", "FORMAT", "JSON"]);
+    report.push(format!(
+        "3.2 MB JSON: APPEND META {} us, ATTRSET {} us, MEM.GET FORMAT JSON {} us",
+        longest_hold(&mut con, "MEM.APPEND"),
+        longest_hold(&mut con, "MEM.ATTRSET"),
+        longest_hold(&mut con, "MEM.GET")
+    ));
+    // A batch at its size cap: 1,000 x 16 KB.
+    let items: Vec<Json> = (0..1000).map(|i| json!({"role": "user", "content": format!("{i:05} {}", varied_text(16_000, i))})).collect();
+    let batch = Json::Array(items).to_string();
+    ok(&mut con, &["SLOWLOG", "RESET"]);
+    let Value::Array(replies) = ok(&mut con, &["MEM.APPENDBATCH", "h:batch", &batch]) else { panic!() };
+    assert_eq!(replies.len(), 1000);
+    let i = info(&mut con, "h:batch");
+    assert!(int_field(&i, "messages") <= 30 && int_field(&i, "total_tokens") <= 80_000, "{i:?}");
+    assert_eq!(int_field(&i, "last_id"), 1000);
+    report.push(format!("MEM.APPENDBATCH 1,000 x 16 KB: {} us", longest_hold(&mut con, "MEM.APPENDBATCH")));
+    eprintln!("holds (SLOWLOG, quickest of the runs):\n  {}", report.join("\n  "));
+}
