@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::Session;
+use super::{MessageLog, Session};
 
 impl Session {
     /// The earliest `ts` a message may have at `now` and stay, or `None`
@@ -91,11 +91,27 @@ impl Session {
     /// write at `now` would evict by age. Borrowed (no copy) unless some
     /// message is old, which lasts only until the session's next write.
     pub fn live(&self, now: i64) -> Cow<'_, Session> {
-        if self.aged(now, false).is_none() {
+        let Some(mut gone) = self.aged(now, false) else {
             return Cow::Borrowed(self);
+        };
+        // As evict_aged: then the tool results left first.
+        for i in 0..gone.len() {
+            if gone[i] {
+                continue;
+            }
+            if !self.messages.is_tool(i) {
+                break;
+            }
+            gone[i] = true;
         }
-        let mut view = self.clone();
-        view.evict_aged(now, false);
+        // The view shares the stored bytes (nothing is copied); the rest of
+        // the session is small beside them.
+        let mut view = Session { messages: MessageLog::new(), ..self.clone() };
+        view.messages = self.messages.view_without(&gone);
+        for (h, _) in self.messages.heads().zip(&gone).filter(|(_, g)| **g) {
+            view.total_tokens -= u64::from(h.tokens);
+            view.msgids.leave_id(h.id, u64::from(h.tokens));
+        }
         Cow::Owned(view)
     }
 }

@@ -208,3 +208,43 @@ fn attribute_ops_evict_by_age_and_create_the_session() {
     let bad = Op::AttrSet { now: NOW, settings: s.settings.clone(), name: "p".into(), value: "{".into() };
     assert!(bad.validate().is_err());
 }
+
+#[test]
+fn a_read_view_equals_the_eviction_and_copies_no_byte() {
+    // Random sessions of mixed roles, contents, metas, msgids and times:
+    // the view a read gets (shared bytes, messages left out anywhere) is
+    // what a write at the same time would leave.
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let roles = ["user", "assistant", "tool", "tool", "system", "critic"];
+    for _ in 0..300 {
+        let cfg = Settings { max_age: 7 * 86_400, max_msgs: 1000, ..settings() };
+        let mut s = Session::new(cfg, 0);
+        let n = 1 + next(25);
+        for i in 0..n {
+            let ts = if next(3) == 0 { NOW - 8 * DAY_MS } else { NOW - DAY_MS };
+            let content = "c".repeat(next(3000) as usize);
+            let meta = (next(4) == 0).then(|| format!("{{\"k\":{}}}", next(99)));
+            let m = Message { id: i + 1, role: roles[next(6) as usize].into(), content: content.into(), ts, tokens: 1 + next(50), meta: meta.map(Into::into) };
+            s.push_message(m).unwrap();
+            if next(3) == 0 {
+                s.msgids.attach(i + 1, format!("m{i}").into());
+            }
+            s.messages.settle();
+        }
+        let view = s.live(NOW);
+        let mut evicted = s.clone();
+        evicted.evict_aged(NOW, false);
+        assert_eq!(*view, evicted);
+        assert_eq!(view.total_tokens, evicted.total_tokens);
+        assert_eq!(view.msgids, evicted.msgids);
+        if let std::borrow::Cow::Owned(v) = &view {
+            assert!(v.messages.shares_bytes_with(&s.messages), "the view copied bytes");
+        }
+    }
+}

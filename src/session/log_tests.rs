@@ -318,3 +318,48 @@ fn a_log_at_its_caps_moves_its_bytes_at_most_once_per_eighth_appended() {
         assert!(log.iter().all(|m| m.content == text));
     }
 }
+
+#[test]
+fn retain_in_place_equals_a_rebuild_and_keeps_the_log_writable() {
+    // Random logs (evicted prefixes, settled or not), random messages kept:
+    // in place (the buffer is the log's own) and rebuilt (it is shared with
+    // a copy) give the same log, and both take further pushes and evictions.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for round in 0..400 {
+        let mut log = MessageLog::new();
+        let n = 1 + next(40);
+        for id in 1..=n {
+            push(&mut log, id, ["user", "tool", "assistant", "critic"][next(4) as usize], &"b".repeat(next(900) as usize));
+            if next(5) == 0 {
+                log.pop_front();
+            }
+            if next(2) == 0 {
+                log.settle();
+            }
+        }
+        log.settle();
+        let keep: Vec<bool> = (0..log.len()).map(|_| next(3) != 0).collect();
+        let mut in_place = log.clone();
+        let mut rebuilt = log.clone();
+        let _holder = rebuilt.shared_copy();
+        let mut k = keep.iter();
+        in_place.retain(|_| *k.next().unwrap());
+        let mut k = keep.iter();
+        rebuilt.retain(|_| *k.next().unwrap());
+        assert_eq!(in_place, rebuilt, "round {round}");
+        let want: Vec<u64> = log.iter().zip(&keep).filter(|(_, k)| **k).map(|(m, _)| m.id).collect();
+        assert_eq!(in_place.iter().map(|m| m.id).collect::<Vec<_>>(), want);
+        for log in [&mut in_place, &mut rebuilt] {
+            push(log, 1000, "user", "after");
+            log.pop_front();
+            log.settle();
+        }
+        assert_eq!(in_place, rebuilt, "round {round}, after more writes");
+    }
+}
