@@ -76,7 +76,8 @@ holds: build
 # lazyfree, multi, scripting, other, latency-monitor, memefficiency, acl, pubsub, rdb,
 # aof, replication, shutdown, slowlog, functions), once plain and once with
 # `--config loadmodule target/release/libredis_mem.so`: fails if a test fails only with
-# the module. Not part of `make test` (about an hour on 2 cores; docs/RELIABILITY.md).
-# REDIS_SUITE_JOBS=4 runs more units at once; `tests/redis_suite/run.sh unit/dump` one unit.
+# the module. Not part of `make test`: about 20 min for both runs on 2 cores, plus a
+# rerun of any unit with a module-only failure (docs/RELIABILITY.md).
+# REDIS_SUITE_JOBS=2 runs fewer units at once; `tests/redis_suite/run.sh unit/dump` one unit.
 redis-suite: build
 	tests/redis_suite/run.sh

@@ -11,7 +11,7 @@
 #
 # Environment:
 #   REDIS_MEM_MODULE     the .so (default target/release/libredis_mem.so)
-#   REDIS_SUITE_JOBS     runtest processes at a time (default 2); each runs one
+#   REDIS_SUITE_JOBS     runtest processes at a time (default 3); each runs one
 #                        unit in its own copy of tests/ on its own port range
 #   REDIS_SUITE_TIMEOUT  runtest --timeout, per test, seconds (default 1200)
 #   REDIS_SUITE_RECHECK  1 (default): a unit with a module-only failure is run
@@ -51,7 +51,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 COMPAT="${REDIS_MEM_COMPAT_DIR:-$ROOT/target/compat}"
 WORK="${REDIS_SUITE_DIR:-$ROOT/target/redis-suite}"
 SO="${REDIS_MEM_MODULE:-$ROOT/target/release/libredis_mem.so}"
-JOBS="${REDIS_SUITE_JOBS:-2}"
+JOBS="${REDIS_SUITE_JOBS:-3}"
 TIMEOUT="${REDIS_SUITE_TIMEOUT:-1200}"
 RECHECK="${REDIS_SUITE_RECHECK:-1}"
 read -r -a EXTRA <<<"${REDIS_SUITE_ARGS:-}"
