@@ -588,3 +588,46 @@ fn hostile_inputs_within_the_limits_count_right_and_report_their_holds() {
     report.push(format!("MEM.APPENDBATCH 1,000 x 16 KB: {} us", longest_hold(&mut con, "MEM.APPENDBATCH")));
     eprintln!("holds (SLOWLOG, quickest of the runs):\n  {}", report.join("\n  "));
 }
+
+#[test]
+fn an_aged_message_in_the_middle_costs_reads_nothing_and_leaves_whole() {
+    let server = Server::with_args(&["--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000"]);
+    let mut con = server.client();
+    ok(&mut con, &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"]);
+    let big = varied_text(2_000_000, 3);
+    let k = "aged";
+    for _ in 0..20 {
+        append(&mut con, k, "user", &big, &["MAXAGE", "86400", "MAXTOKENS", "100000000", "MAXMSGS", "100"]);
+    }
+    let old = (now_ms() - 10 * 86_400_000).to_string();
+    append(&mut con, k, "user", "an old one", &["TS", &old, "MSGID", "old-1"]);
+    let digest_before = digest(&mut con, k);
+    // Reads leave it out, change nothing.
+    assert_eq!(get(&mut con, &["MEM.GET", k, "LAST", "1"])[0].id, 20);
+    assert_eq!(int_field(&info(&mut con, k), "messages"), 20);
+    assert_eq!(int_field(&info(&mut con, k), "last_id"), 21);
+    let doc = json_doc(&mut con, k);
+    assert_eq!(doc["conversation_history"].as_array().unwrap().len(), 20);
+    assert_eq!(doc["redis_mem"]["departed_msgids"][0]["msgid"], "old-1");
+    assert_eq!(digest(&mut con, k), digest_before, "reads changed nothing");
+    let mut holds = Vec::new();
+    for cmd in [vec!["MEM.GET", k, "LAST", "1"], vec!["MEM.INFO", k], vec!["MEM.SUMMARIZE_CHECK", k]] {
+        ok(&mut con, &["SLOWLOG", "RESET"]);
+        let _ = cmd_value(&mut con, &cmd);
+        holds.push(format!("{} {} us", cmd[0], longest_hold(&mut con, cmd[0])));
+    }
+    // The next write evicts it; the others stay, byte for byte.
+    ok(&mut con, &["SLOWLOG", "RESET"]);
+    let r = append(&mut con, k, "user", "new", &[]);
+    holds.push(format!("the evicting MEM.APPEND {} us", longest_hold(&mut con, "MEM.APPEND")));
+    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (1, 21));
+    let e = get(&mut con, &["MEM.GET", k]);
+    assert!(e[..20].iter().all(|m| m.content == big));
+    assert_eq!(e[20].content, "new");
+    assert_eq!(int_field(&append(&mut con, k, "user", "an old one", &["MSGID", "old-1"]), "duplicate"), 1);
+    eprintln!("holds with an aged message in a 40 MB session: {}", holds.join(", "));
+}
+
+fn cmd_value(con: &mut redis::Connection, args: &[&str]) -> Value {
+    ok(con, args)
+}
