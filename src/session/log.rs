@@ -313,6 +313,16 @@ impl MessageLog {
         }
     }
 
+    /// Bytes the messages take as stored (tags, roles, metas, contents).
+    pub fn stored_len(&self) -> usize {
+        self.live_bytes()
+    }
+
+    /// Bytes message `i` takes as stored.
+    pub fn stored_len_of(&self, i: usize) -> usize {
+        self.data(i).len()
+    }
+
     /// Whether `other` holds the very bytes this log does (a view of it).
     pub fn shares_bytes_with(&self, other: &MessageLog) -> bool {
         Arc::ptr_eq(&self.buf, &other.buf)

@@ -6,7 +6,6 @@
 //! [`Session::recount_op`] counts what they do not cover. The result
 //! replicates as one `Op::Recount` (the new counts), never the whole session.
 
-use std::collections::HashMap;
 use super::{MessageLog, Op, Session, SessionError};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
@@ -24,17 +23,42 @@ pub struct Recounted {
     pub encoding: Encoding,
     /// (upto, ts, tokens) of the summary counted.
     summary: Option<(u64, i64, u64)>,
-    /// id -> tokens.
-    messages: HashMap<u64, u64>,
+    /// (id, tokens) in id order (the snapshot's): looked up by walking it
+    /// beside the session's messages, which are in id order too (a map of
+    /// 100,000 ids, hashed four times over on the main thread, made a
+    /// model switch hold it 10-30 ms).
+    messages: Vec<(u64, u64)>,
+}
+
+impl Recounted {
+    /// A cursor over the counts, for ids asked in increasing order.
+    fn cursor(&self) -> Cursor<'_> {
+        Cursor { counts: &self.messages, at: 0 }
+    }
+}
+
+struct Cursor<'a> {
+    counts: &'a [(u64, u64)],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    /// The tokens counted for `id` (ids asked in increasing order).
+    fn get(&mut self, id: u64) -> Option<u64> {
+        while self.counts.get(self.at).is_some_and(|(i, _)| *i < id) {
+            self.at += 1;
+        }
+        self.counts.get(self.at).filter(|(i, _)| *i == id).map(|(_, t)| *t)
+    }
 }
 
 type Count<'a> = &'a dyn Fn(Encoding, &str, &str) -> u64;
 
 impl Snapshot {
-    /// Bytes of text it holds.
+    /// Bytes it holds (stored bytes: a little above the texts' own).
     pub fn bytes(&self) -> usize {
         let summary = self.summary.as_ref().map_or(0, |(_, _, t)| t.len());
-        summary + self.messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>()
+        summary + self.messages.stored_len()
     }
 
     pub fn count(&self, encoding: Encoding, count: Count) -> Recounted {
@@ -61,10 +85,11 @@ impl Session {
         }
     }
 
-    /// Bytes a re-count reads (to decide between inline and the pool).
+    /// Bytes a re-count reads (to decide between inline and the pool): the
+    /// stored bytes, a little above the texts' own, known without a pass.
     pub fn text_bytes(&self) -> usize {
         let summary = self.summary.as_ref().map_or(0, |s| s.text.len());
-        summary + self.messages.iter().map(|m| m.role.len() + m.content.len()).sum::<usize>()
+        summary + self.messages.stored_len()
     }
 
     /// Bytes [`Session::recount_op`] would count itself: those `done` does
@@ -76,14 +101,12 @@ impl Session {
             (Some(s), _) => s.text.len(),
             (None, _) => 0,
         };
-        let covered = |id: &u64| done.is_some_and(|d| d.messages.contains_key(id));
-        summary
-            + self
-                .messages
-                .iter()
-                .filter(|m| !covered(&m.id))
-                .map(|m| m.role.len() + m.content.len())
-                .sum::<usize>()
+        let mut counted = done.map(Recounted::cursor);
+        let uncovered = (0..self.messages.len()).filter(|&i| {
+            let id = self.messages.head(i).map_or(0, |h| h.id);
+            counted.as_mut().and_then(|c| c.get(id)).is_none()
+        });
+        summary + uncovered.map(|i| self.messages.stored_len_of(i)).sum::<usize>()
     }
 
     /// The op that gives the session its counts under `encoding`: taken from
@@ -98,12 +121,15 @@ impl Session {
                 None => count(encoding, SUMMARY_COUNTED_AS, &s.text),
             }
         });
-        let counts = self
-            .messages
-            .iter()
-            .map(|m| {
-                let tokens = done.and_then(|d| d.messages.get(&m.id).copied());
-                (m.id, tokens.unwrap_or_else(|| count(encoding, m.role, m.content)))
+        let mut counted = done.map(Recounted::cursor);
+        let counts = (0..self.messages.len())
+            .map(|i| {
+                let id = self.messages.head(i).map_or(0, |h| h.id);
+                match counted.as_mut().and_then(|c| c.get(id)) {
+                    Some(tokens) => (id, tokens),
+                    // Appended meanwhile: counted here (small: checked first).
+                    None => (id, self.messages.get(i).map_or(0, |m| count(encoding, m.role, m.content))),
+                }
             })
             .collect();
         Op::Recount { now, encoding, summary_tokens, counts }
@@ -118,18 +144,19 @@ impl Session {
         summary_tokens: Option<u64>,
         counts: &[(u64, u64)],
     ) -> Result<(), SessionError> {
-        let possible = |tokens: u64, role: &str, text: &str| tokens <= 3 + role.len() as u64 + text.len() as u64;
+        // At most a token per byte plus the framing: per message, of its
+        // stored bytes (role and content, and the few bytes around them;
+        // read from the heads, no text decoded).
+        let possible = |tokens: u64, bytes: usize| tokens <= 3 + bytes as u64;
         let summary_ok = match (&self.summary, summary_tokens) {
-            (Some(s), Some(t)) => possible(t, SUMMARY_COUNTED_AS, &s.text),
+            (Some(s), Some(t)) => possible(t, SUMMARY_COUNTED_AS.len() + s.text.len()),
             (None, None) => true,
             _ => false,
         };
         let messages_ok = counts.len() == self.messages.len()
-            && self
-                .messages
-                .iter()
-                .zip(counts)
-                .all(|(m, &(id, tokens))| m.id == id && possible(tokens, m.role, m.content));
+            && counts.iter().enumerate().all(|(i, &(id, tokens))| {
+                self.messages.head(i).is_some_and(|h| h.id == id) && possible(tokens, self.messages.stored_len_of(i))
+            });
         if !summary_ok || !messages_ok {
             return Err(SessionError::RecountMismatch);
         }
