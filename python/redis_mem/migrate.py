@@ -49,7 +49,12 @@ What it guarantees:
   sources and targets are left as they are and its report predicts the
   real run's failures exactly. (The real run also imports into that
   temporary key, verifies it, then RENAMEs it onto the target, so a
-  target never holds a half-checked session.)
+  target never holds a half-checked session.) The temporary key is the
+  target's name + `~redis-mem-migrate~<random>` (on a cluster node, a
+  target without a hash tag is wrapped in one): an ACL user needs write
+  access to the target's prefix and the source's, and MEM.* (a user
+  without RENAME gets the verified copy imported again into the target
+  and read back).
 * --delete-source deletes a source only after its session was verified,
   and only if the source did not change meanwhile (WATCH; a changed source
   is imported again).
@@ -402,12 +407,52 @@ def _hash_tag(key: bytes) -> Optional[bytes]:
     return key[start + 1:end]
 
 
-def _scratch_key(target: bytes) -> bytes:
-    """A temporary key in the target's cluster slot."""
+def _scratch_key(target: bytes, cluster: bool = False) -> bytes:
+    """A temporary key that starts with the target's name (so an ACL key
+    pattern that lets the user write the target, ``~mem:*``, lets it write
+    this one) and, on a cluster node, is in the target's slot (a target
+    without a hash tag is then wrapped in one)."""
     tail = b"~redis-mem-migrate~" + uuid.uuid4().hex.encode()
-    if _hash_tag(target) is not None or b"{" in target or b"}" in target:
+    if not cluster or _hash_tag(target) is not None or b"{" in target or b"}" in target:
         return target + tail
     return b"{" + target + b"}" + tail
+
+
+def _cluster_enabled(r: "redis.Redis") -> bool:
+    try:
+        return bool(int(r.info("cluster").get("cluster_enabled", 0)))
+    except (redis.ResponseError, ValueError, TypeError):
+        return False
+
+
+def _history(r: "redis.Redis", key: bytes) -> List[Tuple[Any, Any, Any]]:
+    doc = json.loads(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON")))
+    return [(m.get("role"), m.get("content"), m.get("ts")) for m in doc.get("conversation_history") or []]
+
+
+def _copy_onto(run: "_Run", res: "KeyResult", scratch: bytes, target: bytes, args: List[Any], replace: bool) -> bool:
+    """For a user who may not RENAME: the verified session in ``scratch`` is
+    imported again into ``target`` (its FORMAT JSON: settings, caps, ids,
+    summary; REPLACE only when replacing, so that a target that appeared
+    meanwhile is refused as RENAMENX would) and read back against it."""
+    r = run.r
+    doc = r.execute_command("MEM.GET", scratch, "FORMAT", "JSON")
+    maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
+    try:
+        r.execute_command("MEM.IMPORT", target, doc, *(["REPLACE"] if replace else []), *args, *maxage)
+    except redis.ResponseError as e:
+        if "BUSYKEY" in str(e):
+            res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+        else:
+            res.status, res.reason = FAILED, f"MEM.IMPORT into the target refused it (no RENAME permission): {e}"
+        return False
+    if _history(r, target) != _history(r, scratch):
+        if not replace:
+            r.unlink(target)
+        res.status, res.reason = FAILED, "the target reads back different from the verified import" + (
+            "" if replace else "; nothing written")
+        return False
+    return True
 
 
 def ttl_of(r: "redis.Redis", keys: Sequence[bytes]) -> Optional[int]:
@@ -443,6 +488,8 @@ class _Run:
     #: default caps into the session summary with ``summarize_fn``).
     overflow: str = "whole"
     summarize_fn: Optional[Callable[[Optional[str], Sequence[Any]], str]] = None
+    #: Whether the server is a cluster node (temporary keys in the target's slot).
+    cluster: Optional[bool] = None
 
 
 def _caps(run: _Run, n: int, doc_bytes: int) -> Tuple[List[Any], str]:
@@ -512,7 +559,9 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     if ttl is not None:
         args += ["TTL", ttl]
         res.ttl = ttl
-    scratch = _scratch_key(target)
+    if run.cluster is None:
+        run.cluster = _cluster_enabled(r)
+    scratch = _scratch_key(target, run.cluster)
     try:
         try:
             reply = _reply_map(r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args))
@@ -536,6 +585,8 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                        "messages would be cut to the default caps: upgrade the module")
             else:
                 msg = f"MEM.IMPORT refused it: {msg}"
+                if isinstance(e, redis.exceptions.NoPermissionError):
+                    msg += f" (the run imports into the temporary key {_show(scratch)} first: let the user write it)"
             res.status, res.reason = FAILED, msg
             return False
         why = _verify(run, scratch, expected)
@@ -549,11 +600,17 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status = WOULD_MOVE
             run.created[target] = source_name
             return True
-        if res.replaced or ours:
-            r.rename(scratch, target)
-        elif not r.renamenx(scratch, target):
-            res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
-            return False
+        try:
+            if res.replaced or ours:
+                r.rename(scratch, target)
+            elif not r.renamenx(scratch, target):
+                res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+                return False
+        except redis.exceptions.NoPermissionError:
+            # ACL without RENAME / RENAMENX: import the verified copy again.
+            if not _copy_onto(run, res, scratch, target, args, res.replaced or ours):
+                return False
+            r.unlink(scratch)
         scratch = b""
         run.created[target] = source_name
         res.status = MOVED
@@ -774,7 +831,9 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
             res.status, res.reason = SKIPPED, f"the session already holds another {system} id (use --replace)"
             return res
         res.replaced = held is not None and held != cid
-    scratch = _scratch_key(target)
+    if run.cluster is None:
+        run.cluster = _cluster_enabled(r)
+    scratch = _scratch_key(target, run.cluster)
     try:
         r.execute_command("MEM.EXTSET", scratch, system, cid, *ex)
         ok = _s(r.execute_command("MEM.EXTGET", scratch, system)) == cid
