@@ -728,6 +728,9 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         return res
     value = _b(value)
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
+    if ttl is None:  # expired between GET and PTTL: not given a new lifetime (mem.ttl)
+        res.status, res.reason = SKIPPED, "source key expired during the migration"
+        return res
     for _attempt in range(MAX_ATTEMPTS):
         try:
             doc_bytes, expected = _document(value, run.limits)
@@ -772,6 +775,9 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         res.status, res.reason = SKIPPED, "no messages"
         return res
     ttl = run.ttl if run.ttl is not None else ttl_of(r, unit.keys)
+    if ttl is None:
+        res.status, res.reason = SKIPPED, "source keys expired during the migration"
+        return res
     if not _place(run, res, unit.session, target, value, expected, ttl):
         return res
     if run.delete_source and not run.dry_run:

@@ -302,3 +302,26 @@ def test_overflow_summarize_folds_the_oldest_messages_into_the_summary(r):
     rep = mig.migrate(r, pattern="user_memory_long2", overflow="summarize", delete_source=True)
     assert rep.results[0].status == mig.FAILED and r.exists("user_memory_long2")
     assert not r.exists("mem:{long2}")
+
+
+def test_a_source_that_expires_mid_run_is_not_given_a_new_lifetime(clean):
+    """Found by the outside tester: a source read just before it expired had
+    no PTTL left (-2) and its session got mem.ttl (24 h) instead: data the
+    application had let expire came back for a day."""
+    from langchain_core.messages import HumanMessage
+    raw = clean.client(decode_responses=False)
+    raw.set("user_memory_gone", doc("short-lived"), px=60_000)
+    write_community(raw, "lc", [HumanMessage("hi")])
+    raw.pexpire("message_store:lc", 60_000)
+    real_pttl = raw.pttl
+
+    def expire_first(name):
+        raw.delete(name)  # the key expires right after the run read it
+        return real_pttl(name)
+
+    raw.pttl = expire_first  # type: ignore[method-assign]
+    rep = mig.migrate(raw, pattern="user_memory_gone", delete_source=True)
+    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source key expired during the migration")]
+    rep = mig.migrate(raw, source="langchain")
+    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source keys expired during the migration")]
+    assert not raw.exists("mem:{gone}") and not raw.exists("mem:{lc}")
