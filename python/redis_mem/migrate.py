@@ -532,6 +532,14 @@ def _verify(run: _Run, key: bytes, expected: List[Tuple[str, str]]) -> str:
     return ""
 
 
+def _same_history(run: _Run, target: bytes, expected: List[Tuple[str, str]]) -> bool:
+    """Whether the session at ``target`` holds exactly ``expected``."""
+    try:
+        return _verify(run, target, expected) == ""
+    except (redis.ResponseError, ValueError, AttributeError):  # not a session, unreadable
+        return False
+
+
 def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: bytes,
            expected: List[Tuple[str, str]], ttl: Optional[int]) -> bool:
     """Imports ``value`` into a temporary key, verifies it, then (real run)
@@ -545,6 +553,15 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     ours = owner == source_name
     if not ours and r.exists(target):
         if not run.replace:
+            if _same_history(run, target, expected):
+                # An earlier run (interrupted between its RENAME and its
+                # delete, or a concurrent one) moved this very history.
+                res.status, res.reason = SKIPPED, "the target already holds exactly this history (an earlier " \
+                    "or concurrent run moved it)" + ("; --delete-source deletes the source" if run.delete_source
+                                                     and not run.dry_run else "")
+                res.messages = len(expected)
+                run.created[target] = source_name
+                return True
             res.status, res.reason = SKIPPED, "target key exists (use --replace)"
             return False
         res.replaced = True
@@ -729,7 +746,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
     value = _b(value)
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
     if ttl is None:  # expired between GET and PTTL: not given a new lifetime (mem.ttl)
-        res.status, res.reason = SKIPPED, "source key expired during the migration"
+        res.status, res.reason = SKIPPED, "source key expired or was deleted during the migration"
         return res
     for _attempt in range(MAX_ATTEMPTS):
         try:
@@ -776,7 +793,7 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         return res
     ttl = run.ttl if run.ttl is not None else ttl_of(r, unit.keys)
     if ttl is None:
-        res.status, res.reason = SKIPPED, "source keys expired during the migration"
+        res.status, res.reason = SKIPPED, "source keys expired or were deleted during the migration"
         return res
     if not _place(run, res, unit.session, target, value, expected, ttl):
         return res
@@ -1158,6 +1175,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except redis.RedisError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nredis-mem-migrate: interrupted. Every source finished so far is verified in its target"
+              + (" and journaled in " + a.state if a.state else "") + "; the one in progress was left as it was "
+              "(its temporary key deleted). Run the same command again to continue: a target that already holds "
+              "exactly its source's history counts as moved.", file=sys.stderr)
+        return 130
     print(json.dumps(report.to_dict(), indent=2) if a.json else report.render())
     return 1 if report.failed else 0
 

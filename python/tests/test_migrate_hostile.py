@@ -321,7 +321,49 @@ def test_a_source_that_expires_mid_run_is_not_given_a_new_lifetime(clean):
 
     raw.pttl = expire_first  # type: ignore[method-assign]
     rep = mig.migrate(raw, pattern="user_memory_gone", delete_source=True)
-    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source key expired during the migration")]
+    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source key expired or was deleted during the migration")]
     rep = mig.migrate(raw, source="langchain")
-    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source keys expired during the migration")]
+    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source keys expired or were deleted during the migration")]
     assert not raw.exists("mem:{gone}") and not raw.exists("mem:{lc}")
+
+
+def test_ctrl_c_mid_run_then_a_rerun_finishes_and_deletes(clean, tmp_path):
+    """Found by the outside tester: SIGINT during a --delete-source run of
+    20,000 keys printed a KeyboardInterrupt traceback; a source whose
+    session was renamed into place but not yet deleted was then 'skipped:
+    target key exists (use --replace)' by every rerun, never deleted. Now the
+    interrupted run says what holds, and a rerun recognizes the identical
+    session and deletes the source."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    r = clean.client()
+    with r.pipeline(transaction=False) as p:
+        for i in range(4000):
+            p.set(f"user_memory_u{i}", doc(f"hello {i}", "hi"))
+        p.execute()
+    # The window an interrupt can hit: renamed into place, source not deleted.
+    r.set("user_memory_w", doc("in the window"))
+    assert mig.migrate(r, pattern="user_memory_w").results[0].status == mig.MOVED
+    w = mig.migrate(r, pattern="user_memory_w", delete_source=True).results[0]
+    assert (w.status, w.deleted) == (mig.SKIPPED, True) and "already holds exactly this history" in w.reason
+    assert not r.exists("user_memory_w") and r.exists("mem:{w}")
+    script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from redis_mem.migrate import main\nsys.exit(main())\n")
+    state = str(tmp_path / "state")
+    proc = subprocess.Popen([sys.executable, "-c", script, "--url", clean.url, "--delete-source", "--state", state],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (os.path.exists(state) and os.path.getsize(state) > 2000):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 130:  # (a fast machine may finish first)
+        assert "interrupted" in err and "Traceback" not in err
+    assert not list(r.scan_iter("*redis-mem-migrate*"))  # no temporary key left
+    rep = mig.migrate(r, delete_source=True)
+    assert not rep.failed
+    assert not list(r.scan_iter("user_memory_*"))  # every source deleted
+    assert len(list(r.scan_iter("mem:*"))) == 4001
