@@ -1050,7 +1050,7 @@ def migrate(
             if u.error and not u.session:
                 work.append((_show(u.keys[0]), _failed(_show(u.keys[0]), "", u.error)))
                 continue
-            tgt = target_name(u.keys[0], _b(u.session), target_template)
+            tgt = target_name(u.keys[0], u.sid or _b(u.session), target_template)
             work.append((u.session, functools.partial(migrate_unit, run, u, read, tgt)))
     journal = Journal(state)
     bar = Progress(len(work), progress_stream, progress)

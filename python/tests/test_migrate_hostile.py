@@ -367,3 +367,18 @@ def test_ctrl_c_mid_run_then_a_rerun_finishes_and_deletes(clean, tmp_path):
     assert not rep.failed
     assert not list(r.scan_iter("user_memory_*"))  # every source deleted
     assert len(list(r.scan_iter("mem:*"))) == 4001
+
+
+def test_a_langchain_list_with_a_non_utf8_session_id_keeps_its_bytes(clean):
+    """Found by the outside tester: message_store:\\xff\\xfe moved to a session
+    named with the escaped text (b'mem:{\\\\xff\\\\xfe}': a backslash, x, f,
+    f...), a key no application would ever read; with --delete-source the
+    history was lost to it."""
+    from langchain_core.messages import HumanMessage
+    raw = clean.client(decode_responses=False)
+    raw.lpush(b"message_store:\xff\xfe id", json.dumps({"type": "human", "data": {"content": "hi"}}))
+    write_community(raw, "new\nline {x}", [HumanMessage("nl")])
+    rep = mig.migrate(raw, source="langchain", delete_source=True)
+    assert sorted((x.status, x.deleted) for x in rep.results) == [(mig.MOVED, True)] * 2
+    assert sorted(raw.scan_iter("mem:*")) == [b"mem:{new\nline {x}}", b"mem:{\xff\xfe id}"]
+    assert RedisMemClient(raw).get(b"mem:{\xff\xfe id}")[0].content == "hi"
