@@ -59,7 +59,10 @@ What it guarantees:
   and only if the source did not change meanwhile (WATCH; a changed source
   is imported again).
 * Resumable: --state FILE journals each finished source; a rerun skips
-  what it lists. A progress bar on stderr (a terminal, or --progress).
+  what it lists as moved (and, with --delete-source, deleted); skipped and
+  failed sources are looked at again. A target that already holds exactly
+  its source's history (an interrupted or concurrent run) is recognized,
+  and its source deleted with --delete-source. Ctrl-C: exit 130. A progress bar on stderr (a terminal, or --progress).
 
 The conversation ids (--from external) go into existing sessions or create
 empty ones; migrate them after the histories (a history's target that
@@ -911,10 +914,14 @@ class Progress:
 
 class Journal:
     """--state FILE: one JSON line per finished source; a rerun skips those
-    moved or skipped (failed ones are tried again)."""
+    moved (and, with --delete-source, deleted). Skipped and failed ones are
+    looked at again: a source skipped as "target key exists (use
+    --replace)" is moved by a rerun with --replace, one moved without
+    --delete-source is deleted by a rerun with it."""
 
-    def __init__(self, path: Optional[str]):
+    def __init__(self, path: Optional[str], delete_source: bool = False):
         self.path = path
+        self.delete_source = delete_source
         self.finished: Dict[str, Dict[str, Any]] = {}
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -923,7 +930,7 @@ class Journal:
                         row = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # a line cut by an interrupted run
-                    if row.get("status") in (MOVED, SKIPPED):
+                    if row.get("status") == MOVED:
                         self.finished[row["source"]] = row
                     else:
                         self.finished.pop(row.get("source"), None)
@@ -931,7 +938,8 @@ class Journal:
 
     def done_before(self, source: str) -> bool:
         """Whether an earlier run finished ``source``."""
-        return source in self.finished
+        row = self.finished.get(source)
+        return row is not None and (not self.delete_source or bool(row.get("deleted")))
 
     def record(self, res: KeyResult) -> None:
         """Journals a finished source."""
@@ -1052,7 +1060,7 @@ def migrate(
                 continue
             tgt = target_name(u.keys[0], u.sid or _b(u.session), target_template)
             work.append((u.session, functools.partial(migrate_unit, run, u, read, tgt)))
-    journal = Journal(state)
+    journal = Journal(state, delete_source and not dry_run)
     bar = Progress(len(work), progress_stream, progress)
     try:
         for name, job in work:
