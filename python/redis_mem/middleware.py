@@ -576,7 +576,12 @@ class RedisMemMiddleware(AgentMiddleware):
             if size <= cap:
                 continue
             model = yield from self._count_model_core()
-            tokens = int((yield ("count", model, item["content"])))
+            try:
+                tokens = int((yield ("count", model, item["content"])))
+            except redis.ResponseError as err:  # MEM.COUNT refused (an encoding mem.encodings leaves out)
+                log.warning("redis-mem: could not count a %s message against max_message_tokens (%s): stored "
+                            "as it is", item["role"], err)
+                continue
             if tokens <= cap:
                 continue
             full = len(_clean_text(message_to_mem(msgs[i])[1]).encode("utf-8"))
@@ -584,7 +589,10 @@ class RedisMemMiddleware(AgentMiddleware):
             for _attempt in range(6):
                 cut = max(0, min(cut - 1, int(cut * cap / max(1, tokens) * 0.9)))
                 new = self._item(msgs[i], limit, cut=cut, cap=cap)
-                tokens = int((yield ("count", model, new["content"])))
+                try:
+                    tokens = int((yield ("count", model, new["content"])))
+                except redis.ResponseError:
+                    break  # cut proportionally: close enough
                 if tokens <= cap:
                     break
             if "redis_mem_truncated" not in item["meta"]:  # else counted once already (bytes)

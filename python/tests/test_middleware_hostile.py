@@ -470,3 +470,26 @@ def test_async_a_tool_result_over_max_message_tokens_is_cut_too(clean):
     assert [e.role for e in entries] == ["user", "assistant", "tool", "assistant"]
     assert entries[2].tokens <= 10_000 + 16 and "over 10000 tokens a message)]" in entries[2].content
     assert mw.stats["truncated"] == 1
+
+
+def test_a_message_that_cannot_be_counted_is_stored_not_raised(own_server, caplog):
+    """max_message_tokens counts with MEM.COUNT under the session's model; a
+    user without CONFIG (so mem.default-model unknown) on a server whose
+    mem.encodings leaves out the assumed gpt-4o: MEM.COUNT refuses. The
+    agent still answers and the message is stored (uncut)."""
+    srv = own_server("--mem.encodings", "cl100k_base", "--mem.default-model", "gpt-4")
+    admin = srv.client()
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-config")
+    r = srv.client(username="app", password="pw")
+
+    @tool
+    def dump(q: str) -> str:
+        """Dumps a lot."""
+        return "word " * 30_000
+
+    mw = RedisMemMiddleware(r, memory="window")
+    agent = create_agent(ScriptedModel(respond=calls_tool("dump", {"q": "x"}), prompts=[]), [dump], middleware=[mw])
+    out = agent.invoke({"messages": [HumanMessage("Hi, I'm Alice", id="u0")]}, cfg())
+    assert out["messages"][-1].content == f"got {5 * 30_000} chars"
+    assert [e.role for e in stored(admin)] == ["user", "assistant", "tool", "assistant"]
+    assert "could not count a tool message" in caplog.text
