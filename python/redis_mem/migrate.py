@@ -301,6 +301,10 @@ def check_document(text: str) -> Dict[str, Any]:
         raise ValueError("not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("the document is not a JSON object")
+    if "conversation_history" not in doc and ("user_profile" in doc or "context" in doc):
+        # A user with a profile (or context) and no conversation yet: an
+        # empty session holding them (it was refused, and so never moved).
+        doc["conversation_history"] = []
     history = doc.get("conversation_history")
     if not isinstance(history, list):
         raise ValueError("conversation_history is missing or not an array")

@@ -382,3 +382,17 @@ def test_a_langchain_list_with_a_non_utf8_session_id_keeps_its_bytes(clean):
     assert sorted((x.status, x.deleted) for x in rep.results) == [(mig.MOVED, True)] * 2
     assert sorted(raw.scan_iter("mem:*")) == [b"mem:{new\nline {x}}", b"mem:{\xff\xfe id}"]
     assert RedisMemClient(raw).get(b"mem:{\xff\xfe id}")[0].content == "hi"
+
+
+def test_a_profile_without_a_conversation_yet_is_moved(r):
+    """Found by the outside tester: {"user_profile": {...}} with no
+    conversation_history (a user who has not chatted yet) failed as
+    'conversation_history is missing': the profile could never be moved."""
+    r.set("user_memory_new", json.dumps({"user_profile": {"name": "Nora", "plan": "pro"}, "context": {"tz": "UTC"}}))
+    r.set("user_memory_junk", json.dumps({"something": "else"}))
+    rep = mig.migrate(r, delete_source=True)
+    assert statuses(rep) == {"user_memory_new": (mig.MOVED, ""),
+                             "user_memory_junk": (mig.FAILED, "conversation_history is missing or not an array")}
+    attrs = RedisMemClient(r).attrget("mem:{new}")
+    assert attrs["user_profile"] == {"name": "Nora", "plan": "pro"} and attrs["context"] == {"tz": "UTC"}
+    assert r.exists("user_memory_junk") and not r.exists("user_memory_new")
