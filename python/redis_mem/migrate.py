@@ -539,6 +539,17 @@ def _verify(run: _Run, key: bytes, expected: List[Tuple[str, str]]) -> str:
     return ""
 
 
+def _require_module(r: "redis.Redis") -> None:
+    """Raises when the server has no redis-mem module (every source would
+    otherwise fail, one line each, with "unknown command 'MEM.IMPORT'")."""
+    try:
+        r.execute_command("MEM.INFO", b"{redis-mem-migrate}:probe")
+    except redis.ResponseError as e:  # NOPERM and the like: the imports will say
+        if "unknown command" in str(e).lower():
+            raise redis.ResponseError("the server has no redis-mem module (MEM.* are unknown commands): load it "
+                                      "(--loadmodule libredis_mem.so, or MODULE LOAD) and run again") from None
+
+
 def _same_history(run: _Run, target: bytes, expected: List[Tuple[str, str]]) -> bool:
     """Whether the session at ``target`` holds exactly ``expected``."""
     try:
@@ -1011,6 +1022,7 @@ def migrate(
                            overflow, summarize_fn)
         finally:
             raw.close()
+    _require_module(r)
     run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r), overflow=overflow,
                summarize_fn=summarize_fn)
     report = Report(dry_run=dry_run)
