@@ -16,6 +16,7 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 
+from redis_mem import RedisMemClient
 from redis_mem.middleware import RedisMemMiddleware
 
 
@@ -57,7 +58,10 @@ def main():
     config = {"configurable": {"thread_id": "demo"}}
     out = agent.invoke({"messages": [HumanMessage("What's the weather in Lisbon?")]}, config)
     print(out["messages"][-1].content)
-    print("session mem:{demo} holds", r.execute_command("MEM.INFO", "mem:{demo}")[1], "messages")
+    # RedisMemClient parses MEM.INFO's reply in either protocol (RESP2 array,
+    # RESP3 map: redis-py 8 connects with RESP3 by default).
+    info = RedisMemClient(r).info("mem:{demo}")
+    print("session mem:{demo} holds", info.messages if info else 0, "messages")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ class SessionMemory:
         retry_interval: float = 5.0,
         local_sessions: int = 1000,
         max_message_bytes: Optional[int] = None,
+        max_message_tokens: Optional[int] = None,
     ) -> None:
         self.middleware = RedisMemMiddleware(
             client, redis_client=redis_client, async_client=async_client, url=url, redis_url=redis_url,
@@ -113,6 +114,7 @@ class SessionMemory:
             summary_prompt=summary_prompt, keep=keep, lease_ms=lease_ms, attributes=attributes,
             attributes_message=attributes_message, on_unavailable=on_unavailable,
             retry_interval=retry_interval, local_sessions=local_sessions, max_message_bytes=max_message_bytes,
+            max_message_tokens=max_message_tokens,
         )
 
     @property

@@ -40,7 +40,9 @@ memory):
 * Content the module would refuse never raises out of the agent: a
   message over ``mem.max-message-bytes`` (read once with CONFIG GET, or
   4 MB) is stored truncated with a marker (the model is given the full
-  one while the state holds it), lone surrogates are replaced by U+FFFD,
+  one while the state holds it), and so is one over ``max_message_tokens``
+  (a quarter of the session's maxtokens: a larger one would evict the
+  whole conversation), lone surrogates are replaced by U+FFFD,
   and a message the module still refuses is logged and left out.
 * Message ids: each message's ``id`` is its MSGID. A message without one
   gets one derived from the run id, step and position, stable across a
@@ -140,6 +142,13 @@ DEFAULT_MAX_MESSAGE_BYTES = 4194304
 MAX_BATCH = 1000
 #: Marker appended to a truncated message ({kept} and {size} in bytes).
 TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]"
+#: Marker appended to a message cut to ``max_message_tokens`` ({cap} tokens).
+TOKEN_TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over {cap} tokens a message)]"
+#: mem.max-tokens when CONFIG GET is not allowed.
+DEFAULT_MAX_TOKENS = 80_000
+#: By default one stored message takes at most this share of the session's
+#: token cap (1/4): a larger one would evict the whole conversation before it.
+MESSAGE_TOKEN_SHARE = 4
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -182,17 +191,17 @@ def _clean_json(v: Any) -> Any:
     return v
 
 
-def _truncate(text: str, limit: int) -> Tuple[str, int]:
+def _truncate(text: str, limit: int, marker: str = TRUNCATED_MARKER) -> Tuple[str, int]:
     """(text cut to at most ``limit`` UTF-8 bytes with the marker, original
     size) or (text, 0) when it fits."""
     raw = text.encode("utf-8")
     if len(raw) <= limit:
         return text, 0
-    marker_room = len(TRUNCATED_MARKER.format(kept=len(raw), size=len(raw)).encode("utf-8"))
+    marker_room = len(marker.format(kept=len(raw), size=len(raw)).encode("utf-8"))
     keep = max(0, limit - marker_room)
     cut = raw[:keep].decode("utf-8", "ignore")
     kept = len(cut.encode("utf-8"))
-    return cut + TRUNCATED_MARKER.format(kept=kept, size=len(raw)), len(raw)
+    return cut + marker.format(kept=kept, size=len(raw)), len(raw)
 
 
 class _LocalMemory:
@@ -274,6 +283,9 @@ class RedisMemMiddleware(AgentMiddleware):
     reached; ``retry_interval``: seconds before Redis is tried again;
     ``local_sessions``: sessions the local memory keeps at most.
     ``max_message_bytes``: the module's limit (None: CONFIG GET once).
+    ``max_message_tokens``: the tokens one stored message's content may take (None: a
+    quarter of ``maxtokens`` or of mem.max-tokens; 0: no limit); a longer
+    one is stored truncated with a marker (the model is given all of it).
     """
 
     state_schema = RedisMemState
@@ -307,6 +319,7 @@ class RedisMemMiddleware(AgentMiddleware):
         retry_interval: float = 5.0,
         local_sessions: int = 1000,
         max_message_bytes: Optional[int] = None,
+        max_message_tokens: Optional[int] = None,
     ) -> None:
         super().__init__()
         memory = {"summarize_at_limit": "summarize", "summarize at limit": "summarize"}.get(  # type: ignore[assignment]
@@ -343,6 +356,8 @@ class RedisMemMiddleware(AgentMiddleware):
         #: so a step does not wait for a dead server every time.
         self.retry_interval = float(retry_interval)
         self.max_message_bytes = max_message_bytes
+        self.max_message_tokens = max_message_tokens
+        self._count_model: Optional[str] = model
         self._skip_until = 0.0
         self.local = _LocalMemory(local_sessions)
         #: Sessions served from local memory right now (Redis was down).
@@ -447,7 +462,8 @@ class RedisMemMiddleware(AgentMiddleware):
 
     # -- what is stored ----------------------------------------------------------
 
-    def _item(self, m: BaseMessage, limit: int, minimal: bool = False) -> Dict[str, Any]:
+    def _item(self, m: BaseMessage, limit: int, minimal: bool = False, cut: Optional[int] = None,
+              cap: int = 0) -> Dict[str, Any]:
         role, content, meta = message_to_mem(m)
         if minimal:  # the module refused the full META: keep what rebuilds the message
             meta = {k: v for k, v in meta.items()
@@ -455,10 +471,14 @@ class RedisMemMiddleware(AgentMiddleware):
             meta = json.loads(json.dumps(meta, default=str))
         content = _clean_text(content)
         meta = _clean_json(meta)
-        content, size = _truncate(content, limit)
+        if cut is not None:  # over max_message_tokens: cut to ``cut`` bytes (logged by the caller)
+            content, size = _truncate(content, min(limit, cut), TOKEN_TRUNCATED_MARKER.replace("{cap}", str(cap)))
+        else:
+            content, size = _truncate(content, limit)
         if size:
             meta["redis_mem_truncated"] = size
             meta.pop("lc_content", None)  # the blocks hold the same text
+        if size and cut is None:
             self.stats["truncated"] += 1
             log.warning("redis-mem: a %s message of %d bytes is over mem.max-message-bytes (%d): stored "
                         "truncated (the model was given all of it)", role, size, limit)
@@ -521,8 +541,70 @@ class RedisMemMiddleware(AgentMiddleware):
                 self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
         return self.max_message_bytes
 
+    def _token_cap_core(self) -> Core[int]:
+        if self.max_message_tokens is None:
+            cap = self.settings.get("maxtokens")
+            if cap is None:
+                got = yield ("config", "mem.max-tokens")
+                try:
+                    cap = int(got) if got is not None else DEFAULT_MAX_TOKENS
+                except (TypeError, ValueError):
+                    cap = DEFAULT_MAX_TOKENS
+            self.max_message_tokens = max(1, int(cap) // MESSAGE_TOKEN_SHARE)
+        return self.max_message_tokens
+
+    def _count_model_core(self) -> Core[str]:
+        if self._count_model is None:
+            model = self.settings.get("model")
+            if not model:
+                got = yield ("config", "mem.default-model")
+                model = got.decode() if isinstance(got, bytes) else got
+            self._count_model = str(model or "gpt-4o")
+        return self._count_model
+
+    def _fit_tokens_core(self, msgs: List[BaseMessage], items: List[Dict[str, Any]],
+                         limit: int) -> Core[None]:
+        """Cuts (in place) every item over ``max_message_tokens``: a message
+        larger than the session's token cap would evict every older message
+        of the conversation, and then be evicted itself by the next one.
+        Tokens never exceed bytes, so only a longer text is counted."""
+        cap = yield from self._token_cap_core()
+        if cap <= 0:
+            return
+        for i, item in enumerate(items):
+            size = len(item["content"].encode("utf-8"))
+            if size <= cap:
+                continue
+            model = yield from self._count_model_core()
+            try:
+                tokens = int((yield ("count", model, item["content"])))
+            except redis.ResponseError as err:  # MEM.COUNT refused (an encoding mem.encodings leaves out)
+                log.warning("redis-mem: could not count a %s message against max_message_tokens (%s): stored "
+                            "as it is", item["role"], err)
+                continue
+            if tokens <= cap:
+                continue
+            full = len(_clean_text(message_to_mem(msgs[i])[1]).encode("utf-8"))
+            cut = size
+            for _attempt in range(6):
+                cut = max(0, min(cut - 1, int(cut * cap / max(1, tokens) * 0.9)))
+                new = self._item(msgs[i], limit, cut=cut, cap=cap)
+                try:
+                    tokens = int((yield ("count", model, new["content"])))
+                except redis.ResponseError:
+                    break  # cut proportionally: close enough
+                if tokens <= cap:
+                    break
+            if "redis_mem_truncated" not in item["meta"]:  # else counted once already (bytes)
+                self.stats["truncated"] += 1
+            items[i] = new
+            log.warning("redis-mem: a %s message of %d bytes is over %d tokens (max_message_tokens: a quarter of "
+                        "the session's maxtokens by default; it would evict the whole conversation): stored "
+                        "truncated to %d tokens (the model was given all of it)", item["role"], full, cap, tokens)
+
     def _append_core(self, key: str, msgs: List[BaseMessage], limit: int) -> Core[List[AppendResult]]:
         items = [self._item(m, limit) for m in msgs]
+        yield from self._fit_tokens_core(msgs, items, limit)
         results: List[AppendResult] = []
         offset = 0
         for batch in self._batches(items, limit):
@@ -806,6 +888,8 @@ class RedisMemMiddleware(AgentMiddleware):
             except redis.ResponseError:
                 return None
             return next(iter(got.values()), None) if got else None
+        if kind == "count":
+            return mem.count(op[1], op[2])
         if kind == "begin":
             return mem.summarize_begin(op[1], op[2], keep=op[3])
         if kind == "summarize":
@@ -835,6 +919,8 @@ class RedisMemMiddleware(AgentMiddleware):
             except redis.ResponseError:
                 return None
             return next(iter(got.values()), None) if got else None
+        if kind == "count":
+            return await mem.count(op[1], op[2])
         if kind == "begin":
             return await mem.summarize_begin(op[1], op[2], keep=op[3])
         if kind == "summarize":

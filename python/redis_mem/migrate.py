@@ -49,12 +49,20 @@ What it guarantees:
   sources and targets are left as they are and its report predicts the
   real run's failures exactly. (The real run also imports into that
   temporary key, verifies it, then RENAMEs it onto the target, so a
-  target never holds a half-checked session.)
+  target never holds a half-checked session.) The temporary key is the
+  target's name + `~redis-mem-migrate~<random>` (on a cluster node, a
+  target without a hash tag is wrapped in one): an ACL user needs write
+  access to the target's prefix and the source's, and MEM.* (a user
+  without RENAME gets the verified copy imported again into the target
+  and read back).
 * --delete-source deletes a source only after its session was verified,
   and only if the source did not change meanwhile (WATCH; a changed source
   is imported again).
 * Resumable: --state FILE journals each finished source; a rerun skips
-  what it lists. A progress bar on stderr (a terminal, or --progress).
+  what it lists as moved (and, with --delete-source, deleted); skipped and
+  failed sources are looked at again. A target that already holds exactly
+  its source's history (an interrupted or concurrent run) is recognized,
+  and its source deleted with --delete-source. Ctrl-C: exit 130. A progress bar on stderr (a terminal, or --progress).
 
 The conversation ids (--from external) go into existing sessions or create
 empty ones; migrate them after the histories (a history's target that
@@ -293,6 +301,10 @@ def check_document(text: str) -> Dict[str, Any]:
         raise ValueError("not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("the document is not a JSON object")
+    if "conversation_history" not in doc and ("user_profile" in doc or "context" in doc):
+        # A user with a profile (or context) and no conversation yet: an
+        # empty session holding them (it was refused, and so never moved).
+        doc["conversation_history"] = []
     history = doc.get("conversation_history")
     if not isinstance(history, list):
         raise ValueError("conversation_history is missing or not an array")
@@ -402,12 +414,52 @@ def _hash_tag(key: bytes) -> Optional[bytes]:
     return key[start + 1:end]
 
 
-def _scratch_key(target: bytes) -> bytes:
-    """A temporary key in the target's cluster slot."""
+def _scratch_key(target: bytes, cluster: bool = False) -> bytes:
+    """A temporary key that starts with the target's name (so an ACL key
+    pattern that lets the user write the target, ``~mem:*``, lets it write
+    this one) and, on a cluster node, is in the target's slot (a target
+    without a hash tag is then wrapped in one)."""
     tail = b"~redis-mem-migrate~" + uuid.uuid4().hex.encode()
-    if _hash_tag(target) is not None or b"{" in target or b"}" in target:
+    if not cluster or _hash_tag(target) is not None or b"{" in target or b"}" in target:
         return target + tail
     return b"{" + target + b"}" + tail
+
+
+def _cluster_enabled(r: "redis.Redis") -> bool:
+    try:
+        return bool(int(r.info("cluster").get("cluster_enabled", 0)))
+    except (redis.ResponseError, ValueError, TypeError):
+        return False
+
+
+def _history(r: "redis.Redis", key: bytes) -> List[Tuple[Any, Any, Any]]:
+    doc = json.loads(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON")))
+    return [(m.get("role"), m.get("content"), m.get("ts")) for m in doc.get("conversation_history") or []]
+
+
+def _copy_onto(run: "_Run", res: "KeyResult", scratch: bytes, target: bytes, args: List[Any], replace: bool) -> bool:
+    """For a user who may not RENAME: the verified session in ``scratch`` is
+    imported again into ``target`` (its FORMAT JSON: settings, caps, ids,
+    summary; REPLACE only when replacing, so that a target that appeared
+    meanwhile is refused as RENAMENX would) and read back against it."""
+    r = run.r
+    doc = r.execute_command("MEM.GET", scratch, "FORMAT", "JSON")
+    maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
+    try:
+        r.execute_command("MEM.IMPORT", target, doc, *(["REPLACE"] if replace else []), *args, *maxage)
+    except redis.ResponseError as e:
+        if "BUSYKEY" in str(e):
+            res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+        else:
+            res.status, res.reason = FAILED, f"MEM.IMPORT into the target refused it (no RENAME permission): {e}"
+        return False
+    if _history(r, target) != _history(r, scratch):
+        if not replace:
+            r.unlink(target)
+        res.status, res.reason = FAILED, "the target reads back different from the verified import" + (
+            "" if replace else "; nothing written")
+        return False
+    return True
 
 
 def ttl_of(r: "redis.Redis", keys: Sequence[bytes]) -> Optional[int]:
@@ -443,6 +495,8 @@ class _Run:
     #: default caps into the session summary with ``summarize_fn``).
     overflow: str = "whole"
     summarize_fn: Optional[Callable[[Optional[str], Sequence[Any]], str]] = None
+    #: Whether the server is a cluster node (temporary keys in the target's slot).
+    cluster: Optional[bool] = None
 
 
 def _caps(run: _Run, n: int, doc_bytes: int) -> Tuple[List[Any], str]:
@@ -485,6 +539,25 @@ def _verify(run: _Run, key: bytes, expected: List[Tuple[str, str]]) -> str:
     return ""
 
 
+def _require_module(r: "redis.Redis") -> None:
+    """Raises when the server has no redis-mem module (every source would
+    otherwise fail, one line each, with "unknown command 'MEM.IMPORT'")."""
+    try:
+        r.execute_command("MEM.INFO", b"{redis-mem-migrate}:probe")
+    except redis.ResponseError as e:  # NOPERM and the like: the imports will say
+        if "unknown command" in str(e).lower():
+            raise redis.ResponseError("the server has no redis-mem module (MEM.* are unknown commands): load it "
+                                      "(--loadmodule libredis_mem.so, or MODULE LOAD) and run again") from None
+
+
+def _same_history(run: _Run, target: bytes, expected: List[Tuple[str, str]]) -> bool:
+    """Whether the session at ``target`` holds exactly ``expected``."""
+    try:
+        return _verify(run, target, expected) == ""
+    except (redis.ResponseError, ValueError, AttributeError):  # not a session, unreadable
+        return False
+
+
 def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: bytes,
            expected: List[Tuple[str, str]], ttl: Optional[int]) -> bool:
     """Imports ``value`` into a temporary key, verifies it, then (real run)
@@ -498,6 +571,15 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     ours = owner == source_name
     if not ours and r.exists(target):
         if not run.replace:
+            if _same_history(run, target, expected):
+                # An earlier run (interrupted between its RENAME and its
+                # delete, or a concurrent one) moved this very history.
+                res.status, res.reason = SKIPPED, "the target already holds exactly this history (an earlier " \
+                    "or concurrent run moved it)" + ("; --delete-source deletes the source" if run.delete_source
+                                                     and not run.dry_run else "")
+                res.messages = len(expected)
+                run.created[target] = source_name
+                return True
             res.status, res.reason = SKIPPED, "target key exists (use --replace)"
             return False
         res.replaced = True
@@ -512,7 +594,9 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     if ttl is not None:
         args += ["TTL", ttl]
         res.ttl = ttl
-    scratch = _scratch_key(target)
+    if run.cluster is None:
+        run.cluster = _cluster_enabled(r)
+    scratch = _scratch_key(target, run.cluster)
     try:
         try:
             reply = _reply_map(r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args))
@@ -536,6 +620,8 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                        "messages would be cut to the default caps: upgrade the module")
             else:
                 msg = f"MEM.IMPORT refused it: {msg}"
+                if isinstance(e, redis.exceptions.NoPermissionError):
+                    msg += f" (the run imports into the temporary key {_show(scratch)} first: let the user write it)"
             res.status, res.reason = FAILED, msg
             return False
         why = _verify(run, scratch, expected)
@@ -549,11 +635,17 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status = WOULD_MOVE
             run.created[target] = source_name
             return True
-        if res.replaced or ours:
-            r.rename(scratch, target)
-        elif not r.renamenx(scratch, target):
-            res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
-            return False
+        try:
+            if res.replaced or ours:
+                r.rename(scratch, target)
+            elif not r.renamenx(scratch, target):
+                res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+                return False
+        except redis.exceptions.NoPermissionError:
+            # ACL without RENAME / RENAMENX: import the verified copy again.
+            if not _copy_onto(run, res, scratch, target, args, res.replaced or ours):
+                return False
+            r.unlink(scratch)
         scratch = b""
         run.created[target] = source_name
         res.status = MOVED
@@ -671,6 +763,9 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         return res
     value = _b(value)
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
+    if ttl is None:  # expired between GET and PTTL: not given a new lifetime (mem.ttl)
+        res.status, res.reason = SKIPPED, "source key expired or was deleted during the migration"
+        return res
     for _attempt in range(MAX_ATTEMPTS):
         try:
             doc_bytes, expected = _document(value, run.limits)
@@ -715,6 +810,9 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         res.status, res.reason = SKIPPED, "no messages"
         return res
     ttl = run.ttl if run.ttl is not None else ttl_of(r, unit.keys)
+    if ttl is None:
+        res.status, res.reason = SKIPPED, "source keys expired or were deleted during the migration"
+        return res
     if not _place(run, res, unit.session, target, value, expected, ttl):
         return res
     if run.delete_source and not run.dry_run:
@@ -774,7 +872,9 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
             res.status, res.reason = SKIPPED, f"the session already holds another {system} id (use --replace)"
             return res
         res.replaced = held is not None and held != cid
-    scratch = _scratch_key(target)
+    if run.cluster is None:
+        run.cluster = _cluster_enabled(r)
+    scratch = _scratch_key(target, run.cluster)
     try:
         r.execute_command("MEM.EXTSET", scratch, system, cid, *ex)
         ok = _s(r.execute_command("MEM.EXTGET", scratch, system)) == cid
@@ -829,10 +929,14 @@ class Progress:
 
 class Journal:
     """--state FILE: one JSON line per finished source; a rerun skips those
-    moved or skipped (failed ones are tried again)."""
+    moved (and, with --delete-source, deleted). Skipped and failed ones are
+    looked at again: a source skipped as "target key exists (use
+    --replace)" is moved by a rerun with --replace, one moved without
+    --delete-source is deleted by a rerun with it."""
 
-    def __init__(self, path: Optional[str]):
+    def __init__(self, path: Optional[str], delete_source: bool = False):
         self.path = path
+        self.delete_source = delete_source
         self.finished: Dict[str, Dict[str, Any]] = {}
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -841,7 +945,7 @@ class Journal:
                         row = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # a line cut by an interrupted run
-                    if row.get("status") in (MOVED, SKIPPED):
+                    if row.get("status") == MOVED:
                         self.finished[row["source"]] = row
                     else:
                         self.finished.pop(row.get("source"), None)
@@ -849,7 +953,8 @@ class Journal:
 
     def done_before(self, source: str) -> bool:
         """Whether an earlier run finished ``source``."""
-        return source in self.finished
+        row = self.finished.get(source)
+        return row is not None and (not self.delete_source or bool(row.get("deleted")))
 
     def record(self, res: KeyResult) -> None:
         """Journals a finished source."""
@@ -917,6 +1022,7 @@ def migrate(
                            overflow, summarize_fn)
         finally:
             raw.close()
+    _require_module(r)
     run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r), overflow=overflow,
                summarize_fn=summarize_fn)
     report = Report(dry_run=dry_run)
@@ -968,9 +1074,9 @@ def migrate(
             if u.error and not u.session:
                 work.append((_show(u.keys[0]), _failed(_show(u.keys[0]), "", u.error)))
                 continue
-            tgt = target_name(u.keys[0], _b(u.session), target_template)
+            tgt = target_name(u.keys[0], u.sid or _b(u.session), target_template)
             work.append((u.session, functools.partial(migrate_unit, run, u, read, tgt)))
-    journal = Journal(state)
+    journal = Journal(state, delete_source and not dry_run)
     bar = Progress(len(work), progress_stream, progress)
     try:
         for name, job in work:
@@ -1093,6 +1199,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except redis.RedisError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nredis-mem-migrate: interrupted. Every source finished so far is verified in its target"
+              + (" and journaled in " + a.state if a.state else "") + "; the one in progress was left as it was "
+              "(its temporary key deleted). Run the same command again to continue: a target that already holds "
+              "exactly its source's history counts as moved.", file=sys.stderr)
+        return 130
     print(json.dumps(report.to_dict(), indent=2) if a.json else report.render())
     return 1 if report.failed else 0
 

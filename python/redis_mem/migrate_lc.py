@@ -44,6 +44,9 @@ class Unit:
     keys: List[bytes]
     values: Dict[bytes, bytes] = field(default_factory=dict)
     error: str = ""
+    #: The session id as the key holds it (``session`` is its text, shown;
+    #: a key that is not UTF-8 keeps its own bytes in the target's name).
+    sid: bytes = b""
 
 
 def _msgid(mid: Any) -> Optional[str]:
@@ -123,7 +126,7 @@ def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int
             units.append(Unit("", [key], error=f"the key does not start with the source prefix {prefix!r} "
                                                 "followed by a session id (see --source-prefix)"))
             continue
-        units.append(Unit(key[len(p):].decode("utf-8", "backslashreplace"), [key]))
+        units.append(Unit(key[len(p):].decode("utf-8", "backslashreplace"), [key], sid=key[len(p):]))
     return sorted(units, key=lambda u: u.keys)
 
 
@@ -171,7 +174,7 @@ def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: in
         if b":" not in rest:
             continue  # not a message document (e.g. the prefix's own keys)
         session = rest.rsplit(b":", 1)[0].decode("utf-8", "backslashreplace")
-        unit = groups.setdefault(session, Unit(session, []))
+        unit = groups.setdefault(session, Unit(session, [], sid=rest.rsplit(b":", 1)[0]))
         unit.keys.append(key)
         try:
             unit.values[key] = _read_doc(r, key)

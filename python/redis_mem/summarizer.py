@@ -531,7 +531,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               llm_retries=a.llm_retries, sweep_interval=a.sweep_interval,
                               concurrency=a.concurrency)
     if a.once:
-        res = worker.run_once(a.once)
+        try:
+            res = worker.run_once(a.once)
+        except redis.RedisError as e:  # WRONGTYPE (not a session), connection refused, ...
+            print(f"redis-mem-summarizer: {a.once}: {e}", file=sys.stderr)
+            return 2
         print(json.dumps(asdict(res) if res else None))
         return 0
 

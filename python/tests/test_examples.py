@@ -16,9 +16,9 @@ EXAMPLES = os.path.join(REPO_ROOT, "examples")
 
 def run_example(name, url):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    # examples/ (not this package's) read a raw MEM.INFO reply as a RESP2
-    # array; redis-py 8 connects with RESP3 by default: pin RESP2 for them.
-    env["REDIS_URL"] = url + "?protocol=2"
+    # No protocol pin: the examples run on redis-py's default (RESP3 on
+    # redis-py 8) and on RESP2 alike (test_langchain_agent_example_resp2).
+    env["REDIS_URL"] = url
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], capture_output=True, text=True,
                          timeout=120, env=env, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr
@@ -31,6 +31,18 @@ def test_langchain_agent_example(clean):
     run_example("langchain_agent.py", clean.url)
     entries = RedisMemClient(clean.client()).get("mem:{demo}")
     assert [e.role for e in entries] == ["user", "assistant", "tool", "assistant"] * 2
+
+
+def test_langchain_agent_example_resp2(clean):
+    """The example's MEM.INFO read holds on RESP2 too (redis-py 5-7's default)."""
+    out = run_example("langchain_agent.py", clean.url + "?protocol=2")
+    assert "holds 4 messages" in out
+
+
+def test_langchain_agent_example_resp3(clean):
+    """redis-py 8's default is RESP3, where MEM.INFO is a map, not an array."""
+    out = run_example("langchain_agent.py", clean.url + "?protocol=3")
+    assert "holds 4 messages" in out
 
 
 def test_langgraph_example(clean):

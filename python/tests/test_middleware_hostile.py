@@ -406,3 +406,90 @@ def test_recovery_after_an_outage_that_lost_nothing_stores_nothing_twice(clean):
     contents = [e.content for e in stored(admin)]
     assert contents == ["before", "You said: before", "during", "You said: during", "after", "You said: after"]
     assert mw.stats["resent"] == 2 and not mw.degraded
+
+
+# -- a message over the session's token cap ------------------------------------
+
+def test_a_tool_result_over_a_quarter_of_maxtokens_does_not_evict_the_conversation(r):
+    """Found by the outside tester: a 5 MB tool result (truncated to 4 MB,
+    ~600,000 tokens, far over maxtokens 80,000) made the module evict every
+    older message, the user's first included, and the next message then
+    evicted the tool result too: the session held one assistant message."""
+    huge = "word " * (1024 * 1024)  # 5 MB, ~1M tokens
+
+    @tool
+    def dump(q: str) -> str:
+        """Dumps a lot."""
+        return huge
+
+    model = ScriptedModel(respond=calls_tool("dump", {"q": "all"}), prompts=[])
+    mw = RedisMemMiddleware(r, memory="window")  # no summary: only the caps act
+    agent = create_agent(model, [dump], middleware=[mw])
+    agent.invoke({"messages": [HumanMessage("Hi, I'm Alice", id="u0")]}, cfg())
+    agent.invoke({"messages": [HumanMessage("dump it again", id="u1")]}, cfg())
+    entries = stored(r)
+    assert [e.role for e in entries] == ["user", "assistant", "tool", "assistant"] * 2
+    assert entries[0].content == "Hi, I'm Alice"
+    tools = [e for e in entries if e.role == "tool"]
+    for e in tools:
+        assert e.tokens <= 20_000 and "over 20000 tokens a message)]" in e.content
+        assert e.meta["redis_mem_truncated"] == len(huge)
+    assert mw.stats["truncated"] == 2
+    # An explicit limit, and 0 = none (the app's choice: the session then evicts).
+    mw2 = RedisMemMiddleware(r, memory="window", max_message_tokens=100, key_template="other:{%s}")
+    agent2 = create_agent(ScriptedModel(respond=calls_tool("dump", {"q": "all"}), prompts=[]), [dump],
+                          middleware=[mw2])
+    agent2.invoke({"messages": [HumanMessage("hi", id="v0")]}, cfg())
+    got = [e for e in RedisMemClient(r).get("other:{alice}") if e.role == "tool"]
+    assert len(got) == 1 and got[0].tokens <= 100 + 16  # the limit is on the content (+ the role's overhead)
+
+
+def test_async_a_tool_result_over_max_message_tokens_is_cut_too(clean):
+    import asyncio
+
+    import redis.asyncio
+
+    @tool
+    def dump(q: str) -> str:
+        """Dumps a lot."""
+        return "word " * 200_000
+
+    async def main():
+        ar = redis.asyncio.Redis(port=clean.port, protocol=3)
+        try:
+            mw = RedisMemMiddleware(async_client=ar, memory="window", maxtokens=40_000)
+            agent = create_agent(ScriptedModel(respond=calls_tool("dump", {"q": "x"}), prompts=[]), [dump],
+                                 middleware=[mw])
+            await agent.ainvoke({"messages": [HumanMessage("Hi, I'm Alice", id="u0")]}, cfg())
+            return mw
+        finally:
+            await ar.aclose()
+
+    mw = asyncio.run(main())
+    entries = stored(clean.client())
+    assert [e.role for e in entries] == ["user", "assistant", "tool", "assistant"]
+    assert entries[2].tokens <= 10_000 + 16 and "over 10000 tokens a message)]" in entries[2].content
+    assert mw.stats["truncated"] == 1
+
+
+def test_a_message_that_cannot_be_counted_is_stored_not_raised(own_server, caplog):
+    """max_message_tokens counts with MEM.COUNT under the session's model; a
+    user without CONFIG (so mem.default-model unknown) on a server whose
+    mem.encodings leaves out the assumed gpt-4o: MEM.COUNT refuses. The
+    agent still answers and the message is stored (uncut)."""
+    srv = own_server("--mem.encodings", "cl100k_base", "--mem.default-model", "gpt-4")
+    admin = srv.client()
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", "-config")
+    r = srv.client(username="app", password="pw")
+
+    @tool
+    def dump(q: str) -> str:
+        """Dumps a lot."""
+        return "word " * 30_000
+
+    mw = RedisMemMiddleware(r, memory="window")
+    agent = create_agent(ScriptedModel(respond=calls_tool("dump", {"q": "x"}), prompts=[]), [dump], middleware=[mw])
+    out = agent.invoke({"messages": [HumanMessage("Hi, I'm Alice", id="u0")]}, cfg())
+    assert out["messages"][-1].content == f"got {5 * 30_000} chars"
+    assert [e.role for e in stored(admin)] == ["user", "assistant", "tool", "assistant"]
+    assert "could not count a tool message" in caplog.text

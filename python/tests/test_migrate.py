@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import redis
 
 import redis_mem.migrate as mig
 from redis_mem import RedisMemClient
@@ -118,11 +119,14 @@ def test_sources_kept_without_delete_and_rerun_skips(clean):
     assert [x.status for x in first.results] == [mig.MOVED]
     assert not first.results[0].deleted
     assert json.loads(r.get("user_memory_alice")) == ALICE
-    # A second run skips (the session exists) unless --replace.
+    # A second run skips (the session exists) unless --replace: it says the
+    # session is this very history; once the session has changed, that it exists.
     again = mig.migrate(r)
     assert [(x.status, x.reason) for x in again.results] == [
-        (mig.SKIPPED, "target key exists (use --replace)")]
+        (mig.SKIPPED, "the target already holds exactly this history (an earlier or concurrent run moved it)")]
     RedisMemClient(r).append("mem:{alice}", "user", "new turn")
+    assert [(x.status, x.reason) for x in mig.migrate(r).results] == [
+        (mig.SKIPPED, "target key exists (use --replace)")]
     replaced = mig.migrate(r, replace=True)
     assert [x.status for x in replaced.results] == [mig.MOVED]
     assert RedisMemClient(r).info("mem:{alice}").messages == 3
@@ -193,3 +197,29 @@ def test_delete_source_reimports_a_source_changed_meanwhile(clean, monkeypatch):
     assert not r.exists("user_memory_carol")
     msgs = RedisMemClient(r).get("mem:{carol}")
     assert [m.content for m in msgs] == ["hi", "written by the old app meanwhile"]
+
+
+def test_a_server_without_the_module_is_one_error_not_a_failure_per_key():
+    """Found by the outside tester: against a plain Redis every source
+    failed, one report line each, with "unknown command 'MEM.IMPORT'"."""
+    import shutil
+
+    from conftest import _free_port, _wait_ready
+
+    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    port = _free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_ready(port, proc)
+        r = redis.Redis(port=port)
+        r.set("user_memory_a", json.dumps(ALICE))
+        with pytest.raises(redis.ResponseError, match="no redis-mem module"):
+            mig.migrate(r, delete_source=True)
+        out = subprocess.run([SCRIPT, "--port", str(port), "--delete-source"], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 2 and "no redis-mem module" in out.stderr
+        assert r.exists("user_memory_a")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -302,3 +302,97 @@ def test_overflow_summarize_folds_the_oldest_messages_into_the_summary(r):
     rep = mig.migrate(r, pattern="user_memory_long2", overflow="summarize", delete_source=True)
     assert rep.results[0].status == mig.FAILED and r.exists("user_memory_long2")
     assert not r.exists("mem:{long2}")
+
+
+def test_a_source_that_expires_mid_run_is_not_given_a_new_lifetime(clean):
+    """Found by the outside tester: a source read just before it expired had
+    no PTTL left (-2) and its session got mem.ttl (24 h) instead: data the
+    application had let expire came back for a day."""
+    from langchain_core.messages import HumanMessage
+    raw = clean.client(decode_responses=False)
+    raw.set("user_memory_gone", doc("short-lived"), px=60_000)
+    write_community(raw, "lc", [HumanMessage("hi")])
+    raw.pexpire("message_store:lc", 60_000)
+    real_pttl = raw.pttl
+
+    def expire_first(name):
+        raw.delete(name)  # the key expires right after the run read it
+        return real_pttl(name)
+
+    raw.pttl = expire_first  # type: ignore[method-assign]
+    rep = mig.migrate(raw, pattern="user_memory_gone", delete_source=True)
+    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source key expired or was deleted during the migration")]
+    rep = mig.migrate(raw, source="langchain")
+    assert [(x.status, x.reason) for x in rep.results] == [(mig.SKIPPED, "source keys expired or were deleted during the migration")]
+    assert not raw.exists("mem:{gone}") and not raw.exists("mem:{lc}")
+
+
+def test_ctrl_c_mid_run_then_a_rerun_finishes_and_deletes(clean, tmp_path):
+    """Found by the outside tester: SIGINT during a --delete-source run of
+    20,000 keys printed a KeyboardInterrupt traceback; a source whose
+    session was renamed into place but not yet deleted was then 'skipped:
+    target key exists (use --replace)' by every rerun, never deleted. Now the
+    interrupted run says what holds, and a rerun recognizes the identical
+    session and deletes the source."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    r = clean.client()
+    with r.pipeline(transaction=False) as p:
+        for i in range(4000):
+            p.set(f"user_memory_u{i}", doc(f"hello {i}", "hi"))
+        p.execute()
+    # The window an interrupt can hit: renamed into place, source not deleted.
+    r.set("user_memory_w", doc("in the window"))
+    assert mig.migrate(r, pattern="user_memory_w").results[0].status == mig.MOVED
+    w = mig.migrate(r, pattern="user_memory_w", delete_source=True).results[0]
+    assert (w.status, w.deleted) == (mig.SKIPPED, True) and "already holds exactly this history" in w.reason
+    assert not r.exists("user_memory_w") and r.exists("mem:{w}")
+    script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from redis_mem.migrate import main\nsys.exit(main())\n")
+    state = str(tmp_path / "state")
+    proc = subprocess.Popen([sys.executable, "-c", script, "--url", clean.url, "--delete-source", "--state", state],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (os.path.exists(state) and os.path.getsize(state) > 2000):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 130:  # (a fast machine may finish first)
+        assert "interrupted" in err and "Traceback" not in err
+    assert not list(r.scan_iter("*redis-mem-migrate*"))  # no temporary key left
+    rep = mig.migrate(r, delete_source=True)
+    assert not rep.failed
+    assert not list(r.scan_iter("user_memory_*"))  # every source deleted
+    assert len(list(r.scan_iter("mem:*"))) == 4001
+
+
+def test_a_langchain_list_with_a_non_utf8_session_id_keeps_its_bytes(clean):
+    """Found by the outside tester: message_store:\\xff\\xfe moved to a session
+    named with the escaped text (b'mem:{\\\\xff\\\\xfe}': a backslash, x, f,
+    f...), a key no application would ever read; with --delete-source the
+    history was lost to it."""
+    from langchain_core.messages import HumanMessage
+    raw = clean.client(decode_responses=False)
+    raw.lpush(b"message_store:\xff\xfe id", json.dumps({"type": "human", "data": {"content": "hi"}}))
+    write_community(raw, "new\nline {x}", [HumanMessage("nl")])
+    rep = mig.migrate(raw, source="langchain", delete_source=True)
+    assert sorted((x.status, x.deleted) for x in rep.results) == [(mig.MOVED, True)] * 2
+    assert sorted(raw.scan_iter("mem:*")) == [b"mem:{new\nline {x}}", b"mem:{\xff\xfe id}"]
+    assert RedisMemClient(raw).get(b"mem:{\xff\xfe id}")[0].content == "hi"
+
+
+def test_a_profile_without_a_conversation_yet_is_moved(r):
+    """Found by the outside tester: {"user_profile": {...}} with no
+    conversation_history (a user who has not chatted yet) failed as
+    'conversation_history is missing': the profile could never be moved."""
+    r.set("user_memory_new", json.dumps({"user_profile": {"name": "Nora", "plan": "pro"}, "context": {"tz": "UTC"}}))
+    r.set("user_memory_junk", json.dumps({"something": "else"}))
+    rep = mig.migrate(r, delete_source=True)
+    assert statuses(rep) == {"user_memory_new": (mig.MOVED, ""),
+                             "user_memory_junk": (mig.FAILED, "conversation_history is missing or not an array")}
+    attrs = RedisMemClient(r).attrget("mem:{new}")
+    assert attrs["user_profile"] == {"name": "Nora", "plan": "pro"} and attrs["context"] == {"tz": "UTC"}
+    assert r.exists("user_memory_junk") and not r.exists("user_memory_new")

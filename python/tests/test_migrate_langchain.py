@@ -153,3 +153,24 @@ def test_cli_progress_and_json_report(clean):
     report = json.loads(out.stdout)
     assert (report["moved"], report["failed"]) == (2, 0)
     assert [k["source"] for k in report["keys"]] == ["a", "b"]
+
+
+def test_a_state_file_does_not_hide_what_a_rerun_with_other_options_would_do(r, tmp_path):
+    """Found by the outside tester: --state journaled *skipped* sources as
+    finished, so the rerun the report asks for ("target key exists (use
+    --replace)") skipped them again as "finished in an earlier run"; and a
+    source moved without --delete-source was never deleted by a rerun with it."""
+    write_community(r, "s1", [HumanMessage("hi from s1")])
+    write_community(r, "s2", [HumanMessage("hi from s2")])
+    RedisMemClient(r).append("mem:{s2}", "user", "an older session")
+    state = str(tmp_path / "migrate.state")
+    first = {x.source: x.status for x in mig.migrate(r, source="langchain", state=state).results}
+    assert first == {"s1": mig.MOVED, "s2": mig.SKIPPED}
+    again = {x.source: (x.status, x.replaced) for x in
+             mig.migrate(r, source="langchain", state=state, replace=True).results}
+    assert again == {"s1": (mig.SKIPPED, False), "s2": (mig.MOVED, True)}
+    assert RedisMemClient(r).get("mem:{s2}")[0].content == "hi from s2"
+    third = mig.migrate(r, source="langchain", state=state, delete_source=True)
+    assert all(x.deleted for x in third.results) and not list(r.scan_iter("message_store:*"))
+    fourth = mig.migrate(r, source="langchain", state=state, delete_source=True)
+    assert fourth.results == []  # nothing left to look at

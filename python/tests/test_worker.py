@@ -340,6 +340,12 @@ def test_cli_once(clean):
     assert out.returncode == 0, out.stderr
     assert "OFFLINE EXTRACTIVE" in out.stderr
     assert json.loads(out.stdout)["upto"] == 3
+    # Found by the outside tester: --once on a key that is not a session
+    # ended in a WRONGTYPE traceback (exit 1); now one line, exit 2.
+    r.set("not-a-session", "x")
+    bad = subprocess.run([SCRIPT, "--url", clean.url, "--extractive", "--once", "not-a-session"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "not-a-session: WRONGTYPE" in bad.stderr and "Traceback" not in bad.stderr
     assert mem.get(KEY)[0].id == 3
 
 
