@@ -578,20 +578,13 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
     /// (before the caps are applied, as evict_aged and then trim_imported
     /// would do on the whole list); then the caps, on complete groups only.
     fn close_group(&mut self) {
-        if self.open_group > 0 && self.open_group_old {
-            for _ in 0..self.open_group {
-                self.session.evict_newest();
-            }
-            self.trimmed += self.open_group as u64;
-        }
-        self.open_group = 0;
-        self.open_group_old = false;
+        self.finish();
         self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 0);
         self.session.messages.settle();
     }
 
-    /// After the last message: its group's age decided; the caps are then
-    /// applied by `trim_imported`, which spares the newest group.
+    /// The newest group's age decided (after the last message, the caps are
+    /// then applied by `trim_imported`, which spares the newest group).
     fn finish(&mut self) {
         if self.open_group > 0 && self.open_group_old {
             for _ in 0..self.open_group {
@@ -600,6 +593,7 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             self.trimmed += self.open_group as u64;
         }
         self.open_group = 0;
+        self.open_group_old = false;
     }
 }
 
