@@ -66,7 +66,10 @@ pub enum Access {
     /// Adds and evicts (like XADD with MAXLEN).
     Update,
     /// Updates and replies with what it read (like INCR or SET ... GET):
-    /// a write-only user (`%W~`) must not read through it.
+    /// a write-only user (`%W~`) must not read through it. MEM.APPEND,
+    /// MEM.APPENDBATCH and MEM.SUMMARIZE answer a retry with the stored
+    /// original's id and tokens, and every reply with the session's totals;
+    /// MEM.SUMMARIZE_BEGIN with MEM.SUMMARIZE_CHECK's map.
     ReadUpdate,
     Overwrite,
     /// No key (MEM.COUNT, MEM.MODELS): no key spec.
@@ -107,7 +110,7 @@ pub fn all() -> Vec<Doc> {
             summary: "Appends a message to a session, counts its tokens, trims to the caps, refreshes the TTL and reports whether to summarize.",
             complexity: "O(N) in the size of the content (tokenizing), plus O(M) for M evicted messages.",
             arity: -4,
-            access: Update,
+            access: ReadUpdate,
             args: vec![
                 key(),
                 string("role"),
@@ -128,7 +131,7 @@ pub fn all() -> Vec<Doc> {
             summary: "Appends several messages (a JSON array of {role, content, ts?, meta?, msgid?, tokens?}) in one atomic step, as consecutive MEM.APPENDs.",
             complexity: "O(N) in the size of the contents (tokenizing), plus O(M) for M evicted messages.",
             arity: -3,
-            access: Update,
+            access: ReadUpdate,
             args: vec![
                 key(),
                 string("messages"),
@@ -184,7 +187,7 @@ pub fn all() -> Vec<Doc> {
             summary: "Replaces the summary and every message up to an id with a new summary (refused while another worker's lease is live).",
             complexity: "O(N) in the size of the summary (tokenizing), plus O(M) for M replaced messages.",
             arity: -4,
-            access: Update,
+            access: ReadUpdate,
             args: vec![key(), integer("upto"), string("summary"), option("LEASE", integer("token"))],
         },
         Doc {

@@ -225,7 +225,7 @@ impl Config {
     /// whatever the operator sets, so no text within it holds the main
     /// thread 10 ms.
     pub fn inline_limit(&self, encoding: Encoding) -> u64 {
-        let configured = if encoding.openai().is_some() {
+        let configured = if encoding.is_openai() {
             self.async_threshold_bytes
         } else {
             (self.async_threshold_bytes / 16).max(1)

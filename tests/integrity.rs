@@ -141,7 +141,7 @@ fn a_lease_token_is_never_granted_twice_for_a_key_name() {
 }
 
 #[test]
-fn a_write_only_user_cannot_read_through_summarize_begin() {
+fn a_write_only_user_cannot_read_through_a_write() {
     let server = Server::start();
     let mut con = server.client();
     for i in 0..10 {
@@ -151,16 +151,23 @@ fn a_write_only_user_cannot_read_through_summarize_begin() {
     ok(&mut con, &["ACL", "SETUSER", "reader", "on", ">pw", "%R~mem:*", "+@all"]);
     let mut w = server.client();
     ok(&mut w, &["AUTH", "writer", "pw"]);
+    // Writes whose reply shows stored data (a retry's original id and
+    // tokens, the session's totals, the check map) declare read access,
+    // as INCR does.
     for args in [
         vec!["MEM.SUMMARIZE_BEGIN", "mem:{w}", "1000"],
         vec!["MEM.SUMMARIZE_CHECK", "mem:{w}"],
         vec!["MEM.GET", "mem:{w}"],
         vec!["MEM.INFO", "mem:{w}"],
+        vec!["MEM.APPEND", "mem:{w}", "user", "x", "MSGID", "m1"],
+        vec!["MEM.APPENDBATCH", "mem:{w}", r#"[{"role":"user","content":"x"}]"#],
+        vec!["MEM.SUMMARIZE", "mem:{w}", "1", "s"],
     ] {
         assert!(err(&mut w, &args).starts_with("NOPERM"), "{args:?} by a write-only user");
     }
-    // It may still write.
-    append(&mut w, "mem:{w}", "user", "written", &[]);
+    // Writes that reply OK or a count stay open to it.
+    ok(&mut w, &["MEM.EXTSET", "mem:{w}", "dify", "c1"]);
+    ok(&mut w, &["MEM.ATTRSET", "mem:{w}", "p", "1"]);
     // A read-only user may not take a lease (a write).
     let mut r = server.client();
     ok(&mut r, &["AUTH", "reader", "pw"]);
@@ -393,7 +400,9 @@ fn building_encodings_never_evicts_a_key_nor_fails_a_write() {
     ok(&mut con, &["ACL", "SETUSER", "counter", "on", ">pw", "-@all", "+mem.count"]);
     let mut counter = server.client();
     ok(&mut counter, &["AUTH", "counter", "pw"]);
-    for model in ["deepseek-chat", "qwen2.5-72b-instruct", "mistral-large-latest", "kimi-k2"] {
+    // gpt-4: cl100k_base, whose tables were built outside the module's
+    // memory by a first look at the encoding (17.7 MB of used_memory).
+    for model in ["deepseek-chat", "qwen2.5-72b-instruct", "mistral-large-latest", "kimi-k2", "gpt-4"] {
         let n = int(&mut counter, &["MEM.COUNT", model, "hi"]);
         assert!(n >= 1, "{model}");
     }
@@ -429,6 +438,14 @@ fn mem_encodings_restricts_what_may_be_built_and_counted() {
     assert!(info.contains("encoding_deepseek_v3:state=unloaded"), "{info}");
     // Given tokens need no encoding.
     append(&mut con, "c", "user", "hi", &["MODEL", "deepseek-chat", "TOKENS", "5"]);
+    // Built already, still refused once left out (an import too).
+    ok(&mut con, &["CONFIG", "SET", "mem.encodings", "all"]);
+    assert!(int(&mut con, &["MEM.COUNT", "qwen2.5-72b-instruct", "hi"]) >= 1);
+    ok(&mut con, &["CONFIG", "SET", "mem.encodings", "o200k_base"]);
+    let doc = r#"{"conversation_history":[{"role":"user","content":"hi"}],"model":"qwen2.5-72b-instruct"}"#;
+    assert!(err(&mut con, &["MEM.IMPORT", "q", doc]).contains("not in mem.encodings"));
+    assert!(err(&mut con, &["MEM.COUNT", "qwen2.5-72b-instruct", "hi"]).contains("not in mem.encodings"));
+    assert_eq!(int(&mut con, &["EXISTS", "q"]), 0);
     // CONFIG SET: unknown names and empty lists refused; all restores.
     assert!(err(&mut con, &["CONFIG", "SET", "mem.encodings", "o200k_base,nope"]).contains("unknown encoding"));
     assert!(err(&mut con, &["CONFIG", "SET", "mem.encodings", ""]).contains("at least one"));
@@ -630,4 +647,23 @@ fn an_aged_message_in_the_middle_costs_reads_nothing_and_leaves_whole() {
 
 fn cmd_value(con: &mut redis::Connection, args: &[&str]) -> Value {
     ok(con, args)
+}
+
+#[test]
+fn a_batch_finds_retries_among_many_held_msgids() {
+    // 30 batches of 1,000 messages, each with its msgid: every retry of one
+    // (in a later batch, or within its own) is recognised, the rest stored.
+    let server = Server::start();
+    let mut con = server.client();
+    for b in 0..30 {
+        let mut items: Vec<Json> = (0..1000).map(|i| json!({"role": "user", "content": format!("m{b}-{i}"), "msgid": format!("id-{b}-{i}")})).collect();
+        if b > 0 {
+            items[0] = json!({"role": "user", "content": "again", "msgid": format!("id-{}-7", b - 1)});
+        }
+        let Value::Array(replies) = ok(&mut con, &["MEM.APPENDBATCH", "many", &Json::Array(items).to_string(), "MAXMSGS", "100000", "MAXTOKENS", "10000000"]) else { panic!() };
+        let dup = |r: &Value| int_field(&as_fields(r.clone()), "duplicate");
+        assert_eq!(dup(&replies[0]), i64::from(b > 0), "batch {b}");
+        assert!(replies[1..].iter().all(|r| dup(r) == 0), "batch {b}");
+    }
+    assert_eq!(int_field(&info(&mut con, "many"), "messages"), 30 * 1000 - 29);
 }

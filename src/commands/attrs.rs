@@ -20,9 +20,9 @@ fn attr_name<'a>(arg: &'a RedisString) -> Result<&'a str, RedisError> {
 }
 
 /// JSON values (ATTRSET values, META) of at least this many bytes are
-/// walked by a worker: the walk runs at ~200 MB/s on number-heavy JSON (a
-/// 3.2 MB value held the main thread 13-16 ms), so 1 MB stays near 5 ms.
-pub const MAX_INLINE_JSON_BYTES: usize = 1 << 20;
+/// walked by a worker: the walk runs at ~80 MB/s on its worst shapes (a
+/// million `{}` or `0`: 11-14 ms per MB), so 256 KB stays near 3 ms.
+pub const MAX_INLINE_JSON_BYTES: usize = 256 << 10;
 
 /// Whether a large JSON value can go to a worker: refused in MULTI/EXEC and
 /// scripts (which cannot wait for one), false where the client cannot

@@ -167,10 +167,19 @@ fn steps(messages: Vec<Counted>, session: Option<&Session>, settings: &Settings,
     // up to MAX_BATCH: a map, not a scan per item).
     let mut batch_msgids: HashMap<String, (u64, u64)> = HashMap::new();
     let mut steps = Vec::with_capacity(messages.len());
+    // The session's msgids, indexed once when the batch names several: a
+    // scan of the held ones per item held the main thread ~2 us per held
+    // msgid per batch (56 ms at 30,000).
+    let named = messages.iter().filter(|m| m.msgid.is_some()).count();
+    let held = session.filter(|_| named > 8).map(Session::msgid_index);
+    let find = |msgid: &str| match &held {
+        Some(index) => index.get(msgid).copied(),
+        None => session.and_then(|s| s.find_msgid(msgid)),
+    };
     for m in messages {
         if let Some(msgid) = &m.msgid {
             let earlier = batch_msgids.get(msgid).copied();
-            if let Some((id, tokens)) = earlier.or_else(|| session.and_then(|s| s.find_msgid(msgid))) {
+            if let Some((id, tokens)) = earlier.or_else(|| find(msgid)) {
                 steps.push(Step::Duplicate { id, tokens });
                 continue;
             }

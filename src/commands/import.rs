@@ -10,7 +10,7 @@
 
 use std::cell::Cell;
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
 use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
@@ -52,6 +52,9 @@ struct Plan {
     cfg: Config,
     /// When the command arrived: the time of messages that carry none.
     now: i64,
+    /// Whether `mem.encodings` applies (not to the replication stream or
+    /// AOF loading, which apply what the master did).
+    restricted: bool,
 }
 
 impl Plan {
@@ -59,13 +62,18 @@ impl Plan {
     /// not built yet stops it there: `unbuilt` then names it.
     fn build(self, bytes: &[u8], unbuilt: Option<&Cell<Option<Encoding>>>) -> Result<(Imported, Payload), RedisError> {
         let text = args::utf8_bytes("json", bytes)?;
-        let Plan { mut changes, cfg, now } = self;
+        let Plan { mut changes, cfg, now, restricted } = self;
         let max = cfg.max_message_bytes;
         let settings = |doc: json_format::DocSettings<'_>| {
             // The document's model and settings unless an option names
             // others; a new session's settings otherwise.
             changes.default_to_document(&doc, &cfg)?;
             let settings = changes.merge(None, &cfg);
+            // Checked here, where the document's model is known: built or
+            // not, an encoding mem.encodings leaves out is refused.
+            if restricted && !crate::config::ENCODINGS_CONFIG.allows(settings.encoding) {
+                return Err(lazy::not_allowed(settings.encoding));
+            }
             if let Some(cell) = unbuilt.filter(|_| !tokenizer::is_loaded(settings.encoding)) {
                 cell.set(Some(settings.encoding));
                 return Err(RedisError::Str("ERR the encoding is not built yet"));
@@ -108,7 +116,8 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             Err(_) => return Err(error::internal()),
         },
         None => {
-            let plan = Plan { changes: changes.into_owned(), cfg: cfg.clone(), now };
+            let restricted = !ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING);
+            let plan = Plan { changes: changes.into_owned(), cfg: cfg.clone(), now, restricted };
             // The document's encoding is known once parsed: a document that
             // would be large for the most expensive one goes to the pool.
             let large = document.len() as u64 >= cfg.inline_limit_any();

@@ -60,10 +60,15 @@ pub fn check_allowed(ctx: &Context, encoding: Encoding) -> Result<(), RedisError
     {
         return Ok(());
     }
-    Err(RedisError::String(format!(
+    Err(not_allowed(encoding))
+}
+
+/// The refusal of an encoding `mem.encodings` leaves out.
+pub fn not_allowed(encoding: Encoding) -> RedisError {
+    RedisError::String(format!(
         "ERR encoding {} is not in mem.encodings: this server does not count with it (CONFIG SET mem.encodings)",
         encoding.name()
-    )))
+    ))
 }
 
 /// Whether a command must count on the pool because `encoding` is not

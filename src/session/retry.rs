@@ -104,6 +104,22 @@ impl Session {
         self.msgids.departed.iter().rev().find(|d| &*d.msgid == msgid).map(|d| (d.id, d.tokens))
     }
 
+    /// Every msgid the session knows -> `(id, tokens)`, as [`Session::find_msgid`]
+    /// answers (held ones win over departed ones): for a write that looks up
+    /// many (a batch).
+    pub fn msgid_index(&self) -> std::collections::HashMap<&str, (u64, u64)> {
+        let mut index = std::collections::HashMap::with_capacity(self.msgids.held.len() + self.msgids.departed.len());
+        for d in &self.msgids.departed {
+            index.insert(&*d.msgid, (d.id, d.tokens));
+        }
+        for (id, msgid) in &self.msgids.held {
+            if let Some(h) = self.messages.position(*id).and_then(|at| self.messages.head(at)) {
+                index.insert(&**msgid, (h.id, u64::from(h.tokens)));
+            }
+        }
+        index
+    }
+
     /// The reply of a write recognised as a retry of one already applied:
     /// the original's `id` and `tokens`, the session's totals now.
     pub fn duplicate_outcome(&self, id: u64, tokens: u64) -> Outcome {

@@ -62,6 +62,13 @@ impl Encoding {
             .find(|e| e.name().eq_ignore_ascii_case(name))
     }
 
+    /// Whether this is one of OpenAI's encodings, without touching its
+    /// tables (`openai()` builds them on first use: 17.7 MB for cl100k_base,
+    /// outside the module's own memory if asked from a command's path).
+    pub fn is_openai(self) -> bool {
+        matches!(self, Encoding::O200kBase | Encoding::Cl100kBase)
+    }
+
     /// bpe-openai's tokenizer and the hand-written split of an OpenAI
     /// encoding (these do not normalize).
     pub(crate) fn openai(self) -> Option<(&'static bpe_openai::Tokenizer, crate::pretokenize::Pattern)> {
@@ -92,9 +99,12 @@ impl Encoding {
         if text.is_empty() {
             return 0;
         }
-        if let Some((tokenizer, pattern)) = self.openai() {
-            // Built (and its state recorded) as every encoding is.
+        if self.is_openai() {
+            // Built (and its state recorded, its tables in the module's own
+            // memory) as every encoding is, before its tables are touched.
             let _ = self.bpe();
+        }
+        if let Some((tokenizer, pattern)) = self.openai() {
             return crate::piece_count::count(tokenizer, Some(pattern), self as usize, text) as u64;
         }
         let tokenizer = self.bpe();
