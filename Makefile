@@ -32,6 +32,7 @@ run: build
 # fetched once into target/compat/). TEST_COMPAT= (empty) skips that last step.
 TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
 test: build
+	cargo fmt --check
 	cargo test --release
 	python/run_tests.sh
 	tests/oracle/run.sh

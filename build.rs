@@ -6,7 +6,9 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -19,7 +21,11 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut paths = vec![root.join("Cargo.toml"), root.join("Cargo.lock"), root.join("build.rs")];
+    let mut paths = vec![
+        root.join("Cargo.toml"),
+        root.join("Cargo.lock"),
+        root.join("build.rs"),
+    ];
     files(&root.join("src"), &mut paths);
     paths.sort();
     // DefaultHasher::new() has fixed keys: the same sources give the same hash.

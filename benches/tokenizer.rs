@@ -23,11 +23,11 @@
 
 // The module's own counting code (the crate is a cdylib whose allocator is
 // Redis's, so it cannot be linked here as a library).
+#[path = "../src/piece_count.rs"]
+mod piece_count;
 #[allow(dead_code)]
 #[path = "../src/pretokenize.rs"]
 mod pretokenize;
-#[path = "../src/piece_count.rs"]
-mod piece_count;
 /// The module keeps its caches in a region of its own (src/module_memory.rs);
 /// here the process's allocator is the only one.
 mod module_memory {
@@ -66,14 +66,70 @@ impl Rng {
 const SIZES: [usize; 6] = [120, 300, 600, 600, 1500, 4000];
 
 const WORDS: [&str; 64] = [
-    "the", "model", "answer", "request", "because", "database", "connection", "timeout",
-    "user", "server", "memory", "session", "should", "could", "would", "after", "before",
-    "latency", "error", "message", "context", "summary", "tokens", "window", "cache",
-    "please", "thanks", "deploy", "cluster", "replica", "config", "value", "result",
-    "we", "they", "it", "is", "was", "will", "be", "not", "and", "or", "but", "with",
-    "without", "into", "from", "about", "again", "quickly", "slowly", "carefully",
-    "yesterday", "tomorrow", "Monday", "Redis", "Python", "Kubernetes", "OpenAI",
-    "2024", "42", "3.14", "p99",
+    "the",
+    "model",
+    "answer",
+    "request",
+    "because",
+    "database",
+    "connection",
+    "timeout",
+    "user",
+    "server",
+    "memory",
+    "session",
+    "should",
+    "could",
+    "would",
+    "after",
+    "before",
+    "latency",
+    "error",
+    "message",
+    "context",
+    "summary",
+    "tokens",
+    "window",
+    "cache",
+    "please",
+    "thanks",
+    "deploy",
+    "cluster",
+    "replica",
+    "config",
+    "value",
+    "result",
+    "we",
+    "they",
+    "it",
+    "is",
+    "was",
+    "will",
+    "be",
+    "not",
+    "and",
+    "or",
+    "but",
+    "with",
+    "without",
+    "into",
+    "from",
+    "about",
+    "again",
+    "quickly",
+    "slowly",
+    "carefully",
+    "yesterday",
+    "tomorrow",
+    "Monday",
+    "Redis",
+    "Python",
+    "Kubernetes",
+    "OpenAI",
+    "2024",
+    "42",
+    "3.14",
+    "p99",
 ];
 
 const PUNCT: [&str; 6] = [". ", ", ", "? ", "! ", "; ", ". "];
@@ -105,8 +161,8 @@ fn english(rng: &mut Rng, size: usize) -> String {
 }
 
 const IDENTS: [&str; 16] = [
-    "session", "tokens", "total", "msg", "buf", "count", "limit", "user_id", "reply",
-    "ctx", "key", "payload", "offset", "items", "result", "config",
+    "session", "tokens", "total", "msg", "buf", "count", "limit", "user_id", "reply", "ctx", "key",
+    "payload", "offset", "items", "result", "config",
 ];
 
 fn code(rng: &mut Rng, size: usize) -> String {
@@ -119,9 +175,13 @@ fn code(rng: &mut Rng, size: usize) -> String {
             0 => format!("fn {a}_{n}(ctx: &Context, {b}: &[u8]) -> Result<usize, Error> {{\n"),
             1 => format!("    let {a} = {b}.iter().filter(|x| **x > {n}).count();\n"),
             2 => format!("    if {a}.len() >= {n} {{ return Err(Error::TooLarge({a}.len())); }}\n"),
-            3 => format!("def {a}_{n}({b}, limit={n}):\n    return [x for x in {b} if x % 7 == 0][:limit]\n"),
+            3 => format!(
+                "def {a}_{n}({b}, limit={n}):\n    return [x for x in {b} if x % 7 == 0][:limit]\n"
+            ),
             4 => format!("    // {a}: keep the newest {n} entries, drop the rest\n"),
-            _ => format!("    {a}[\"{b}\"] = json.loads(redis.get(f\"mem:{{{b}}}\") or \"{{}}\")\n}}\n"),
+            _ => format!(
+                "    {a}[\"{b}\"] = json.loads(redis.get(f\"mem:{{{b}}}\") or \"{{}}\")\n}}\n"
+            ),
         };
         s.push_str(&line);
     }
@@ -129,9 +189,30 @@ fn code(rng: &mut Rng, size: usize) -> String {
 }
 
 const HANZI_PHRASES: [&str; 24] = [
-    "我们", "在", "服务器", "里", "保存", "对话", "记忆", "用户", "模型", "回答",
-    "问题", "数据库", "连接", "超时", "因为", "所以", "今天", "明天", "需要", "检查",
-    "配置", "缓存", "摘要", "消息",
+    "我们",
+    "在",
+    "服务器",
+    "里",
+    "保存",
+    "对话",
+    "记忆",
+    "用户",
+    "模型",
+    "回答",
+    "问题",
+    "数据库",
+    "连接",
+    "超时",
+    "因为",
+    "所以",
+    "今天",
+    "明天",
+    "需要",
+    "检查",
+    "配置",
+    "缓存",
+    "摘要",
+    "消息",
 ];
 const HANZI_PUNCT: [&str; 4] = ["，", "。", "？", "！"];
 
@@ -160,16 +241,33 @@ fn english_real() -> Vec<String> {
     let mut files: Vec<std::path::PathBuf> = Vec::new();
     for dir in ["/usr/lib"] {
         if let Ok(rd) = std::fs::read_dir(dir) {
-            let mut py: Vec<_> = rd.flatten().map(|e| e.path()).filter(|p| {
-                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python3"))
-            }).collect();
+            let mut py: Vec<_> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("python3"))
+                })
+                .collect();
             py.sort();
             if let Some(p) = py.last() {
                 files.push(p.join("pydoc_data/topics.py"));
             }
         }
     }
-    for name in ["Apache-2.0", "Artistic", "BSD", "GFDL-1.3", "GPL-2", "GPL-3", "LGPL-2.1", "LGPL-3", "MPL-1.1", "MPL-2.0"] {
+    for name in [
+        "Apache-2.0",
+        "Artistic",
+        "BSD",
+        "GFDL-1.3",
+        "GPL-2",
+        "GPL-3",
+        "LGPL-2.1",
+        "LGPL-3",
+        "MPL-1.1",
+        "MPL-2.0",
+    ] {
         files.push(std::path::Path::new("/usr/share/common-licenses").join(name));
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -178,13 +276,22 @@ fn english_real() -> Vec<String> {
         files.push(root.join("docs").join(doc));
     }
     for f in files {
-        let Ok(body) = std::fs::read_to_string(&f) else { continue };
+        let Ok(body) = std::fs::read_to_string(&f) else {
+            continue;
+        };
         if f.extension().is_some_and(|e| e == "py") {
             // The string literals of pydoc's topics, unescaped enough for prose.
             for line in body.lines() {
-                let (Some(a), Some(b)) = (line.find('\''), line.rfind('\'')) else { continue };
+                let (Some(a), Some(b)) = (line.find('\''), line.rfind('\'')) else {
+                    continue;
+                };
                 if b > a + 1 {
-                    text.push_str(&line[a + 1..b].replace("\\n", "\n").replace("\\'", "'").replace("\\\\", "\\"));
+                    text.push_str(
+                        &line[a + 1..b]
+                            .replace("\\n", "\n")
+                            .replace("\\'", "'")
+                            .replace("\\\\", "\\"),
+                    );
                 }
             }
         } else {
@@ -213,7 +320,9 @@ fn corpora() -> Vec<Corpus> {
     const PER_KIND: usize = 96; // 16 of each size: ~190 KB per kind
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut make = |name: &'static str, f: fn(&mut Rng, usize) -> String| {
-        let messages = (0..PER_KIND).map(|i| f(&mut rng, SIZES[i % SIZES.len()])).collect();
+        let messages = (0..PER_KIND)
+            .map(|i| f(&mut rng, SIZES[i % SIZES.len()]))
+            .collect();
         Corpus { name, messages }
     };
     let en = make("english", english);
@@ -227,14 +336,26 @@ fn corpora() -> Vec<Corpus> {
     }
     let real = english_real();
     let mut out = vec![
-        Corpus { name: "msg600", messages: vec![MESSAGE_600.to_owned()] },
+        Corpus {
+            name: "msg600",
+            messages: vec![MESSAGE_600.to_owned()],
+        },
         en,
         code,
         zh,
-        Corpus { name: "mixed", messages: mixed },
+        Corpus {
+            name: "mixed",
+            messages: mixed,
+        },
     ];
     if !real.is_empty() {
-        out.insert(2, Corpus { name: "english-real", messages: real });
+        out.insert(
+            2,
+            Corpus {
+                name: "english-real",
+                messages: real,
+            },
+        );
     }
     out
 }
@@ -251,7 +372,10 @@ struct Measure {
 /// CPU time of this thread: on a shared machine, wall time also counts the
 /// time other processes held the core.
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec into the valid `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {
@@ -272,7 +396,13 @@ fn measure(messages: &[String], budget: Duration, count: &dyn Fn(&str) -> usize)
     let mut best: Option<Measure> = None;
     let mut rates = Vec::new();
     for _ in 0..ROUNDS {
-        let mut m = Measure { msgs: 0, bytes: 0, tokens: 0, elapsed: Duration::ZERO, rates: Vec::new() };
+        let mut m = Measure {
+            msgs: 0,
+            bytes: 0,
+            tokens: 0,
+            elapsed: Duration::ZERO,
+            rates: Vec::new(),
+        };
         let start = thread_cpu();
         loop {
             for text in messages {
@@ -280,7 +410,9 @@ fn measure(messages: &[String], budget: Duration, count: &dyn Fn(&str) -> usize)
                 m.msgs += 1;
                 m.bytes += text.len() as u64;
             }
-            m.elapsed = thread_cpu().saturating_sub(start).max(Duration::from_nanos(1));
+            m.elapsed = thread_cpu()
+                .saturating_sub(start)
+                .max(Duration::from_nanos(1));
             if m.elapsed >= budget / ROUNDS {
                 break;
             }
@@ -332,8 +464,12 @@ fn main() {
         let real = corpora.iter().find(|c| c.name == "english-real").unwrap();
         let bpe = bpe_openai::o200k_base();
         let t = Instant::now();
-        let mut n = 0usize; let mut bytes = 0usize;
-        let passes: usize = std::env::var("BENCH_PROFILE").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+        let mut n = 0usize;
+        let mut bytes = 0usize;
+        let passes: usize = std::env::var("BENCH_PROFILE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(40);
         let cold = std::env::var("BENCH_PROFILE_COLD").is_ok(); // each pass on a new thread
         for _ in 0..passes {
             let pass = || {
@@ -343,10 +479,17 @@ fn main() {
                 }
                 n
             };
-            n += if cold { std::thread::scope(|s| s.spawn(pass).join().unwrap_or(0)) } else { pass() };
+            n += if cold {
+                std::thread::scope(|s| s.spawn(pass).join().unwrap_or(0))
+            } else {
+                pass()
+            };
             bytes += real.messages.iter().map(String::len).sum::<usize>();
         }
-        println!("{n} tokens {:.1} MB/s", bytes as f64 / t.elapsed().as_secs_f64() / 1e6);
+        println!(
+            "{n} tokens {:.1} MB/s",
+            bytes as f64 / t.elapsed().as_secs_f64() / 1e6
+        );
         return;
     }
     // Table construction (first use) of each counter.
@@ -370,15 +513,29 @@ fn main() {
     pretokenize::warm_up();
     let init_classes = t.elapsed();
     let t = Instant::now();
-    black_box(piece_count::count(bpe_o200k, Some(pretokenize::Pattern::O200k), 0, "warm up"));
+    black_box(piece_count::count(
+        bpe_o200k,
+        Some(pretokenize::Pattern::O200k),
+        0,
+        "warm up",
+    ));
     let init_mem_o200k = t.elapsed();
     let t = Instant::now();
-    black_box(piece_count::count(bpe_cl100k, Some(pretokenize::Pattern::Cl100k), 1, "warm up"));
+    black_box(piece_count::count(
+        bpe_cl100k,
+        Some(pretokenize::Pattern::Cl100k),
+        1,
+        "warm up",
+    ));
     let init_mem_cl100k = t.elapsed();
     for (enc, counter, d) in [
         ("all", "redis-mem class table", init_classes),
         ("o200k_base", "redis-mem token set + cache", init_mem_o200k),
-        ("cl100k_base", "redis-mem token set + cache", init_mem_cl100k),
+        (
+            "cl100k_base",
+            "redis-mem token set + cache",
+            init_mem_cl100k,
+        ),
         ("o200k_base", "bpe-openai", init_bpe_o200k),
         ("o200k_base", "tiktoken-rs", init_tik_o200k),
         ("cl100k_base", "bpe-openai", init_bpe_cl100k),
@@ -416,7 +573,8 @@ fn main() {
     // The module counts `role` and `content` of each message: msg600 includes
     // the role ("user"), exactly what MEM.APPEND does for the server benchmark.
     let bpe_o_msg = |t: &str| bpe_o200k.count("user") + bpe_o200k.count(t);
-    let tik_o_msg = |t: &str| tik_o200k.encode_ordinary("user").len() + tik_o200k.encode_ordinary(t).len();
+    let tik_o_msg =
+        |t: &str| tik_o200k.encode_ordinary("user").len() + tik_o200k.encode_ordinary(t).len();
     // The module's counter (piece_count::count, as Encoding::count calls it),
     // and the same with bpe-openai's regex instead of the hand-written split
     // (the module before the pre-tokenizer): separate caches.
@@ -436,7 +594,12 @@ fn main() {
     }
     let counters: [(&str, &str, &dyn Fn(&str) -> usize, &dyn Fn(&str) -> usize); 8] = [
         ("o200k_base", "redis-mem", &mem_o, &mem_o_msg),
-        ("o200k_base", "redis-mem(regex split)", &memre_o, &memre_o_msg),
+        (
+            "o200k_base",
+            "redis-mem(regex split)",
+            &memre_o,
+            &memre_o_msg,
+        ),
         ("cl100k_base", "redis-mem", &mem_c, &mem_c),
         ("cl100k_base", "redis-mem(regex split)", &memre_c, &memre_c),
         ("o200k_base", "bpe-openai", &bpe_o, &bpe_o_msg),
@@ -472,17 +635,30 @@ fn main() {
     // Cold: one pass on a new thread, the piece cache empty (what a server
     // sees on text it has not counted before). The module's counter only.
     let cold: [(&str, fn(&str) -> usize); 2] = [
-        ("o200k_base", |t| piece_count::count(bpe_openai::o200k_base(), Some(Pattern::O200k), 0, t)),
-        ("cl100k_base", |t| piece_count::count(bpe_openai::cl100k_base(), Some(Pattern::Cl100k), 1, t)),
+        ("o200k_base", |t| {
+            piece_count::count(bpe_openai::o200k_base(), Some(Pattern::O200k), 0, t)
+        }),
+        ("cl100k_base", |t| {
+            piece_count::count(bpe_openai::cl100k_base(), Some(Pattern::Cl100k), 1, t)
+        }),
     ];
     for (enc, f) in cold {
-        for c in corpora.iter().filter(|c| matches!(c.name, "english-real" | "mixed")) {
+        for c in corpora
+            .iter()
+            .filter(|c| matches!(c.name, "english-real" | "mixed"))
+        {
             // Best of three new threads (each starts empty).
             let (mb_s, tokens) = (0..3)
                 .map(|_| measure_cold(&c.messages, f))
                 .fold((0.0f64, 0u64), |a, b| if b.0 > a.0 { b } else { a });
             let bytes: usize = c.messages.iter().map(String::len).sum();
-            println!("{enc:<12} {:<12} {:<24} {:>6} {:>9.1} {mb_s:>10.2}", c.name, "redis-mem(cold)", c.messages.len(), bytes as f64 / 1024.0);
+            println!(
+                "{enc:<12} {:<12} {:<24} {:>6} {:>9.1} {mb_s:>10.2}",
+                c.name,
+                "redis-mem(cold)",
+                c.messages.len(),
+                bytes as f64 / 1024.0
+            );
             println!(
                 "BENCH_TOKENIZER {{\"encoding\":\"{enc}\",\"corpus\":\"{}\",\"counter\":\"redis-mem(cold)\",\"msgs\":{},\"bytes\":{bytes},\"tokens\":{tokens},\"mb_per_s\":{mb_s:.3},\"us_per_msg\":{:.3}}}",
                 c.name, c.messages.len(), bytes as f64 / mb_s / c.messages.len() as f64
@@ -530,9 +706,15 @@ fn main() {
     for (counter, f) in [
         ("regex-split-only", &split_only as &dyn Fn(&str) -> usize),
         ("pretokenize-only", &pretokenize_only),
-        ("bpe-openai+piece-memo(what-if)", &memo_count as &dyn Fn(&str) -> usize),
+        (
+            "bpe-openai+piece-memo(what-if)",
+            &memo_count as &dyn Fn(&str) -> usize,
+        ),
     ] {
-        for c in corpora.iter().filter(|c| matches!(c.name, "msg600" | "mixed" | "english-real")) {
+        for c in corpora
+            .iter()
+            .filter(|c| matches!(c.name, "msg600" | "mixed" | "english-real"))
+        {
             let m = measure(&c.messages, budget, f);
             let s = m.elapsed.as_secs_f64();
             let mb_s = m.bytes as f64 / s / 1e6;

@@ -70,7 +70,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Metered<A> {
         let p = match unsafe { module_memory::realloc(ptr, layout, new_size) } {
             Some(p) if !p.is_null() => p,
             Some(_) => unsafe {
-                let moved = self.0.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+                let moved = self
+                    .0
+                    .alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
                 if !moved.is_null() {
                     std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
                     module_memory::dealloc(ptr, layout);

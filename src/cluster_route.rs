@@ -90,7 +90,11 @@ mod tests {
     const B: &str = "bbbb";
 
     fn nodes(a_extra: &str, b_extra: &str, a_myself: bool) -> String {
-        let (fa, fb) = if a_myself { ("myself,master", "master") } else { ("master", "myself,master") };
+        let (fa, fb) = if a_myself {
+            ("myself,master", "master")
+        } else {
+            ("master", "myself,master")
+        };
         format!(
             "{A} 127.0.0.1:7000@17000 {fa} - 0 0 1 connected 0-8191 {a_extra}\n\
              {B} 127.0.0.1:7001@17001,host-b {fb} - 0 0 2 connected 8192-16383 {b_extra}\n\
@@ -102,17 +106,29 @@ mod tests {
     fn own_slot_is_local_and_others_are_moved() {
         let v = nodes("", "", true);
         assert_eq!(route(&v, 100, false, false), Route::Local);
-        assert_eq!(route(&v, 9000, true, false), Route::Moved("127.0.0.1:7001".into()));
+        assert_eq!(
+            route(&v, 9000, true, false),
+            Route::Moved("127.0.0.1:7001".into())
+        );
         // A replica (myself not serving anything) redirects to the owner.
-        let r = v.replace("myself,master", "master").replace("cccc 127.0.0.1:7002@17002 slave", "cccc 127.0.0.1:7002@17002 myself,slave");
-        assert_eq!(route(&r, 100, true, false), Route::Moved("127.0.0.1:7000".into()));
+        let r = v.replace("myself,master", "master").replace(
+            "cccc 127.0.0.1:7002@17002 slave",
+            "cccc 127.0.0.1:7002@17002 myself,slave",
+        );
+        assert_eq!(
+            route(&r, 100, true, false),
+            Route::Moved("127.0.0.1:7000".into())
+        );
     }
 
     #[test]
     fn migrating_slot_asks_for_missing_keys_only() {
         let v = nodes(&format!("[100->-{B}]"), "", true);
         assert_eq!(route(&v, 100, true, false), Route::Local);
-        assert_eq!(route(&v, 100, false, false), Route::Ask("127.0.0.1:7001".into()));
+        assert_eq!(
+            route(&v, 100, false, false),
+            Route::Ask("127.0.0.1:7001".into())
+        );
         assert_eq!(route(&v, 101, false, false), Route::Local);
     }
 
@@ -120,12 +136,18 @@ mod tests {
     fn importing_slot_is_local_only_with_asking() {
         let v = nodes("", &format!("[100-<-{A}]"), false);
         assert_eq!(route(&v, 100, false, true), Route::Local);
-        assert_eq!(route(&v, 100, false, false), Route::Moved("127.0.0.1:7000".into()));
+        assert_eq!(
+            route(&v, 100, false, false),
+            Route::Moved("127.0.0.1:7000".into())
+        );
         // The import finished (the slot is ours now): local either way.
         let done = nodes("", "100", false).replace("0-8191", "0-99 101-8191");
         assert_eq!(route(&done, 100, false, true), Route::Local);
         // The import was cancelled: back to the owner.
-        assert_eq!(route(&nodes("", "", false), 100, false, true), Route::Moved("127.0.0.1:7000".into()));
+        assert_eq!(
+            route(&nodes("", "", false), 100, false, true),
+            Route::Moved("127.0.0.1:7000".into())
+        );
     }
 
     #[test]

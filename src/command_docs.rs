@@ -17,24 +17,43 @@ pub struct Arg {
 }
 
 fn arg(name: &'static str, kind: raw::RedisModuleCommandArgType) -> Arg {
-    Arg { name, kind, token: None, optional: false, subargs: Vec::new() }
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+        subargs: Vec::new(),
+    }
 }
 
 fn string(name: &'static str) -> Arg {
-    arg(name, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING)
+    arg(
+        name,
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    )
 }
 
 fn integer(name: &'static str) -> Arg {
-    arg(name, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER)
+    arg(
+        name,
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    )
 }
 
 fn key() -> Arg {
-    arg("key", raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY)
+    arg(
+        "key",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+    )
 }
 
 /// `[TOKEN value]`
 fn option(token: &'static str, value: Arg) -> Arg {
-    Arg { token: Some(token), optional: true, ..value }
+    Arg {
+        token: Some(token),
+        optional: true,
+        ..value
+    }
 }
 
 /// A bare keyword such as `REPLACE`.
@@ -83,7 +102,9 @@ impl Access {
             Access::Read => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
             Access::Update => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
             Access::ReadUpdate => {
-                raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE
+                raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_UPDATE
             }
             Access::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
         })
@@ -103,7 +124,10 @@ pub struct Doc {
 pub fn all() -> Vec<Doc> {
     use Access::*;
     let format = one_of("format", vec![flag("RESP"), flag("JSON")]);
-    let format = Arg { token: Some("FORMAT"), ..format };
+    let format = Arg {
+        token: Some("FORMAT"),
+        ..format
+    };
     vec![
         Doc {
             name: "mem.append",
@@ -303,13 +327,25 @@ fn raw_args(args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
         .map(|a| raw::RedisModuleCommandArg {
             name: leak(a.name),
             type_: a.kind,
-            key_spec_index: if a.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY { 0 } else { -1 },
+            key_spec_index: if a.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
+                0
+            } else {
+                -1
+            },
             token: leak_opt(a.token),
             summary: std::ptr::null(),
             since: std::ptr::null(),
-            flags: if a.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as i32 } else { 0 },
+            flags: if a.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL as i32
+            } else {
+                0
+            },
             deprecated_since: std::ptr::null(),
-            subargs: if a.subargs.is_empty() { std::ptr::null_mut() } else { raw_args(&a.subargs) },
+            subargs: if a.subargs.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                raw_args(&a.subargs)
+            },
             display_text: std::ptr::null(),
         })
         .collect();
@@ -351,9 +387,9 @@ static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfo
 /// Declares the docs and key specs of every command; logs what fails.
 pub fn register(ctx: &Context) {
     // SAFETY: the function pointers are filled in by RedisModule_Init.
-    let (Some(get_command), Some(set_info)) =
-        (unsafe { raw::RedisModule_GetCommand }, unsafe { raw::RedisModule_SetCommandInfo })
-    else {
+    let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_SetCommandInfo
+    }) else {
         ctx.log_warning("redis-mem: this Redis has no command info API; COMMAND DOCS stays empty");
         return;
     };
@@ -377,7 +413,10 @@ pub fn register(ctx: &Context) {
             !command.is_null() && set_info(command, &info) == raw::REDISMODULE_OK as i32
         };
         if !ok {
-            ctx.log_warning(&format!("redis-mem: could not set the command info of {}", doc.name));
+            ctx.log_warning(&format!(
+                "redis-mem: could not set the command info of {}",
+                doc.name
+            ));
         }
     }
 }

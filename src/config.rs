@@ -48,7 +48,8 @@ enum_configuration! {
     }
 }
 
-pub static DEFAULT_MODEL_CONFIG: ModelSetting = ModelSetting(Mutex::new(Cow::Borrowed(DEFAULT_MODEL)));
+pub static DEFAULT_MODEL_CONFIG: ModelSetting =
+    ModelSetting(Mutex::new(Cow::Borrowed(DEFAULT_MODEL)));
 pub static DEFAULT_ENCODING: Mutex<EncodingConfig> = Mutex::new(EncodingConfig::o200k_base);
 
 /// `mem.models`: the operator's model table entries (tokenizer/models.rs),
@@ -61,7 +62,10 @@ impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
         // create_from_slice: the crate's `create` unwraps a CString, which
         // panics (aborting the server) on a NUL byte.
-        RedisString::create_from_slice(std::ptr::null_mut(), crate::tokenizer::models::operator_text().as_bytes())
+        RedisString::create_from_slice(
+            std::ptr::null_mut(),
+            crate::tokenizer::models::operator_text().as_bytes(),
+        )
     }
 
     fn set(
@@ -99,7 +103,12 @@ impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
         let text = if bits == ALL_ENCODINGS {
             "all".to_owned()
         } else {
-            Encoding::ALL.iter().filter(|e| bits & (1 << (**e as u32)) != 0).map(|e| e.name()).collect::<Vec<_>>().join(",")
+            Encoding::ALL
+                .iter()
+                .filter(|e| bits & (1 << (**e as u32)) != 0)
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(",")
         };
         RedisString::create_from_slice(std::ptr::null_mut(), text.as_bytes())
     }
@@ -125,7 +134,9 @@ impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
             bits |= 1 << (e as u32);
         }
         if bits == 0 {
-            return Err(redis_module::RedisError::Str("mem.encodings must name at least one encoding (or all)"));
+            return Err(redis_module::RedisError::Str(
+                "mem.encodings must name at least one encoding (or all)",
+            ));
         }
         self.0.store(bits, Ordering::Relaxed);
         Ok(())
@@ -158,7 +169,10 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
 fn config_text<'a>(val: &'a RedisString, name: &str) -> Result<&'a str, redis_module::RedisError> {
     let text = std::str::from_utf8(val.as_slice())
         .map_err(|_| redis_module::RedisError::String(format!("{name} must be valid UTF-8")))?;
-    if text.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) {
+    if text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    {
         return Err(redis_module::RedisError::String(format!(
             "{name} must not hold control characters (NUL, ...)"
         )));
@@ -169,7 +183,11 @@ fn config_text<'a>(val: &'a RedisString, name: &str) -> Result<&'a str, redis_mo
 /// The crate turns a set error into a RedisString with a CString (a panic
 /// on NUL): errors that echo the value are made printable first.
 fn setting_error(msg: String) -> redis_module::RedisError {
-    redis_module::RedisError::String(msg.chars().map(|c| if c.is_control() { '?' } else { c }).collect())
+    redis_module::RedisError::String(
+        msg.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect(),
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -237,7 +255,11 @@ impl Config {
     /// encoding is not known before it is parsed (an import) is counted
     /// inline only below it.
     pub fn inline_limit_any(&self) -> u64 {
-        Encoding::ALL.iter().map(|e| self.inline_limit(*e)).min().unwrap_or(self.async_threshold_bytes)
+        Encoding::ALL
+            .iter()
+            .map(|e| self.inline_limit(*e))
+            .min()
+            .unwrap_or(self.async_threshold_bytes)
     }
 
     pub fn current() -> Config {

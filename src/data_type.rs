@@ -69,7 +69,9 @@ pub unsafe extern "C" fn free_session(value: *mut c_void) {
 /// the main one. `free_session` is safe there: it only drops owned memory.
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of our type.
-    crate::guard::or(1, || unsafe { session_ref(value) }.map_or(1, |s| 1 + s.messages.len()))
+    crate::guard::or(1, || {
+        unsafe { session_ref(value) }.map_or(1, |s| 1 + s.messages.len())
+    })
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -128,7 +130,9 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     crate::guard::or((), || {
         // SAFETY: Redis passes a value of our type.
-        let Some(session) = (unsafe { session_ref(value) }) else { return };
+        let Some(session) = (unsafe { session_ref(value) }) else {
+            return;
+        };
         let payload = persistence::encode_session(session);
         // SAFETY: "sb" = a RedisModuleString then a buffer with its length;
         // both outlive the call. The key's TTL is emitted by Redis itself.
@@ -147,13 +151,17 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of our type.
-    crate::guard::or(0, || unsafe { session_ref(value) }.map_or(0, Session::mem_usage))
+    crate::guard::or(0, || {
+        unsafe { session_ref(value) }.map_or(0, Session::mem_usage)
+    })
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     crate::guard::or((), || {
         // SAFETY: Redis passes a value of our type.
-        let Some(session) = (unsafe { session_ref(value) }) else { return };
+        let Some(session) = (unsafe { session_ref(value) }) else {
+            return;
+        };
         let payload = persistence::encode_session(session);
         // SAFETY: md is the digest handle of this call; the buffer outlives it.
         unsafe {

@@ -18,9 +18,13 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
         raw::add_info_section(ctx, None);
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
         let (threads, queued) = crate::pool::gauges();
-        let in_flight = crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
+        let in_flight =
+            crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
         // Encodings are built on first use: their totals are those loaded.
-        let (memory, load_usec) = Encoding::ALL.iter().map(|&e| tokenizer::footprint(e)).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        let (memory, load_usec) = Encoding::ALL
+            .iter()
+            .map(|&e| tokenizer::footprint(e))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         let fields: [(&str, u64); 26] = [
             ("sessions", sessions.max(0) as u64),
             ("appends", read(&stats::APPENDS)),
@@ -45,24 +49,37 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("duplicates", read(&stats::DUPLICATES)),
             ("leases_granted", read(&stats::LEASES_GRANTED)),
             ("leases_busy", read(&stats::LEASES_BUSY)),
-            ("summaries_refused_lease", read(&stats::SUMMARIES_REFUSED_LEASE)),
+            (
+                "summaries_refused_lease",
+                read(&stats::SUMMARIES_REFUSED_LEASE),
+            ),
             // The module's own memory (encoding tables, piece caches), kept
             // out of used_memory and so of maxmemory (module_memory.rs).
             ("module_memory_bytes", crate::module_memory::in_use()),
-            ("module_memory_region", u64::from(crate::module_memory::has_region())),
+            (
+                "module_memory_region",
+                u64::from(crate::module_memory::has_region()),
+            ),
         ];
         for (name, value) in fields {
             raw::add_info_field_unsigned_long_long(ctx, name, value);
         }
         let names: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
         raw::add_info_field_str(ctx, "encodings", &names.join(","));
-        let loaded: Vec<&str> = Encoding::ALL.iter().filter(|e| tokenizer::is_loaded(**e)).map(|e| e.name()).collect();
+        let loaded: Vec<&str> = Encoding::ALL
+            .iter()
+            .filter(|e| tokenizer::is_loaded(**e))
+            .map(|e| e.name())
+            .collect();
         raw::add_info_field_str(ctx, "encodings_loaded", &loaded.join(","));
         // One line per encoding, as Redis's keyspace lines: state, the bytes
         // its tables hold, how long the build took.
         for e in Encoding::ALL {
             let (bytes, usec) = tokenizer::footprint(e);
-            let line = format!("state={},memory_bytes={bytes},load_usec={usec}", tokenizer::state(e).name());
+            let line = format!(
+                "state={},memory_bytes={bytes},load_usec={usec}",
+                tokenizer::state(e).name()
+            );
             raw::add_info_field_str(ctx, &format!("encoding_{}", e.name()), &line);
         }
         // Hash of the sources this module was built from (build.rs).

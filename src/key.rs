@@ -32,7 +32,8 @@ impl SessionKey {
         // SAFETY: ctx and name are valid for the duration of the command; the
         // returned key is closed in Drop.
         let ptr = unsafe {
-            raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode as i32).cast::<raw::RedisModuleKey>()
+            raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, mode as i32)
+                .cast::<raw::RedisModuleKey>()
         };
         let key = SessionKey {
             inner: NonNull::new(ptr),
@@ -50,7 +51,9 @@ impl SessionKey {
             raw::RedisModule_OpenKey.unwrap()(ctx.ctx, name.inner, raw::REDISMODULE_READ as i32)
                 .cast::<raw::RedisModuleKey>()
         };
-        let key = SessionKey { inner: NonNull::new(ptr) };
+        let key = SessionKey {
+            inner: NonNull::new(ptr),
+        };
         !key.is_empty()
     }
 
@@ -106,7 +109,8 @@ impl SessionKey {
         if self.is_empty() {
             self.put(fresh().ok_or_else(crate::commands::error::no_such_key)?)?;
         }
-        self.session_mut().ok_or(RedisError::Str("ERR cannot create the session"))
+        self.session_mut()
+            .ok_or(RedisError::Str("ERR cannot create the session"))
     }
 
     /// Stores `session` in an empty key, or replaces the session in place
@@ -124,12 +128,8 @@ impl SessionKey {
                 raw::RedisModule_ModuleTypeSetValue.unwrap()(k, raw_type, value)
             } else {
                 let mut old: *mut c_void = std::ptr::null_mut();
-                let status = raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
-                    k,
-                    raw_type,
-                    value,
-                    &mut old,
-                );
+                let status =
+                    raw::RedisModule_ModuleTypeReplaceValue.unwrap()(k, raw_type, value, &mut old);
                 if status == raw::REDISMODULE_OK as i32 && !old.is_null() {
                     crate::data_type::free_session(old);
                 }

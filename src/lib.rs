@@ -108,7 +108,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.ctx,
             (redis_module::raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
                 | redis_module::raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
-                | redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as i32,
+                | redis_module::raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED)
+                as i32,
         );
     }
     // Encodings are built the first time a command needs one, on the worker
@@ -117,13 +118,17 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // wait for a build) finds it ready.
     let default = config::Config::current();
     let encoding = tokenizer::encoding_for_model(&default.default_model, default.default_encoding);
-    let started = std::thread::Builder::new().name("mem-load".into()).spawn(move || {
-        guard::or((), || {
-            let _ = tokenizer::load(encoding);
-        })
-    });
+    let started = std::thread::Builder::new()
+        .name("mem-load".into())
+        .spawn(move || {
+            guard::or((), || {
+                let _ = tokenizer::load(encoding);
+            })
+        });
     if started.is_err() {
-        ctx.log_warning("redis-mem: could not start building the default encoding; the first command will");
+        ctx.log_warning(
+            "redis-mem: could not start building the default encoding; the first command will",
+        );
     }
     if !commands::async_count::register(ctx) {
         ctx.log_warning("redis-mem: cannot subscribe to the event loop");

@@ -118,7 +118,13 @@ pub unsafe fn alloc(layout: Layout, zeroed: bool) -> Option<*mut u8> {
         return None;
     }
     // SAFETY: the caller's contract.
-    let p = unsafe { if zeroed { TALC.alloc_zeroed(layout) } else { TALC.alloc(layout) } };
+    let p = unsafe {
+        if zeroed {
+            TALC.alloc_zeroed(layout)
+        } else {
+            TALC.alloc(layout)
+        }
+    };
     if p.is_null() {
         return None;
     }

@@ -13,7 +13,12 @@ use crate::pretokenize::{self, Pattern};
 /// of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
 /// `cache` picks the per-thread cache (one per encoding: a count depends on
 /// the piece and the vocabulary).
-pub fn count(tokenizer: &'static bpe_openai::Tokenizer, pattern: Option<Pattern>, cache: usize, text: &str) -> usize {
+pub fn count(
+    tokenizer: &'static bpe_openai::Tokenizer,
+    pattern: Option<Pattern>,
+    cache: usize,
+    text: &str,
+) -> usize {
     let uncached = |piece: &[u8]| tokenizer.bpe.count(piece);
     let counted = PIECE_CACHES.try_with(|caches| {
         let Ok(mut caches) = caches.try_borrow_mut() else {
@@ -27,9 +32,13 @@ pub fn count(tokenizer: &'static bpe_openai::Tokenizer, pattern: Option<Pattern>
             Some(slot) => {
                 // 512 KB a thread and encoding: the module's own memory.
                 let cache = slot.get_or_insert_with(|| {
-                    crate::module_memory::for_module(|| PieceCache::new(token_set(tokenizer, cache)))
+                    crate::module_memory::for_module(|| {
+                        PieceCache::new(token_set(tokenizer, cache))
+                    })
                 });
-                split_sum(tokenizer, pattern, text, |piece| cache.count(piece, uncached))
+                split_sum(tokenizer, pattern, text, |piece| {
+                    cache.count(piece, uncached)
+                })
             }
             None => split_sum(tokenizer, pattern, text, uncached),
         }
@@ -96,8 +105,22 @@ struct Slot {
 
 impl PieceCache {
     fn new(tokens: &'static TokenSet) -> PieceCache {
-        let empty = Slot { len: 0, count: 0, bytes: [0; CACHED_PIECE_BYTES] };
-        PieceCache { tokens, sets: vec![Set { ways: [empty; WAYS] }; CACHE_SETS].into_boxed_slice(), long: None }
+        let empty = Slot {
+            len: 0,
+            count: 0,
+            bytes: [0; CACHED_PIECE_BYTES],
+        };
+        PieceCache {
+            tokens,
+            sets: vec![
+                Set {
+                    ways: [empty; WAYS]
+                };
+                CACHE_SETS
+            ]
+            .into_boxed_slice(),
+            long: None,
+        }
     }
 
     #[inline]
@@ -121,7 +144,11 @@ impl PieceCache {
                 return count;
             }
         }
-        let count = if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
+        let count = if self.tokens.contains(piece, h) {
+            1
+        } else {
+            uncached(piece)
+        };
         // A piece of n bytes has at most n tokens, so the count fits a u8.
         if let Ok(count8) = u8::try_from(count) {
             ways.rotate_right(1); // the least recently used is now first: replace it
@@ -144,18 +171,36 @@ impl PieceCache {
     fn count_long(&mut self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
         let len = piece.len();
         if len > LONG_PIECE_BYTES {
-            return if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
+            return if self.tokens.contains(piece, h) {
+                1
+            } else {
+                uncached(piece)
+            };
         }
         let long = self.long.get_or_insert_with(|| {
             crate::module_memory::for_module(|| {
-                vec![LongSlot { len: 0, count: 0, bytes: [0; LONG_PIECE_BYTES] }; LONG_SLOTS].into_boxed_slice()
+                vec![
+                    LongSlot {
+                        len: 0,
+                        count: 0,
+                        bytes: [0; LONG_PIECE_BYTES]
+                    };
+                    LONG_SLOTS
+                ]
+                .into_boxed_slice()
             })
         });
-        let Some(slot) = long.get_mut((h as usize) % LONG_SLOTS) else { return uncached(piece) };
+        let Some(slot) = long.get_mut((h as usize) % LONG_SLOTS) else {
+            return uncached(piece);
+        };
         if usize::from(slot.len) == len && slot.bytes.get(..len) == Some(piece) {
             return usize::from(slot.count);
         }
-        let count = if self.tokens.contains(piece, h) { 1 } else { uncached(piece) };
+        let count = if self.tokens.contains(piece, h) {
+            1
+        } else {
+            uncached(piece)
+        };
         if let (Ok(count8), Some(dst)) = (u8::try_from(count), slot.bytes.get_mut(..len)) {
             dst.copy_from_slice(piece);
             slot.len = len as u8;
@@ -180,7 +225,10 @@ struct LongSlot {
 /// call to memcmp (pieces are a few bytes: the call costs more than the compare).
 #[inline(always)]
 fn same(slot: &[u8; CACHED_PIECE_BYTES], piece: &[u8]) -> bool {
-    slot.iter().zip(piece).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    slot.iter()
+        .zip(piece)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
 }
 
 /// Every token of an encoding, by its bytes: an open-addressing table of
@@ -219,12 +267,20 @@ impl TokenSet {
                 }
             }
         }
-        TokenSet { bpe: Some(bpe), entries, mask }
+        TokenSet {
+            bpe: Some(bpe),
+            entries,
+            mask,
+        }
     }
 
     /// A set that contains nothing (when the table cannot be had).
     fn empty() -> TokenSet {
-        TokenSet { bpe: None, entries: vec![0u32; 1].into_boxed_slice(), mask: 0 }
+        TokenSet {
+            bpe: None,
+            entries: vec![0u32; 1].into_boxed_slice(),
+            mask: 0,
+        }
     }
 
     /// Whether `piece` (whose `hash` is `h`) is one whole token.
@@ -266,13 +322,16 @@ pub fn prepare(tokenizer: &'static bpe_openai::Tokenizer, index: usize) {
 
 /// The token set of `tokenizer`, built on first use, kept for the process.
 fn token_set(tokenizer: &'static bpe_openai::Tokenizer, index: usize) -> &'static TokenSet {
-    static SETS: std::sync::Mutex<Vec<Option<&'static TokenSet>>> = std::sync::Mutex::new(Vec::new());
+    static SETS: std::sync::Mutex<Vec<Option<&'static TokenSet>>> =
+        std::sync::Mutex::new(Vec::new());
     static EMPTY: std::sync::OnceLock<TokenSet> = std::sync::OnceLock::new();
     let mut sets = SETS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if sets.len() <= index {
         sets.resize(index + 1, None);
     }
-    let Some(slot) = sets.get_mut(index) else { return EMPTY.get_or_init(TokenSet::empty) };
+    let Some(slot) = sets.get_mut(index) else {
+        return EMPTY.get_or_init(TokenSet::empty);
+    };
     let bpe = &tokenizer.bpe;
     match slot {
         Some(set) => set,
@@ -299,12 +358,16 @@ thread_local! {
 
 #[cfg(test)]
 mod tests {
-    #[allow(unused_imports)] // benches/tokenizer.rs includes this file without running its tests
+    #[allow(unused_imports)]
+    // benches/tokenizer.rs includes this file without running its tests
     use super::*;
 
     #[test]
     fn every_token_is_in_its_token_set_and_counts_one() {
-        for (i, t) in [bpe_openai::o200k_base(), bpe_openai::cl100k_base()].into_iter().enumerate() {
+        for (i, t) in [bpe_openai::o200k_base(), bpe_openai::cl100k_base()]
+            .into_iter()
+            .enumerate()
+        {
             let set = token_set(t, 10 + i);
             for id in 0..t.bpe.num_tokens() as u32 {
                 let bytes = t.bpe.token_bytes(id);
@@ -312,7 +375,11 @@ mod tests {
                 assert_eq!(t.bpe.count(bytes), 1, "token {id}");
             }
             // Pieces that are not tokens are not found.
-            for piece in [&b"antidisestablishmentarianism"[..], b"zqxjkvw", b"  \xe6\x88\x91\xe4\xbb\xac\xe5\x9c\xa8xyz"] {
+            for piece in [
+                &b"antidisestablishmentarianism"[..],
+                b"zqxjkvw",
+                b"  \xe6\x88\x91\xe4\xbb\xac\xe5\x9c\xa8xyz",
+            ] {
                 assert!(!set.contains(piece, hash(piece)), "{piece:?}");
             }
         }
@@ -324,13 +391,59 @@ mod tests {
         // letters, counted through the split, the caches and the token set,
         // against tiktoken-rs (the oracle), twice (cold, then cached).
         const PARTS: &[&str] = &[
-            " the", " memory", "Redis", " I'm", " they'll", "'S", "\n", "\n\n", "  ", "\t", "\r\n", "123",
-            "4567", ".", ",", "!?", "//", " {", "}", "ſ", "é", "É", "ǅ", "\u{301}", "我们", "トークン", "한",
-            "🎉", " ", "\u{a0}", "\u{3000}", "x", "ABC", "camelCase", "HTTPServer", "_", "-", "'", "'ll",
+            " the",
+            " memory",
+            "Redis",
+            " I'm",
+            " they'll",
+            "'S",
+            "\n",
+            "\n\n",
+            "  ",
+            "\t",
+            "\r\n",
+            "123",
+            "4567",
+            ".",
+            ",",
+            "!?",
+            "//",
+            " {",
+            "}",
+            "ſ",
+            "é",
+            "É",
+            "ǅ",
+            "\u{301}",
+            "我们",
+            "トークン",
+            "한",
+            "🎉",
+            " ",
+            "\u{a0}",
+            "\u{3000}",
+            "x",
+            "ABC",
+            "camelCase",
+            "HTTPServer",
+            "_",
+            "-",
+            "'",
+            "'ll",
         ];
         let pairs = [
-            (bpe_openai::o200k_base(), Pattern::O200k, tiktoken_rs::o200k_base_singleton(), 14),
-            (bpe_openai::cl100k_base(), Pattern::Cl100k, tiktoken_rs::cl100k_base_singleton(), 15),
+            (
+                bpe_openai::o200k_base(),
+                Pattern::O200k,
+                tiktoken_rs::o200k_base_singleton(),
+                14,
+            ),
+            (
+                bpe_openai::cl100k_base(),
+                Pattern::Cl100k,
+                tiktoken_rs::cl100k_base_singleton(),
+                15,
+            ),
         ];
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut next = move |n: usize| {
@@ -340,12 +453,20 @@ mod tests {
             (x % n as u64) as usize
         };
         let texts: Vec<String> = (0..6_000)
-            .map(|_| (0..1 + next(30)).map(|_| PARTS[next(PARTS.len())]).collect())
+            .map(|_| {
+                (0..1 + next(30))
+                    .map(|_| PARTS[next(PARTS.len())])
+                    .collect()
+            })
             .collect();
         for (bpe, pattern, tik, slot) in pairs {
             for pass in 0..2 {
                 for t in &texts {
-                    assert_eq!(count(bpe, Some(pattern), slot, t), tik.encode_ordinary(t).len(), "{pattern:?} pass {pass}: {t:?}");
+                    assert_eq!(
+                        count(bpe, Some(pattern), slot, t),
+                        tik.encode_ordinary(t).len(),
+                        "{pattern:?} pass {pass}: {t:?}"
+                    );
                 }
             }
         }
@@ -368,11 +489,23 @@ mod tests {
         }
         let want = t.count(text.as_str());
         for round in 0..3 {
-            assert_eq!(count(t, Some(Pattern::O200k), 12, &text), want, "round {round}");
-            assert_eq!(count(t, None, 13, &text), want, "regex split, round {round}");
+            assert_eq!(
+                count(t, Some(Pattern::O200k), 12, &text),
+                want,
+                "round {round}"
+            );
+            assert_eq!(
+                count(t, None, 13, &text),
+                want,
+                "regex split, round {round}"
+            );
         }
         for piece in text.split_inclusive('\n').take(200) {
-            assert_eq!(count(t, Some(Pattern::O200k), 12, piece), t.count(piece), "{piece:?}");
+            assert_eq!(
+                count(t, Some(Pattern::O200k), 12, piece),
+                t.count(piece),
+                "{piece:?}"
+            );
         }
     }
 }

@@ -62,10 +62,14 @@ impl Pattern {
     /// The hand-written split of a tiktoken-style regex, if it is one of
     /// these exactly (an encoding with another regex keeps the regex).
     pub fn for_regex(regex: &str) -> Option<Pattern> {
-        [(O200K_REGEX, Pattern::O200k), (CL100K_REGEX, Pattern::Cl100k), (CL100K_LEGACY_REGEX, Pattern::Cl100kLegacy)]
-            .into_iter()
-            .find(|(r, _)| *r == regex)
-            .map(|(_, p)| p)
+        [
+            (O200K_REGEX, Pattern::O200k),
+            (CL100K_REGEX, Pattern::Cl100k),
+            (CL100K_LEGACY_REGEX, Pattern::Cl100kLegacy),
+        ]
+        .into_iter()
+        .find(|(r, _)| *r == regex)
+        .map(|(_, p)| p)
     }
 }
 
@@ -94,9 +98,11 @@ fn classes() -> &'static Classes {
 fn ranges(class: &str) -> Vec<(u32, u32)> {
     use regex_syntax::hir::{Class, HirKind};
     match regex_syntax::parse(class).map(|h| h.into_kind()) {
-        Ok(HirKind::Class(Class::Unicode(c))) => {
-            c.ranges().iter().map(|r| (u32::from(r.start()), u32::from(r.end()))).collect()
-        }
+        Ok(HirKind::Class(Class::Unicode(c))) => c
+            .ranges()
+            .iter()
+            .map(|r| (u32::from(r.start()), u32::from(r.end())))
+            .collect(),
         Ok(HirKind::Literal(lit)) => std::str::from_utf8(&lit.0)
             .ok()
             .and_then(|s| s.chars().next())
@@ -150,7 +156,12 @@ impl Classes {
                 }
             }
         }
-        Classes { ascii, index, blocks, folds }
+        Classes {
+            ascii,
+            index,
+            blocks,
+            folds,
+        }
     }
 
     /// Class bits and byte length of the character starting at `i` (0, 0 past the end).
@@ -180,7 +191,10 @@ impl Classes {
         }
         let (cp, len) = decode(b, i, x);
         let c = char::from_u32(cp)?;
-        self.folds.iter().find(|(f, _)| *f == c).map(|&(_, letter)| (letter, len))
+        self.folds
+            .iter()
+            .find(|(f, _)| *f == c)
+            .map(|&(_, letter)| (letter, len))
     }
 
     /// Length of `(?i:'s|'t|'re|'ve|'m|'ll|'d)` at `i`, 0 if none.
@@ -189,7 +203,9 @@ impl Classes {
         if b.get(i) != Some(&b'\'') {
             return 0;
         }
-        let Some((c1, l1)) = self.fold_at(b, i + 1) else { return 0 };
+        let Some((c1, l1)) = self.fold_at(b, i + 1) else {
+            return 0;
+        };
         let second = |want: u8| match self.fold_at(b, i + 1 + l1) {
             Some((c2, l2)) if c2 == want => 1 + l1 + l2,
             _ => 0,
@@ -292,7 +308,11 @@ impl Classes {
             }
         }
         let (c, _) = self.at(b, a);
-        let end = if c & LO != 0 { self.run(b, a, LO) } else { after_last_lower? };
+        let end = if c & LO != 0 {
+            self.run(b, a, LO)
+        } else {
+            after_last_lower?
+        };
         Some(end + self.contraction(b, end))
     }
 
@@ -447,7 +467,10 @@ fn decode(b: &[u8], i: usize, x: u8) -> (u32, usize) {
     } else if x < 0xf0 {
         ((u32::from(x & 0x0f) << 12) | (cont(1) << 6) | cont(2), 3)
     } else {
-        ((u32::from(x & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3), 4)
+        (
+            (u32::from(x & 0x07) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3),
+            4,
+        )
     }
 }
 
@@ -473,7 +496,11 @@ pub fn for_each_piece(pattern: Pattern, text: &str, mut f: impl FnMut(&[u8])) {
             Pattern::Cl100kLegacy => classes.cl100k(b, i, true),
         };
         // Every alternative consumes at least one character; never loop.
-        let e = if e > i { e.min(b.len()) } else { i + classes.at(b, i).1.max(1) };
+        let e = if e > i {
+            e.min(b.len())
+        } else {
+            i + classes.at(b, i).1.max(1)
+        };
         f(b.get(i..e).unwrap_or_default());
         i = e;
     }

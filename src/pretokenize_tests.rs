@@ -35,7 +35,11 @@ fn oracles() -> [Oracle; 3] {
 #[test]
 fn patterns_are_tiktoken_s_and_recognised() {
     assert_eq!(O200K_REGEX, tiktoken_rs::O200K_BASE_PAT_STR);
-    for (regex, pattern) in [(O200K_REGEX, Pattern::O200k), (CL100K_REGEX, Pattern::Cl100k), (CL100K_LEGACY_REGEX, Pattern::Cl100kLegacy)] {
+    for (regex, pattern) in [
+        (O200K_REGEX, Pattern::O200k),
+        (CL100K_REGEX, Pattern::Cl100k),
+        (CL100K_LEGACY_REGEX, Pattern::Cl100kLegacy),
+    ] {
         assert_eq!(Pattern::for_regex(regex), Some(pattern));
     }
     assert_eq!(Pattern::for_regex(r"\p{N}|\s+"), None);
@@ -46,8 +50,16 @@ impl Oracle {
     /// Panics with the text and both splits when the pieces differ.
     fn check(&self, text: &str) {
         let ours = pieces(self.pattern, text);
-        let tik: Vec<&str> = self.tiktoken.find_iter(text).map(|m| m.unwrap().as_str()).collect();
-        assert_eq!(ours, tik, "{:?} vs tiktoken's regex on {text:?}", self.pattern);
+        let tik: Vec<&str> = self
+            .tiktoken
+            .find_iter(text)
+            .map(|m| m.unwrap().as_str())
+            .collect();
+        assert_eq!(
+            ours, tik,
+            "{:?} vs tiktoken's regex on {text:?}",
+            self.pattern
+        );
         let bpe: Vec<&str> = self.bpe.split(text).collect();
         if ours != bpe && self.pattern == Pattern::Cl100k {
             // bpe-openai's cl100k regex predates tiktoken's `\s++$`: a text
@@ -55,13 +67,20 @@ impl Oracle {
             // tiktoken, two for bpe-openai (up to the break, the rest). Only
             // that difference is allowed; tiktoken's regex is the reference.
             let (last, head) = ours.split_last().unwrap();
-            assert!(last.chars().all(char::is_whitespace) && last.contains(['\r', '\n']), "{text:?}");
+            assert!(
+                last.chars().all(char::is_whitespace) && last.contains(['\r', '\n']),
+                "{text:?}"
+            );
             assert_eq!(bpe.len(), ours.len() + 1, "{text:?}");
             assert_eq!(&bpe[..head.len()], head, "{text:?}");
             assert_eq!(bpe[head.len()..].concat(), *last, "{text:?}");
             return;
         }
-        assert_eq!(ours, bpe, "{:?} vs bpe-openai's regex on {text:?}", self.pattern);
+        assert_eq!(
+            ours, bpe,
+            "{:?} vs bpe-openai's regex on {text:?}",
+            self.pattern
+        );
     }
 }
 
@@ -70,11 +89,12 @@ impl Oracle {
 /// titlecase, non-ASCII digits and numbers, Unicode spaces, `'` and the
 /// letters of the contractions in both cases, `ſ` (folds to `s`), `/`.
 const TRICKY: &[char] = &[
-    'a', 'z', 'A', 'Z', 's', 'S', 't', 'T', 'r', 'R', 'e', 'E', 'v', 'V', 'm', 'M', 'l', 'L', 'd', 'D',
-    '\'', 'ſ', 'K', '0', '7', ' ', ' ', ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}', '\u{a0}',
-    '\u{3000}', '\u{2028}', '\u{200b}', '\u{200d}', '\u{feff}', '/', '.', ',', '!', '-', '_', '"', '(',
-    '\u{301}', '\u{308}', '\u{903}', 'ʰ', 'ǅ', 'É', 'é', 'ß', 'ﬁ', '我', 'の', 'ア', '한', 'ا', 'ह',
-    '٣', '१', 'Ⅻ', '½', '²', '🎉', '👩', '™', '€', '\u{0}', '\u{7f}', '\u{1f}', 'Ω', 'ω', 'İ', 'ı',
+    'a', 'z', 'A', 'Z', 's', 'S', 't', 'T', 'r', 'R', 'e', 'E', 'v', 'V', 'm', 'M', 'l', 'L', 'd',
+    'D', '\'', 'ſ', 'K', '0', '7', ' ', ' ', ' ', '\t', '\n', '\r', '\u{b}', '\u{c}', '\u{85}',
+    '\u{a0}', '\u{3000}', '\u{2028}', '\u{200b}', '\u{200d}', '\u{feff}', '/', '.', ',', '!', '-',
+    '_', '"', '(', '\u{301}', '\u{308}', '\u{903}', 'ʰ', 'ǅ', 'É', 'é', 'ß', 'ﬁ', '我', 'の', 'ア',
+    '한', 'ا', 'ह', '٣', '१', 'Ⅻ', '½', '²', '🎉', '👩', '™', '€', '\u{0}', '\u{7f}', '\u{1f}',
+    'Ω', 'ω', 'İ', 'ı',
 ];
 
 struct Rng(u64);
@@ -133,7 +153,11 @@ fn random_strings_of_tricky_characters() {
         for _ in 0..len {
             // Runs of one character too (they decide the backtracking).
             let c = TRICKY[rng.below(TRICKY.len())];
-            for _ in 0..if rng.below(8) == 0 { 1 + rng.below(6) } else { 1 } {
+            for _ in 0..if rng.below(8) == 0 {
+                1 + rng.below(6)
+            } else {
+                1
+            } {
                 s.push(c);
             }
         }
@@ -168,7 +192,9 @@ fn every_code_point_alone_and_between_letters() {
     let oracles = oracles();
     let mut s = String::new();
     for cp in 0..0x11_0000u32 {
-        let Some(c) = char::from_u32(cp) else { continue };
+        let Some(c) = char::from_u32(cp) else {
+            continue;
+        };
         // Every code point once, in the three places that decide its class:
         // as a prefix of a word, inside a word, after a space.
         if cp % 7 == 0 || cp < 0x3400 {
@@ -187,8 +213,8 @@ fn every_code_point_alone_and_between_letters() {
 fn adversarial_runs() {
     let oracles = oracles();
     let unit = [
-        " ", "\n", "\r\n", " \n", "\n ", "a", "A", "1", "!", "'s", "'", "ſ", "\u{301}", "ǅ", "ʰ", "我",
-        "\u{a0}", "/", "//\n", "Aa", "aA", "A\u{301}", "1a", " 1", "\t", "\u{3000}",
+        " ", "\n", "\r\n", " \n", "\n ", "a", "A", "1", "!", "'s", "'", "ſ", "\u{301}", "ǅ", "ʰ",
+        "我", "\u{a0}", "/", "//\n", "Aa", "aA", "A\u{301}", "1a", " 1", "\t", "\u{3000}",
     ];
     let mut rng = Rng(7);
     for _ in 0..4_000 {
@@ -251,9 +277,14 @@ fn trailing_line_breaks_count_as_tiktoken_does() {
     let bpe = bpe_openai::cl100k_base();
     let mut differ = 0;
     for head in ["x", "def f():", "a.", "", "Hello world", "1"] {
-        for tail in ["\n ", "\n  ", "\n    ", "\n\n  ", "  \n\n  ", "\r\n\t", "\n\u{a0}", " \n \n "] {
+        for tail in [
+            "\n ", "\n  ", "\n    ", "\n\n  ", "  \n\n  ", "\r\n\t", "\n\u{a0}", " \n \n ",
+        ] {
             let text = format!("{head}{tail}");
-            let ours: usize = pieces(Pattern::Cl100k, &text).iter().map(|p| bpe.bpe.count(p.as_bytes())).sum();
+            let ours: usize = pieces(Pattern::Cl100k, &text)
+                .iter()
+                .map(|p| bpe.bpe.count(p.as_bytes()))
+                .sum();
             let want = tik.encode_ordinary(&text).len();
             assert_eq!(ours, want, "{text:?}");
             differ += usize::from(bpe.count(text.as_str()) != want);

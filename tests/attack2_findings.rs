@@ -33,15 +33,39 @@ fn attack2_summarize_begin_counts_messages_past_maxage() {
     let check = fields(&mut con, &["MEM.SUMMARIZE_CHECK", k]);
     assert_eq!(int_field(&check, "messages"), 0);
     let begin = fields(&mut con, &["MEM.SUMMARIZE_BEGIN", k, "60000"]);
-    let mismatch = ["summarize", "total_tokens", "messages", "upto", "upto_tokens"]
-        .iter()
-        .filter(|f| int_field(&begin, f) != int_field(&check, f))
-        .map(|f| format!("{f}: check {} begin {}", int_field(&check, f), int_field(&begin, f)))
-        .collect::<Vec<_>>();
+    let mismatch = [
+        "summarize",
+        "total_tokens",
+        "messages",
+        "upto",
+        "upto_tokens",
+    ]
+    .iter()
+    .filter(|f| int_field(&begin, f) != int_field(&check, f))
+    .map(|f| {
+        format!(
+            "{f}: check {} begin {}",
+            int_field(&check, f),
+            int_field(&begin, f)
+        )
+    })
+    .collect::<Vec<_>>();
     let lease = int_field(&begin, "lease");
     let upto = int_field(&begin, "upto");
     let committed = if lease > 0 {
-        cmd(&mut con, &["MEM.SUMMARIZE", k, &upto.to_string(), "sum", "LEASE", &lease.to_string()]).map(drop).map_err(|e| e.to_string())
+        cmd(
+            &mut con,
+            &[
+                "MEM.SUMMARIZE",
+                k,
+                &upto.to_string(),
+                "sum",
+                "LEASE",
+                &lease.to_string(),
+            ],
+        )
+        .map(drop)
+        .map_err(|e| e.to_string())
     } else {
         Ok(())
     };
@@ -62,15 +86,29 @@ fn attack2_retry_reply_counts_messages_past_maxage() {
     let mut con = server.client();
     let k = "mem:{aged-retry}";
     for i in 1..=30 {
-        append(&mut con, k, "user", &format!("m{i}"), &["MAXAGE", "1", "MSGID", &format!("q{i}")]);
+        append(
+            &mut con,
+            k,
+            "user",
+            &format!("m{i}"),
+            &["MAXAGE", "1", "MSGID", &format!("q{i}")],
+        );
     }
     std::thread::sleep(Duration::from_millis(1300));
     let inf = info(&mut con, k);
     let r = append(&mut con, k, "user", "m30", &["MSGID", "q30"]);
     assert_eq!(int_field(&r, "duplicate"), 1);
     assert_eq!(
-        (int_field(&r, "messages"), int_field(&r, "total_tokens"), int_field(&r, "summarize")),
-        (int_field(&inf, "messages"), int_field(&inf, "total_tokens"), 0),
+        (
+            int_field(&r, "messages"),
+            int_field(&r, "total_tokens"),
+            int_field(&r, "summarize")
+        ),
+        (
+            int_field(&inf, "messages"),
+            int_field(&inf, "total_tokens"),
+            0
+        ),
         "a retry's reply shows messages past maxage that MEM.INFO/MEM.GET no longer show"
     );
 }

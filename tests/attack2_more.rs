@@ -9,7 +9,10 @@ use cmdkit::*;
 use common::*;
 
 fn offset(con: &mut redis::Connection) -> i64 {
-    relkit::info_field(con, "replication", "master_repl_offset").unwrap().parse().unwrap()
+    relkit::info_field(con, "replication", "master_repl_offset")
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -18,15 +21,36 @@ fn attack2_retries_replicate_nothing() {
     let mut con = master.client();
     let (_r, mut rcon) = start_replica(&master);
     let k = "mem:{rr}";
-    ok(&mut con, &["MEM.APPENDBATCH", k, r#"[{"role":"user","content":"a","msgid":"x"},{"role":"tool","content":"b","msgid":"y"}]"#, "MAXAGE", "100"]);
+    ok(
+        &mut con,
+        &[
+            "MEM.APPENDBATCH",
+            k,
+            r#"[{"role":"user","content":"a","msgid":"x"},{"role":"tool","content":"b","msgid":"y"}]"#,
+            "MAXAGE",
+            "100",
+        ],
+    );
     ok(&mut con, &["MEM.APPEND", k, "user", "c", "MSGID", "z"]);
     ok(&mut con, &["PEXPIRE", k, "500000"]);
     std::thread::sleep(std::time::Duration::from_millis(200));
     let before = offset(&mut con);
     let pttl = relkit::pttl(&mut con, k);
     for _ in 0..5 {
-        ok(&mut con, &["MEM.APPENDBATCH", k, r#"[{"role":"user","content":"a","msgid":"x"},{"role":"tool","content":"b","msgid":"y"}]"#, "TTL", "5"]);
-        ok(&mut con, &["MEM.APPEND", k, "user", "c", "MSGID", "z", "MAXMSGS", "1"]);
+        ok(
+            &mut con,
+            &[
+                "MEM.APPENDBATCH",
+                k,
+                r#"[{"role":"user","content":"a","msgid":"x"},{"role":"tool","content":"b","msgid":"y"}]"#,
+                "TTL",
+                "5",
+            ],
+        );
+        ok(
+            &mut con,
+            &["MEM.APPEND", k, "user", "c", "MSGID", "z", "MAXMSGS", "1"],
+        );
     }
     assert_eq!(offset(&mut con), before, "a retry was replicated");
     assert!((relkit::pttl(&mut con, k) - pttl).abs() < 1000);
@@ -46,16 +70,30 @@ fn attack2_concurrent_summarize_begin_grants_one_lease() {
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let mut c = server.client();
-                std::thread::spawn(move || int_field(&as_fields(ok(&mut c, &["MEM.SUMMARIZE_BEGIN", "mem:{lease-race}", "50"])), "lease"))
+                std::thread::spawn(move || {
+                    int_field(
+                        &as_fields(ok(
+                            &mut c,
+                            &["MEM.SUMMARIZE_BEGIN", "mem:{lease-race}", "50"],
+                        )),
+                        "lease",
+                    )
+                })
             })
             .collect();
         let leases: Vec<i64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         let n = leases.iter().filter(|l| **l > 0).count();
-        assert!(n <= 1, "round {round}: two workers hold a lease: {leases:?}");
+        assert!(
+            n <= 1,
+            "round {round}: two workers hold a lease: {leases:?}"
+        );
         granted += n;
         std::thread::sleep(std::time::Duration::from_millis(60)); // let it expire
     }
-    assert!(granted >= 15, "expired leases blocked: {granted} of 20 rounds granted");
+    assert!(
+        granted >= 15,
+        "expired leases blocked: {granted} of 20 rounds granted"
+    );
 }
 
 /// MEM.IMPORT keeps every other member verbatim, including names ATTRSET

@@ -15,7 +15,10 @@ fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
 }
 
 fn used_memory(con: &mut redis::Connection) -> i64 {
-    relkit::info_field(con, "memory", "used_memory").unwrap().parse().unwrap()
+    relkit::info_field(con, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn body(i: usize) -> String {
@@ -28,7 +31,13 @@ fn attack3_copy_at_caps_does_not_grow_either_key() {
     let mut con = server.client();
     let (src, dst) = ("mem:{cp}:src", "mem:{cp}:dst");
     for i in 0..30 {
-        append(&mut con, src, "user", &body(i), &["MAXMSGS", "30", "TS", &(1000 + i).to_string()]);
+        append(
+            &mut con,
+            src,
+            "user",
+            &body(i),
+            &["MAXMSGS", "30", "TS", &(1000 + i).to_string()],
+        );
     }
     ok(&mut con, &["COPY", src, dst]);
     assert_eq!(digest(&mut con, src), digest(&mut con, dst));
@@ -38,11 +47,26 @@ fn attack3_copy_at_caps_does_not_grow_either_key() {
     // Both keys take 3,000 more messages at their cap of 30 (~6 MB each).
     for i in 30..3030 {
         let ts = (1000 + i).to_string();
-        append(&mut con, dst, "assistant", &body(i), &["MAXMSGS", "30", "TS", &ts]);
-        append(&mut con, src, "assistant", &body(i), &["MAXMSGS", "30", "TS", &ts]);
+        append(
+            &mut con,
+            dst,
+            "assistant",
+            &body(i),
+            &["MAXMSGS", "30", "TS", &ts],
+        );
+        append(
+            &mut con,
+            src,
+            "assistant",
+            &body(i),
+            &["MAXMSGS", "30", "TS", &ts],
+        );
     }
     // Same writes, same messages: the copy and the original agree...
-    assert_eq!(get(&mut con, &["MEM.GET", src]), get(&mut con, &["MEM.GET", dst]));
+    assert_eq!(
+        get(&mut con, &["MEM.GET", src]),
+        get(&mut con, &["MEM.GET", dst])
+    );
     let got = get(&mut con, &["MEM.GET", dst]);
     assert_eq!(got.len(), 30);
     for (n, e) in got.iter().enumerate() {
@@ -55,7 +79,10 @@ fn attack3_copy_at_caps_does_not_grow_either_key() {
         "MEMORY USAGE of a copy at its caps grew from {usage_at_copy} to {usage} over 3,000 appends"
     );
     let growth = used_memory(&mut con) - used_at_copy;
-    assert!(growth < 1_000_000, "used_memory grew {growth} B with two sessions of 30 x 2 KB at their caps");
+    assert!(
+        growth < 1_000_000,
+        "used_memory grew {growth} B with two sessions of 30 x 2 KB at their caps"
+    );
 }
 
 fn small(i: usize) -> String {
@@ -69,17 +96,30 @@ fn attack3_copy_then_summarize_and_refill_reads_back() {
     let (src, dst) = ("mem:{cp2}:src", "mem:{cp2}:dst");
     ok(&mut con, &["CONFIG", "SET", "rdbcompression", "no"]);
     for i in 0..150 {
-        append(&mut con, src, if i % 2 == 0 { "user" } else { "my-own-role" }, &small(i), &["TS", &(5000 + i).to_string(), "MAXMSGS", "1000"]);
+        append(
+            &mut con,
+            src,
+            if i % 2 == 0 { "user" } else { "my-own-role" },
+            &small(i),
+            &["TS", &(5000 + i).to_string(), "MAXMSGS", "1000"],
+        );
     }
     ok(&mut con, &["COPY", src, dst]);
     // Summarize the copy down to nothing, then refill it; the source is untouched.
     let before = digest(&mut con, src);
-    ok(&mut con, &["MEM.SUMMARIZE", dst, "150", "everything so far"]);
+    ok(
+        &mut con,
+        &["MEM.SUMMARIZE", dst, "150", "everything so far"],
+    );
     assert_eq!(int_field(&info(&mut con, dst), "messages"), 0);
     for i in 150..210 {
         append(&mut con, dst, "tool", &small(i), &["META", r#"{"k":1}"#]);
     }
-    assert_eq!(digest(&mut con, src), before, "a write to the copy changed the source");
+    assert_eq!(
+        digest(&mut con, src),
+        before,
+        "a write to the copy changed the source"
+    );
     let src_msgs = get(&mut con, &["MEM.GET", src]);
     assert_eq!(src_msgs.len(), 150);
     for (n, e) in src_msgs.iter().enumerate() {
@@ -88,21 +128,49 @@ fn attack3_copy_then_summarize_and_refill_reads_back() {
     }
     // MEM.GET leads with the summary.
     let mut dst_msgs = get(&mut con, &["MEM.GET", dst]);
-    assert_eq!((dst_msgs[0].role.as_str(), dst_msgs[0].content.as_str()), ("summary", "everything so far"));
+    assert_eq!(
+        (dst_msgs[0].role.as_str(), dst_msgs[0].content.as_str()),
+        ("summary", "everything so far")
+    );
     dst_msgs.remove(0);
-    assert_eq!(dst_msgs.len(), 60, "{:?}", dst_msgs.iter().map(|e| (e.id, e.role.clone(), e.content.len())).collect::<Vec<_>>());
+    assert_eq!(
+        dst_msgs.len(),
+        60,
+        "{:?}",
+        dst_msgs
+            .iter()
+            .map(|e| (e.id, e.role.clone(), e.content.len()))
+            .collect::<Vec<_>>()
+    );
     for (n, e) in dst_msgs.iter().enumerate() {
-        assert_eq!((e.content.as_str(), e.role.as_str(), e.meta.as_deref()), (small(150 + n).as_str(), "tool", Some(r#"{"k":1}"#)));
+        assert_eq!(
+            (e.content.as_str(), e.role.as_str(), e.meta.as_deref()),
+            (small(150 + n).as_str(), "tool", Some(r#"{"k":1}"#))
+        );
     }
     // Both survive DUMP/RESTORE unchanged.
     for k in [src, dst] {
         let d = relkit::dump(&mut con, k);
-        let before = (digest(&mut con, k), json_text(&mut con, k), relkit::module_payload(&d));
+        let before = (
+            digest(&mut con, k),
+            json_text(&mut con, k),
+            relkit::module_payload(&d),
+        );
         // Keeps the TTL (a digest counts whether the key expires).
         let ttl = relkit::pttl(&mut con, k).max(0);
-        redis::cmd("RESTORE").arg(k).arg(ttl).arg(&d).arg("REPLACE").query::<()>(&mut con).unwrap();
+        redis::cmd("RESTORE")
+            .arg(k)
+            .arg(ttl)
+            .arg(&d)
+            .arg("REPLACE")
+            .query::<()>(&mut con)
+            .unwrap();
         let d2 = relkit::dump(&mut con, k);
-        let after = (digest(&mut con, k), json_text(&mut con, k), relkit::module_payload(&d2));
+        let after = (
+            digest(&mut con, k),
+            json_text(&mut con, k),
+            relkit::module_payload(&d2),
+        );
         if before != after {
             let (p, q) = (&before.2, &after.2);
             let at = p.iter().zip(q.iter()).position(|(x, y)| x != y);

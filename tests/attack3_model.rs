@@ -22,11 +22,24 @@ fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
 }
 
 /// MEM.APPEND ... MODEL gpt-4 from another client: its reply or error.
-fn switch_model(master: &Server) -> std::thread::JoinHandle<Result<Vec<(String, redis::Value)>, String>> {
+fn switch_model(
+    master: &Server,
+) -> std::thread::JoinHandle<Result<Vec<(String, redis::Value)>, String>> {
     let url = master.url();
     std::thread::spawn(move || {
         let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-        let args = ["MEM.APPEND", "mem:{ms3}", "user", "now on gpt-4", "MODEL", "gpt-4", "MAXMSGS", "200", "MAXTOKENS", "5000000"];
+        let args = [
+            "MEM.APPEND",
+            "mem:{ms3}",
+            "user",
+            "now on gpt-4",
+            "MODEL",
+            "gpt-4",
+            "MAXMSGS",
+            "200",
+            "MAXTOKENS",
+            "5000000",
+        ];
         cmd(&mut c, &args).map(as_fields).map_err(|e| e.to_string())
     })
 }
@@ -40,23 +53,44 @@ fn attack3_model_switch_while_the_snapshot_shares_the_buffer() {
     let caps = ["MAXMSGS", "200", "MAXTOKENS", "5000000"];
     let mut sent = std::collections::HashMap::new();
     for i in 0..200 {
-        let id = int_field(&append(&mut con, k, if i % 4 == 3 { "critic" } else { "user" }, &body(i), &caps), "id");
+        let id = int_field(
+            &append(
+                &mut con,
+                k,
+                if i % 4 == 3 { "critic" } else { "user" },
+                &body(i),
+                &caps,
+            ),
+            "id",
+        );
         sent.insert(id, body(i));
     }
     let usage_before = memory_usage(&mut con, k);
-    ok(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "2000"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", "2000"],
+    );
     // Round 1: 300 appends at the cap meanwhile (all 200 snapshot messages
     // evicted), a summary, an attribute: more new text than the switch may
     // count inline, so it is refused with TRYAGAIN (nothing changed by it).
     let reply = switch_model(&master);
-    poll_until(&mut con, "the switching append blocked on a worker", |c| blocked_appends(c) == 1);
+    poll_until(&mut con, "the switching append blocked on a worker", |c| {
+        blocked_appends(c) == 1
+    });
     let mut peak = 0;
     for i in 200..500 {
         let id = int_field(&append(&mut con, k, "assistant", &body(i), &caps), "id");
         sent.insert(id, body(i));
         if i == 350 {
-            let upto = int_field(&map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", k, "KEEP", "150"]), "upto").to_string();
-            ok(&mut con, &["MEM.SUMMARIZE", k, &upto, "summary while the worker counts"]);
+            let upto = int_field(
+                &map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", k, "KEEP", "150"]),
+                "upto",
+            )
+            .to_string();
+            ok(
+                &mut con,
+                &["MEM.SUMMARIZE", k, &upto, "summary while the worker counts"],
+            );
             ok(&mut con, &["MEM.ATTRSET", k, "mood", r#""calm""#]);
         }
         if i % 25 == 0 {
@@ -66,25 +100,47 @@ fn attack3_model_switch_while_the_snapshot_shares_the_buffer() {
     let still_blocked = blocked_appends(&mut con) == 1;
     let first = reply.join().unwrap();
     println!("attack3 model: MEMORY USAGE {usage_before} before, peak {peak} during the count (blocked throughout: {still_blocked}); round 1: {first:?}");
-    assert!(peak < usage_before * 2, "MEMORY USAGE grew to {peak} (was {usage_before}) while a snapshot was held");
+    assert!(
+        peak < usage_before * 2,
+        "MEMORY USAGE grew to {peak} (was {usage_before}) while a snapshot was held"
+    );
     if let Err(e) = &first {
         assert!(e.to_lowercase().contains("tryagain"), "round 1: {e}");
     }
-    assert_eq!(str_field(&map_reply(&mut con, &["MEM.INFO", k]), "encoding"), "o200k_base");
+    assert_eq!(
+        str_field(&map_reply(&mut con, &["MEM.INFO", k]), "encoding"),
+        "o200k_base"
+    );
     // Round 2: 10 appends meanwhile (20 KB, counted inline on its return:
     // below cl100k_base's 32 KB inline cap).
     let reply = switch_model(&master);
-    poll_until(&mut con, "the switching append blocked again", |c| blocked_appends(c) == 1);
+    poll_until(&mut con, "the switching append blocked again", |c| {
+        blocked_appends(c) == 1
+    });
     for i in 500..510 {
         let id = int_field(&append(&mut con, k, "tool", &body(i), &caps), "id");
         sent.insert(id, body(i));
     }
-    let reply = reply.join().unwrap().unwrap_or_else(|e| panic!("round 2: {e}"));
-    ok(&mut con, &["CONFIG", "SET", "mem.debug-count-delay-ms", "0"]);
-    assert_eq!(str_field(&map_reply(&mut con, &["MEM.INFO", k]), "encoding"), "cl100k_base");
+    let reply = reply
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("round 2: {e}"));
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", "0"],
+    );
+    assert_eq!(
+        str_field(&map_reply(&mut con, &["MEM.INFO", k]), "encoding"),
+        "cl100k_base"
+    );
     let doc = relkit::parse_doc(&relkit::json_text(&mut con, k));
     for m in &doc.messages {
-        assert_eq!(m.tokens as i64, mt_c(&m.role, &m.content), "id {} under cl100k", m.id);
+        assert_eq!(
+            m.tokens as i64,
+            mt_c(&m.role, &m.content),
+            "id {} under cl100k",
+            m.id
+        );
         if let Some(want) = sent.get(&(m.id as i64)) {
             assert_eq!(&m.content, want, "id {} reads back wrong", m.id);
         }
@@ -93,9 +149,17 @@ fn attack3_model_switch_while_the_snapshot_shares_the_buffer() {
     relkit::check_consistent(&mut con, k);
     let _: redis::Value = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
     assert_eq!(relkit::digest(&mut con, k), relkit::digest(&mut rcon, k));
-    assert_eq!(relkit::json_text(&mut con, k), relkit::json_text(&mut rcon, k));
+    assert_eq!(
+        relkit::json_text(&mut con, k),
+        relkit::json_text(&mut rcon, k)
+    );
     // And it saves and loads.
     let before = relkit::snap(&mut con, k);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD after the switch", 2000);
+    relkit::assert_same(
+        &before,
+        &relkit::snap(&mut con, k),
+        "DEBUG RELOAD after the switch",
+        2000,
+    );
 }

@@ -35,7 +35,11 @@ fn assert_all_same(before: &[relkit::Snap], after: &[relkit::Snap], what: &str) 
 }
 
 /// Each message of `key` reads back as one of what was sent (by its id).
-fn check_reads(con: &mut redis::Connection, key: &str, sent: &std::collections::HashMap<i64, String>) {
+fn check_reads(
+    con: &mut redis::Connection,
+    key: &str,
+    sent: &std::collections::HashMap<i64, String>,
+) {
     for e in get(con, &["MEM.GET", key]) {
         if e.role == "summary" {
             continue;
@@ -60,19 +64,30 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
         let content = big(i, size);
         let role = ["user", "assistant", "tool", "critic-ü", "system"][i % 5];
         let meta = format!(r#"{{"i":{i}}}"#);
-        let opts: Vec<&str> = if i % 3 == 0 { vec!["MAXMSGS", "12", "META", &meta] } else { vec!["MAXMSGS", "12"] };
+        let opts: Vec<&str> = if i % 3 == 0 {
+            vec!["MAXMSGS", "12", "META", &meta]
+        } else {
+            vec!["MAXMSGS", "12"]
+        };
         let id = int_field(&append(m, k, role, &content, &opts), "id");
         sent.insert(id, content);
     }
     check_reads(m, k, &sent);
     step(m, r, "appends with evictions");
     // Summarize most, refill with large ones.
-    let upto = int_field(&map_reply(m, &["MEM.SUMMARIZE_CHECK", k, "KEEP", "4"]), "upto").to_string();
+    let upto = int_field(
+        &map_reply(m, &["MEM.SUMMARIZE_CHECK", k, "KEEP", "4"]),
+        "upto",
+    )
+    .to_string();
     ok(m, &["MEM.SUMMARIZE", k, &upto, "summary of the start"]);
     step(m, r, "summarize");
     for i in 40..46 {
         let content = big(i, 80_000);
-        sent.insert(int_field(&append(m, k, "user", &content, &["MAXMSGS", "12"]), "id"), content);
+        sent.insert(
+            int_field(&append(m, k, "user", &content, &["MAXMSGS", "12"]), "id"),
+            content,
+        );
     }
     check_reads(m, k, &sent);
     step(m, r, "refill after summarize");
@@ -81,7 +96,10 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
     ok(m, &["MEM.SUMMARIZE", k, &last.to_string(), "all of it"]);
     for i in 46..50 {
         let content = big(i, 300);
-        sent.insert(int_field(&append(m, k, "assistant", &content, &[]), "id"), content);
+        sent.insert(
+            int_field(&append(m, k, "assistant", &content, &[]), "id"),
+            content,
+        );
     }
     check_reads(m, k, &sent);
     step(m, r, "emptied by summarize, refilled");
@@ -89,16 +107,33 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
     let batch: Vec<serde_json::Value> = (50..60)
         .map(|i| serde_json::json!({"role": "user", "content": big(i, if i == 55 { 100_000 } else { 500 }), "meta": {"b": i}}))
         .collect();
-    ok(m, &["MEM.APPENDBATCH", k, &serde_json::to_string(&batch).unwrap(), "MAXMSGS", "20"]);
+    ok(
+        m,
+        &[
+            "MEM.APPENDBATCH",
+            k,
+            &serde_json::to_string(&batch).unwrap(),
+            "MAXMSGS",
+            "20",
+        ],
+    );
     step(m, r, "batch");
     // MULTI/EXEC with appends just under o200k_base's 16 KB inline cap (inline there), an EXTSET, an ATTRSET.
     let mut pipe = redis::pipe();
     pipe.atomic();
     for i in 60..64 {
-        pipe.cmd("MEM.APPEND").arg(k).arg("user").arg(big(i, 15_000)).arg("MAXMSGS").arg("15");
+        pipe.cmd("MEM.APPEND")
+            .arg(k)
+            .arg("user")
+            .arg(big(i, 15_000))
+            .arg("MAXMSGS")
+            .arg("15");
     }
     pipe.cmd("MEM.EXTSET").arg(k).arg("dify").arg("conv-1");
-    pipe.cmd("MEM.ATTRSET").arg(k).arg("profile").arg(r#"{"name":"Ana"}"#);
+    pipe.cmd("MEM.ATTRSET")
+        .arg(k)
+        .arg("profile")
+        .arg(r#"{"name":"Ana"}"#);
     pipe.query::<redis::Value>(m).unwrap();
     step(m, r, "MULTI/EXEC");
     // Lua: appends and a summarize in one script.
@@ -109,7 +144,12 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
         local last = redis.call('MEM.GET', KEYS[1], 'LAST', '3')
         return #last
     "#;
-    let n: i64 = redis::cmd("EVAL").arg(script).arg(1).arg(k).query(m).unwrap();
+    let n: i64 = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg(k)
+        .query(m)
+        .unwrap();
     // LAST 3: three messages, after the summary when the session keeps one.
     let summarized = int_field(&map_reply(m, &["MEM.INFO", k]), "summary_upto") > 0;
     assert_eq!(n, 3 + i64::from(summarized));
@@ -117,13 +157,27 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
     // A model switch to a cl100k model on a large session, then more writes.
     let kb = "mem:{p}:b";
     for i in 0..30 {
-        append(m, kb, "user", &big(100 + i, 20_000), &["MAXMSGS", "100", "MAXTOKENS", "5000000"]);
+        append(
+            m,
+            kb,
+            "user",
+            &big(100 + i, 20_000),
+            &["MAXMSGS", "100", "MAXTOKENS", "5000000"],
+        );
     }
     append(m, kb, "user", "switch", &["MODEL", "gpt-4"]);
-    assert_eq!(str_field(&map_reply(m, &["MEM.INFO", kb]), "encoding"), "cl100k_base");
+    assert_eq!(
+        str_field(&map_reply(m, &["MEM.INFO", kb]), "encoding"),
+        "cl100k_base"
+    );
     for e in get(m, &["MEM.GET", kb]) {
         if e.content != "switch" {
-            assert_eq!(e.tokens, cmdkit::mt_c(&e.role, &e.content), "message {} after the switch", e.id);
+            assert_eq!(
+                e.tokens,
+                cmdkit::mt_c(&e.role, &e.content),
+                "message {} after the switch",
+                e.id
+            );
         }
     }
     step(m, r, "model switch");
@@ -137,7 +191,13 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
     // COPY, then write to both.
     ok(m, &["COPY", k, "mem:{p}:a-copy"]);
     for i in 0..20 {
-        append(m, "mem:{p}:a-copy", "user", &big(300 + i, 2000), &["MAXMSGS", "8"]);
+        append(
+            m,
+            "mem:{p}:a-copy",
+            "user",
+            &big(300 + i, 2000),
+            &["MAXMSGS", "8"],
+        );
         append(m, k, "assistant", &big(400 + i, 2000), &["MAXMSGS", "8"]);
     }
     step(m, r, "COPY then writes to both");
@@ -158,7 +218,11 @@ fn round_trips(extra: &[&str], what: &str) {
     let before_late = snaps(&mut m);
     master.restart();
     let mut m = conn(master.port, 0);
-    assert_all_same(&before_late, &snaps(&mut m), &format!("{what}: restart from the rewritten AOF"));
+    assert_all_same(
+        &before_late,
+        &snaps(&mut m),
+        &format!("{what}: restart from the rewritten AOF"),
+    );
     ok(&mut m, &["DEL", "mem:{p}:late"]);
 
     // DEBUG RELOAD (an RDB of format 3 saved and loaded).
@@ -170,13 +234,28 @@ fn round_trips(extra: &[&str], what: &str) {
     let mut o = other.client();
     for s in &before {
         let d = relkit::dump(&mut m, &s.key);
-        redis::cmd("RESTORE").arg(&s.key).arg(s.pttl.max(0)).arg(&d).query::<()>(&mut o).unwrap();
+        redis::cmd("RESTORE")
+            .arg(&s.key)
+            .arg(s.pttl.max(0))
+            .arg(&d)
+            .query::<()>(&mut o)
+            .unwrap();
     }
     assert_all_same(&before, &snaps(&mut o), &format!("{what}: DUMP/RESTORE"));
     let third = Server::start();
     let mut t = third.client();
     for s in &before {
-        ok(&mut o, &["MIGRATE", "127.0.0.1", &third.port.to_string(), &s.key, "0", "5000"]);
+        ok(
+            &mut o,
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &third.port.to_string(),
+                &s.key,
+                "0",
+                "5000",
+            ],
+        );
     }
     assert_all_same(&before, &snaps(&mut t), &format!("{what}: MIGRATE"));
     assert_eq!(int(&mut o, &["DBSIZE"]), 0);
@@ -184,10 +263,16 @@ fn round_trips(extra: &[&str], what: &str) {
 
 #[test]
 fn attack3_every_write_path_replicates_and_round_trips_with_rdb_preamble() {
-    round_trips(&["--appendonly", "yes", "--aof-use-rdb-preamble", "yes"], "preamble");
+    round_trips(
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "yes"],
+        "preamble",
+    );
 }
 
 #[test]
 fn attack3_every_write_path_replicates_and_round_trips_without_rdb_preamble() {
-    round_trips(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"], "no preamble");
+    round_trips(
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"],
+        "no preamble",
+    );
 }

@@ -66,10 +66,22 @@ fn sample(con: &mut redis::Connection) -> Sample {
     assert_eq!(payload[0], 3, "DUMP is not format 3");
     let mut needle = vec![0u8];
     needle.extend_from_slice(CONTENT.as_bytes());
-    let data_at = payload.windows(needle.len()).position(|w| w == needle).expect("message bytes in the payload");
+    let data_at = payload
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("message bytes in the payload");
     // count 1, id delta 1, ts zigzag(5) = 10, tokens, length 101, total 101
-    assert_eq!(&payload[data_at - 6..data_at], &[1, 1, 10, tokens, 101, 101], "heads as FORMAT.md says");
-    Sample { dump, payload, data_at, tokens }
+    assert_eq!(
+        &payload[data_at - 6..data_at],
+        &[1, 1, 10, tokens, 101, 101],
+        "heads as FORMAT.md says"
+    );
+    Sample {
+        dump,
+        payload,
+        data_at,
+        tokens,
+    }
 }
 
 /// The payload with the message section from the count on replaced by
@@ -85,7 +97,12 @@ fn with_messages(s: &Sample, heads: &[u8], data: &[u8], total: Option<u64>) -> V
 }
 
 fn restore(con: &mut redis::Connection, dump: &[u8]) -> redis::RedisResult<Value> {
-    redis::cmd("RESTORE").arg("mem:{r3}:target").arg(0).arg(dump).arg("REPLACE").query::<Value>(con)
+    redis::cmd("RESTORE")
+        .arg("mem:{r3}:target")
+        .arg(0)
+        .arg(dump)
+        .arg("REPLACE")
+        .query::<Value>(con)
 }
 
 fn refused(con: &mut redis::Connection, s: &Sample, payload: &[u8], what: &str) {
@@ -93,9 +110,16 @@ fn refused(con: &mut redis::Connection, s: &Sample, payload: &[u8], what: &str) 
     let r = restore(con, &wrap(&s.dump, payload));
     match r {
         Err(e) => assert!(e.code().is_some(), "{what}: connection error {e}"),
-        Ok(_) => panic!("{what}: RESTORE accepted it: {}", json_text(con, "mem:{r3}:target")),
+        Ok(_) => panic!(
+            "{what}: RESTORE accepted it: {}",
+            json_text(con, "mem:{r3}:target")
+        ),
     }
-    assert_eq!(int(con, &["EXISTS", "mem:{r3}:target"]), 0, "{what}: a refused RESTORE left a key");
+    assert_eq!(
+        int(con, &["EXISTS", "mem:{r3}:target"]),
+        0,
+        "{what}: a refused RESTORE left a key"
+    );
 }
 
 fn heads(id_delta: u64, ts_zz: u64, tokens: u64, len: u64) -> Vec<u8> {
@@ -122,58 +146,242 @@ fn attack3_crafted_message_sections_are_refused() {
     let same = with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0], CONTENT), None);
     assert_eq!(same, s.payload);
     restore(&mut con, &wrap(&s.dump, &same)).unwrap();
-    assert_eq!(get(&mut con, &["MEM.GET", "mem:{r3}:target"])[0].content, CONTENT);
+    assert_eq!(
+        get(&mut con, &["MEM.GET", "mem:{r3}:target"])[0].content,
+        CONTENT
+    );
 
     let content96 = &CONTENT[..96];
     let cases: Vec<(&str, Vec<u8>)> = vec![
         // A role with a code written out: the tool rule reads only the code.
-        ("inline role tool", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[7, 4, b't', b'o', b'o', b'l'], content96), None)),
-        ("inline role user", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[7, 4, b'u', b's', b'e', b'r'], content96), None)),
-        ("inline empty role", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[7, 0], &CONTENT[..99]), None)),
+        (
+            "inline role tool",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[7, 4, b't', b'o', b'o', b'l'], content96),
+                None,
+            ),
+        ),
+        (
+            "inline role user",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[7, 4, b'u', b's', b'e', b'r'], content96),
+                None,
+            ),
+        ),
+        (
+            "inline empty role",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[7, 0], &CONTENT[..99]),
+                None,
+            ),
+        ),
         ("inline role of 65 bytes", {
             let mut tag = vec![7, 65];
             tag.extend_from_slice(&[b'r'; 65]);
-            with_messages(&s, &heads(1, 10, t, 67 + 34), &tagged(&tag, &CONTENT[..34]), None)
+            with_messages(
+                &s,
+                &heads(1, 10, t, 67 + 34),
+                &tagged(&tag, &CONTENT[..34]),
+                None,
+            )
         }),
         ("inline role of 200 bytes", {
             let mut tag = vec![7, 200];
             tag.extend_from_slice(&[b'r'; 200]);
-            with_messages(&s, &heads(1, 10, t, 202 + 5), &tagged(&tag, &CONTENT[..5]), None)
+            with_messages(
+                &s,
+                &heads(1, 10, t, 202 + 5),
+                &tagged(&tag, &CONTENT[..5]),
+                None,
+            )
         }),
-        ("inline role not UTF-8", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[7, 2, 0xc3, 0x28], &CONTENT[..97]), None)),
-        ("inline role length past the end", with_messages(&s, &heads(1, 10, t, 3), &[7, 9, b'x'], None)),
-        ("tag code 6", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[6], &CONTENT[..100]), None)),
-        ("tag high bit", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0x80], &CONTENT[..100]), None)),
-        ("tag bit 4", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0x10], &CONTENT[..100]), None)),
-        ("empty message bytes", with_messages(&s, &heads(1, 10, t, 0), &[], None)),
-        ("meta non-canonical length", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[8, 0x82, 0x00, b'{', b'}'], &CONTENT[..96]), None)),
-        ("meta length past the end", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[8, 0x7f], &CONTENT[..99]), None)),
-        ("meta length 2^63", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[8, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01], &CONTENT[..90]), None)),
-        ("meta not JSON", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[8, 3, b'a', b'b', b'c'], &CONTENT[..96]), None)),
-        ("meta a JSON array", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[8, 3, b'[', b'1', b']'], &CONTENT[..96]), None)),
+        (
+            "inline role not UTF-8",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[7, 2, 0xc3, 0x28], &CONTENT[..97]),
+                None,
+            ),
+        ),
+        (
+            "inline role length past the end",
+            with_messages(&s, &heads(1, 10, t, 3), &[7, 9, b'x'], None),
+        ),
+        (
+            "tag code 6",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[6], &CONTENT[..100]),
+                None,
+            ),
+        ),
+        (
+            "tag high bit",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[0x80], &CONTENT[..100]),
+                None,
+            ),
+        ),
+        (
+            "tag bit 4",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[0x10], &CONTENT[..100]),
+                None,
+            ),
+        ),
+        (
+            "empty message bytes",
+            with_messages(&s, &heads(1, 10, t, 0), &[], None),
+        ),
+        (
+            "meta non-canonical length",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[8, 0x82, 0x00, b'{', b'}'], &CONTENT[..96]),
+                None,
+            ),
+        ),
+        (
+            "meta length past the end",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[8, 0x7f], &CONTENT[..99]),
+                None,
+            ),
+        ),
+        (
+            "meta length 2^63",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(
+                    &[
+                        8, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01,
+                    ],
+                    &CONTENT[..90],
+                ),
+                None,
+            ),
+        ),
+        (
+            "meta not JSON",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[8, 3, b'a', b'b', b'c'], &CONTENT[..96]),
+                None,
+            ),
+        ),
+        (
+            "meta a JSON array",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[8, 3, b'[', b'1', b']'], &CONTENT[..96]),
+                None,
+            ),
+        ),
         ("content not UTF-8", {
             let mut d = tagged(&[0], &CONTENT[..98]);
             d.extend_from_slice(&[0xe2, 0x82]);
             with_messages(&s, &heads(1, 10, t, 101), &d, None)
         }),
-        ("length one short", with_messages(&s, &heads(1, 10, t, 100), &tagged(&[0], CONTENT), None)),
-        ("length one long", with_messages(&s, &heads(1, 10, t, 102), &tagged(&[0], CONTENT), None)),
-        ("total one short", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0], CONTENT), Some(100))),
-        ("total one long", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0], CONTENT), Some(102))),
-        ("total 2^40", with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0], CONTENT), Some(1 << 40))),
-        ("length 2^63", with_messages(&s, &heads(1, 10, t, 1 << 63), &tagged(&[0], CONTENT), None)),
+        (
+            "length one short",
+            with_messages(&s, &heads(1, 10, t, 100), &tagged(&[0], CONTENT), None),
+        ),
+        (
+            "length one long",
+            with_messages(&s, &heads(1, 10, t, 102), &tagged(&[0], CONTENT), None),
+        ),
+        (
+            "total one short",
+            with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0], CONTENT), Some(100)),
+        ),
+        (
+            "total one long",
+            with_messages(&s, &heads(1, 10, t, 101), &tagged(&[0], CONTENT), Some(102)),
+        ),
+        (
+            "total 2^40",
+            with_messages(
+                &s,
+                &heads(1, 10, t, 101),
+                &tagged(&[0], CONTENT),
+                Some(1 << 40),
+            ),
+        ),
+        (
+            "length 2^63",
+            with_messages(&s, &heads(1, 10, t, 1 << 63), &tagged(&[0], CONTENT), None),
+        ),
         ("non-canonical length", {
             let mut h = vec![1, 1, 10, s.tokens, 0xe5, 0x00];
             h.truncate(6);
             with_messages(&s, &h, &tagged(&[0], CONTENT), None)
         }),
-        ("non-canonical id delta", with_messages(&s, &[1, 0x81, 0x00, 10, s.tokens, 101], &tagged(&[0], CONTENT), None)),
-        ("id delta 0", with_messages(&s, &heads(0, 10, t, 101), &tagged(&[0], CONTENT), None)),
-        ("tokens 2^32", with_messages(&s, &heads(1, 10, 1 << 32, 101), &tagged(&[0], CONTENT), None)),
-        ("tokens 2^32-1", with_messages(&s, &heads(1, 10, u64::from(u32::MAX), 101), &tagged(&[0], CONTENT), None)),
-        ("tokens above the text", with_messages(&s, &heads(1, 10, 200, 101), &tagged(&[0], CONTENT), None)),
-        ("ts -1", with_messages(&s, &heads(1, 1, t, 101), &tagged(&[0], CONTENT), None)),
-        ("ts past 9999-12-31", with_messages(&s, &heads(1, 2 * 253_402_300_800_000, t, 101), &tagged(&[0], CONTENT), None)),
+        (
+            "non-canonical id delta",
+            with_messages(
+                &s,
+                &[1, 0x81, 0x00, 10, s.tokens, 101],
+                &tagged(&[0], CONTENT),
+                None,
+            ),
+        ),
+        (
+            "id delta 0",
+            with_messages(&s, &heads(0, 10, t, 101), &tagged(&[0], CONTENT), None),
+        ),
+        (
+            "tokens 2^32",
+            with_messages(
+                &s,
+                &heads(1, 10, 1 << 32, 101),
+                &tagged(&[0], CONTENT),
+                None,
+            ),
+        ),
+        (
+            "tokens 2^32-1",
+            with_messages(
+                &s,
+                &heads(1, 10, u64::from(u32::MAX), 101),
+                &tagged(&[0], CONTENT),
+                None,
+            ),
+        ),
+        (
+            "tokens above the text",
+            with_messages(&s, &heads(1, 10, 200, 101), &tagged(&[0], CONTENT), None),
+        ),
+        (
+            "ts -1",
+            with_messages(&s, &heads(1, 1, t, 101), &tagged(&[0], CONTENT), None),
+        ),
+        (
+            "ts past 9999-12-31",
+            with_messages(
+                &s,
+                &heads(1, 2 * 253_402_300_800_000, t, 101),
+                &tagged(&[0], CONTENT),
+                None,
+            ),
+        ),
         ("count 2 with one head", {
             let mut h = heads(1, 10, t, 101);
             h[0] = 2;
@@ -185,7 +393,10 @@ fn attack3_crafted_message_sections_are_refused() {
             h.extend_from_slice(&heads(1, 10, t, 101)[1..]);
             with_messages(&s, &h, &tagged(&[0], CONTENT), None)
         }),
-        ("count 0 with bytes", with_messages(&s, &[0], &tagged(&[0], CONTENT), None)),
+        (
+            "count 0 with bytes",
+            with_messages(&s, &[0], &tagged(&[0], CONTENT), None),
+        ),
     ];
     for (what, payload) in &cases {
         refused(&mut con, &s, payload, what);
@@ -227,25 +438,57 @@ fn attack3_well_formed_limits_restore_and_behave() {
     let role64 = "r".repeat(64);
     let mut tag = vec![7, 64];
     tag.extend_from_slice(role64.as_bytes());
-    let p = with_messages(&s, &heads(1, 10, t, 66 + 35), &tagged(&tag, &CONTENT[..35]), None);
+    let p = with_messages(
+        &s,
+        &heads(1, 10, t, 66 + 35),
+        &tagged(&tag, &CONTENT[..35]),
+        None,
+    );
     restore(&mut con, &wrap(&s.dump, &p)).unwrap();
     let got = get(&mut con, &["MEM.GET", k]);
-    assert_eq!((got[0].role.as_str(), got[0].content.as_str()), (role64.as_str(), &CONTENT[..35]));
+    assert_eq!(
+        (got[0].role.as_str(), got[0].content.as_str()),
+        (role64.as_str(), &CONTENT[..35])
+    );
     // The same through MEM.APPEND, and one byte more is refused by it.
     ok(&mut con, &["DEL", "mem:{r3}:own"]);
     append(&mut con, "mem:{r3}:own", &role64, "x", &[]);
-    assert!(cmd(&mut con, &["MEM.APPEND", "mem:{r3}:own", &"r".repeat(65), "x"]).is_err());
+    assert!(cmd(
+        &mut con,
+        &["MEM.APPEND", "mem:{r3}:own", &"r".repeat(65), "x"]
+    )
+    .is_err());
     // Timestamps 0 and 9999-12-31T23:59:59.999 through the commands, then DUMP/RESTORE.
     let kt = "mem:{r3}:ts";
     append(&mut con, kt, "user", "", &["TS", "0"]);
-    append(&mut con, kt, "user", "end of time", &["TS", "253402300799999", "META", r#"{"a":[1,2,{"b":null}]}"#]);
+    append(
+        &mut con,
+        kt,
+        "user",
+        "end of time",
+        &["TS", "253402300799999", "META", r#"{"a":[1,2,{"b":null}]}"#],
+    );
     append(&mut con, kt, "user", "back to 0", &["TS", "0"]);
     let before = relkit::snap(&mut con, kt);
     let d = relkit::dump(&mut con, kt);
-    redis::cmd("RESTORE").arg(kt).arg(before.pttl.max(0)).arg(&d).arg("REPLACE").query::<()>(&mut con).unwrap();
-    relkit::assert_same(&before, &relkit::snap(&mut con, kt), "ts 0 / 9999 DUMP/RESTORE", 2000);
+    redis::cmd("RESTORE")
+        .arg(kt)
+        .arg(before.pttl.max(0))
+        .arg(&d)
+        .arg("REPLACE")
+        .query::<()>(&mut con)
+        .unwrap();
+    relkit::assert_same(
+        &before,
+        &relkit::snap(&mut con, kt),
+        "ts 0 / 9999 DUMP/RESTORE",
+        2000,
+    );
     let got = get(&mut con, &["MEM.GET", kt]);
-    assert_eq!(got.iter().map(|e| e.ts).collect::<Vec<_>>(), vec![0, 253_402_300_799_999, 0]);
+    assert_eq!(
+        got.iter().map(|e| e.ts).collect::<Vec<_>>(),
+        vec![0, 253_402_300_799_999, 0]
+    );
     assert_eq!(got[1].meta.as_deref(), Some(r#"{"a":[1,2,{"b":null}]}"#));
     assert_eq!(got[0].content, "");
     assert_eq!(string(&mut con, &["PING"]), "PONG");

@@ -10,7 +10,9 @@ mod relkit;
 
 use cmdkit::*;
 use common::*;
-use faultkit::{assert_replica_same, conn, master_and_replica, set_delay, wait_replicas, Appender, Outcome};
+use faultkit::{
+    assert_replica_same, conn, master_and_replica, set_delay, wait_replicas, Appender, Outcome,
+};
 
 fn small(i: usize) -> String {
     format!("{i:05} {}", varied_text(1500, i))
@@ -35,15 +37,28 @@ fn attack3_resumed_large_appends_on_a_session_changed_meanwhile() {
         // different change: summarize all, summarize some, import-free
         // eviction by a lower cap, nothing.
         for i in 0..50 {
-            append(&mut m, k, "assistant", &small(100 * round + i), &["MAXMSGS", "40"]);
+            append(
+                &mut m,
+                k,
+                "assistant",
+                &small(100 * round + i),
+                &["MAXMSGS", "40"],
+            );
         }
         match round {
             0 => {
                 let last = get(&mut m, &["MEM.GET", k, "LAST", "1"]).last().unwrap().id;
-                ok(&mut m, &["MEM.SUMMARIZE", k, &last.to_string(), "all so far"]);
+                ok(
+                    &mut m,
+                    &["MEM.SUMMARIZE", k, &last.to_string(), "all so far"],
+                );
             }
             1 => {
-                let upto = int_field(&map_reply(&mut m, &["MEM.SUMMARIZE_CHECK", k, "KEEP", "5"]), "upto").to_string();
+                let upto = int_field(
+                    &map_reply(&mut m, &["MEM.SUMMARIZE_CHECK", k, "KEEP", "5"]),
+                    "upto",
+                )
+                .to_string();
                 ok(&mut m, &["MEM.SUMMARIZE", k, &upto, "most so far"]);
             }
             2 => {
@@ -58,7 +73,10 @@ fn attack3_resumed_large_appends_on_a_session_changed_meanwhile() {
                 expected_large.push((id, large.clone()));
                 let got = get(&mut m, &["MEM.GET", k, "AFTER", &(id - 1).to_string()]);
                 assert_eq!(got[0].id, id);
-                assert_eq!(got[0].content, large, "round {round}: the resumed message reads back wrong");
+                assert_eq!(
+                    got[0].content, large,
+                    "round {round}: the resumed message reads back wrong"
+                );
                 assert_eq!(got[0].tokens, mt_o("user", &large));
             }
             other => panic!("round {round}: {other:?}"),

@@ -11,7 +11,10 @@ use cmdkit::*;
 use common::*;
 
 fn used_memory(con: &mut redis::Connection) -> i64 {
-    relkit::info_field(con, "memory", "used_memory").unwrap().parse().unwrap()
+    relkit::info_field(con, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
@@ -21,8 +24,17 @@ fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
 /// Builds the tokenizer's tables (lazily made on the first count, on the
 /// main thread and the pool) before used_memory is sampled.
 fn warm_up(con: &mut redis::Connection) {
-    let batch: Vec<serde_json::Value> = (0..200).map(|i| serde_json::json!({"role": "user", "content": varied_text(600, i)})).collect();
-    ok(con, &["MEM.APPENDBATCH", "mem:{warm}", &serde_json::to_string(&batch).unwrap()]);
+    let batch: Vec<serde_json::Value> = (0..200)
+        .map(|i| serde_json::json!({"role": "user", "content": varied_text(600, i)}))
+        .collect();
+    ok(
+        con,
+        &[
+            "MEM.APPENDBATCH",
+            "mem:{warm}",
+            &serde_json::to_string(&batch).unwrap(),
+        ],
+    );
     append(con, "mem:{warm}", "user", &varied_text(70_000, 1), &[]);
     ok(con, &["DEL", "mem:{warm}"]);
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -36,12 +48,21 @@ fn roles(i: usize) -> &'static str {
 fn attack3_hundred_thousand_messages_at_the_cap() {
     let master = Server::start();
     let mut con = master.client();
-    ok(&mut con, &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"],
+    );
     let k = "mem:{100k}";
     warm_up(&mut con);
     let used0 = used_memory(&mut con);
     let cap = ["MAXMSGS", "100000", "MAXTOKENS", "1000000000"];
-    let text = |i: usize| if i % 1000 == 7 { String::new() } else { format!("m{i} {}", "x".repeat(i % 90)) };
+    let text = |i: usize| {
+        if i % 1000 == 7 {
+            String::new()
+        } else {
+            format!("m{i} {}", "x".repeat(i % 90))
+        }
+    };
     for start in (0..101_000).step_by(1000) {
         let batch: Vec<serde_json::Value> = (start..start + 1000)
             .map(|i| {
@@ -52,7 +73,18 @@ fn attack3_hundred_thousand_messages_at_the_cap() {
                 m
             })
             .collect();
-        ok(&mut con, &["MEM.APPENDBATCH", k, &serde_json::to_string(&batch).unwrap(), cap[0], cap[1], cap[2], cap[3]]);
+        ok(
+            &mut con,
+            &[
+                "MEM.APPENDBATCH",
+                k,
+                &serde_json::to_string(&batch).unwrap(),
+                cap[0],
+                cap[1],
+                cap[2],
+                cap[3],
+            ],
+        );
     }
     // At the cap; a tool result left first goes with its call (99,999).
     let held = |c: &mut redis::Connection| int_field(&map_reply(c, &["MEM.INFO", k]), "messages");
@@ -61,30 +93,62 @@ fn attack3_hundred_thousand_messages_at_the_cap() {
     let growth = used_memory(&mut con) - used0;
     let usage = memory_usage(&mut con, k);
     println!("attack3 scale: 100,000 messages: MEMORY USAGE {usage}, used_memory growth {growth}");
-    assert!((usage - growth).abs() * 10 <= growth, "MEMORY USAGE {usage} vs used_memory growth {growth}");
+    assert!(
+        (usage - growth).abs() * 10 <= growth,
+        "MEMORY USAGE {usage} vs used_memory growth {growth}"
+    );
     // The cap was applied as it went: the oldest are gone (and a tool
     // result left first went with its call).
     let all = get(&mut con, &["MEM.GET", k]);
     assert_eq!(all.len() as i64, held(&mut con));
     for e in &all {
         let i = (e.ts / 1000) as usize;
-        assert_eq!((e.role.as_str(), e.content.as_str()), (roles(i), text(i).as_str()), "id {}", e.id);
+        assert_eq!(
+            (e.role.as_str(), e.content.as_str()),
+            (roles(i), text(i).as_str()),
+            "id {}",
+            e.id
+        );
         assert_eq!(e.meta.is_some(), i.is_multiple_of(10));
     }
-    assert_eq!(get(&mut con, &["MEM.GET", k, "LAST", "2"]).iter().map(|e| e.ts / 1000).collect::<Vec<_>>(), vec![100_998, 100_999]);
+    assert_eq!(
+        get(&mut con, &["MEM.GET", k, "LAST", "2"])
+            .iter()
+            .map(|e| e.ts / 1000)
+            .collect::<Vec<_>>(),
+        vec![100_998, 100_999]
+    );
     // A replica syncs it (format 3 over a full sync), then takes the writes.
     let (_replica, mut rcon) = start_replica(&master);
     // One more is refused above the limit; one more at the cap evicts one.
-    assert_err(&mut con, &["MEM.APPEND", k, "user", "x", "MAXMSGS", "100001"], "max-messages-limit");
+    assert_err(
+        &mut con,
+        &["MEM.APPEND", k, "user", "x", "MAXMSGS", "100001"],
+        "max-messages-limit",
+    );
     append(&mut con, k, "user", "one more", &cap);
     assert!((99_999..=100_000).contains(&held(&mut con)));
-    let _: redis::Value = redis::cmd("WAIT").arg(1).arg(10000).query(&mut con).unwrap();
+    let _: redis::Value = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10000)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(relkit::digest(&mut con, k), relkit::digest(&mut rcon, k));
     let before = relkit::snap(&mut con, k);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD of 100,000 messages", 30_000);
+    relkit::assert_same(
+        &before,
+        &relkit::snap(&mut con, k),
+        "DEBUG RELOAD of 100,000 messages",
+        30_000,
+    );
     let d = relkit::dump(&mut con, k);
-    redis::cmd("RESTORE").arg("mem:{100k}:copy").arg(0).arg(&d).query::<()>(&mut con).unwrap();
+    redis::cmd("RESTORE")
+        .arg("mem:{100k}:copy")
+        .arg(0)
+        .arg(&d)
+        .query::<()>(&mut con)
+        .unwrap();
     assert_eq!(json_text(&mut con, "mem:{100k}:copy"), before.json);
 }
 
@@ -98,13 +162,31 @@ fn attack3_metas_of_megabytes_and_ids_near_two_to_the_53() {
     let meta = format!(r#"{{"blob":"{inner}"}}"#);
     assert!(meta.len() <= 4 * 1024 * 1024);
     append(&mut con, k, "user", "", &["META", &meta]);
-    append(&mut con, k, "critic", "after the blob", &["META", r#"{"n":1}"#]);
+    append(
+        &mut con,
+        k,
+        "critic",
+        "after the blob",
+        &["META", r#"{"n":1}"#],
+    );
     let got = get(&mut con, &["MEM.GET", k]);
     assert_eq!(got[0].meta.as_deref(), Some(meta.as_str()));
-    assert_eq!((got[1].role.as_str(), got[1].content.as_str(), got[1].meta.as_deref()), ("critic", "after the blob", Some(r#"{"n":1}"#)));
+    assert_eq!(
+        (
+            got[1].role.as_str(),
+            got[1].content.as_str(),
+            got[1].meta.as_deref()
+        ),
+        ("critic", "after the blob", Some(r#"{"n":1}"#))
+    );
     let before = relkit::snap(&mut con, k);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD with a 4 MB meta", 2000);
+    relkit::assert_same(
+        &before,
+        &relkit::snap(&mut con, k),
+        "DEBUG RELOAD with a 4 MB meta",
+        2000,
+    );
     // Ids: an import whose summary covers up to 2^53 - 3 leaves two ids.
     let top: u64 = (1 << 53) - 1;
     let doc = serde_json::json!({
@@ -128,11 +210,19 @@ fn attack3_metas_of_megabytes_and_ids_near_two_to_the_53() {
                 }
             }
             assert!(refused, "appends went past 2^53 - 1");
-            let last = get(&mut con, &["MEM.GET", "mem:{ids}", "LAST", "1"]).last().unwrap().id as u64;
+            let last = get(&mut con, &["MEM.GET", "mem:{ids}", "LAST", "1"])
+                .last()
+                .unwrap()
+                .id as u64;
             assert_eq!(last, top);
             let before = relkit::snap(&mut con, "mem:{ids}");
             ok(&mut con, &["DEBUG", "RELOAD"]);
-            relkit::assert_same(&before, &relkit::snap(&mut con, "mem:{ids}"), "DEBUG RELOAD near 2^53", 2000);
+            relkit::assert_same(
+                &before,
+                &relkit::snap(&mut con, "mem:{ids}"),
+                "DEBUG RELOAD near 2^53",
+                2000,
+            );
         }
         Err(e) => println!("attack3 scale: import with summary upto 2^53-3 refused: {e}"),
     }
@@ -142,51 +232,97 @@ fn attack3_metas_of_megabytes_and_ids_near_two_to_the_53() {
 fn attack3_a_session_of_sixty_megabytes_round_trips() {
     let server = Server::start();
     let mut con = server.client();
-    ok(&mut con, &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"],
+    );
     let k = "mem:{60mb}";
     warm_up(&mut con);
     let used0 = used_memory(&mut con);
     // 15 messages of 4 MB (max-message-bytes), each counted on the pool.
     for i in 0..15 {
         let content = varied_text(4 * 1024 * 1024 - 100, i);
-        append(&mut con, k, roles(i), &content, &["MAXMSGS", "100", "MAXTOKENS", "1000000000"]);
+        append(
+            &mut con,
+            k,
+            roles(i),
+            &content,
+            &["MAXMSGS", "100", "MAXTOKENS", "1000000000"],
+        );
     }
     let growth = used_memory(&mut con) - used0;
     let usage = memory_usage(&mut con, k);
     println!("attack3 scale: 15 x 4 MB: MEMORY USAGE {usage}, used_memory growth {growth}");
-    assert!((usage - growth).abs() * 10 <= growth, "MEMORY USAGE {usage} vs used_memory growth {growth}");
+    assert!(
+        (usage - growth).abs() * 10 <= growth,
+        "MEMORY USAGE {usage} vs used_memory growth {growth}"
+    );
     let before = relkit::snap(&mut con, k);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    relkit::assert_same(&before, &relkit::snap(&mut con, k), "DEBUG RELOAD of 60 MB", 30_000);
+    relkit::assert_same(
+        &before,
+        &relkit::snap(&mut con, k),
+        "DEBUG RELOAD of 60 MB",
+        30_000,
+    );
     // Loaded, it holds its bytes in their size class (no write slack).
     let usage_loaded = memory_usage(&mut con, k);
     println!("attack3 scale: 15 x 4 MB: MEMORY USAGE after DEBUG RELOAD {usage_loaded}");
     assert!(usage_loaded <= usage);
     let got = get(&mut con, &["MEM.GET", k, "LAST", "2"]);
-    assert_eq!(got.last().unwrap().content, varied_text(4 * 1024 * 1024 - 100, 14));
+    assert_eq!(
+        got.last().unwrap().content,
+        varied_text(4 * 1024 * 1024 - 100, 14)
+    );
 }
 
 #[test]
 fn attack3_summarizing_a_hundred_thousand_messages_gives_the_memory_back() {
     let server = Server::start();
     let mut con = server.client();
-    ok(&mut con, &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.max-tokens-limit", "1000000000"],
+    );
     let k = "mem:{shrink}";
     let cap = ["MAXMSGS", "100000", "MAXTOKENS", "1000000000"];
     for start in (0..100_000).step_by(1000) {
-        let batch: Vec<serde_json::Value> = (start..start + 1000).map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")})).collect();
-        ok(&mut con, &["MEM.APPENDBATCH", k, &serde_json::to_string(&batch).unwrap(), cap[0], cap[1], cap[2], cap[3]]);
+        let batch: Vec<serde_json::Value> = (start..start + 1000)
+            .map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")}))
+            .collect();
+        ok(
+            &mut con,
+            &[
+                "MEM.APPENDBATCH",
+                k,
+                &serde_json::to_string(&batch).unwrap(),
+                cap[0],
+                cap[1],
+                cap[2],
+                cap[3],
+            ],
+        );
     }
     let full = memory_usage(&mut con, k);
     let used = used_memory(&mut con);
     let last = int_field(&map_reply(&mut con, &["MEM.INFO", k]), "last_id");
-    ok(&mut con, &["MEM.SUMMARIZE", k, &(last - 100).to_string(), "most of it"]);
+    ok(
+        &mut con,
+        &["MEM.SUMMARIZE", k, &(last - 100).to_string(), "most of it"],
+    );
     let after = memory_usage(&mut con, k);
     let freed = used - used_memory(&mut con);
     println!("attack3 scale: 100,000 tiny messages summarized to 100: MEMORY USAGE {full} -> {after}, used_memory -{freed}");
     // The heads' ring (3 MB for 100,000) is given back with the bytes.
-    assert!(after < 64 * 1024, "MEMORY USAGE {after} B for 100 messages (was {full})");
-    assert!(freed * 10 >= (full - after) * 9, "used_memory fell {freed}, MEMORY USAGE {}", full - after);
+    assert!(
+        after < 64 * 1024,
+        "MEMORY USAGE {after} B for 100 messages (was {full})"
+    );
+    assert!(
+        freed * 10 >= (full - after) * 9,
+        "used_memory fell {freed}, MEMORY USAGE {}",
+        full - after
+    );
     append(&mut con, k, "user", "after", &cap);
     let got = get(&mut con, &["MEM.GET", k]);
     assert_eq!(got.len(), 102); // the summary, 100 kept, the new one

@@ -14,7 +14,10 @@ use faultkit::*;
 fn revoked_while_counting(revoke: &[&str]) {
     let server = Server::start();
     let mut admin = conn(server.port, 0);
-    qok(&mut admin, &["ACL", "SETUSER", "alice", "on", ">pw", "~mem:*", "+@all"]);
+    qok(
+        &mut admin,
+        &["ACL", "SETUSER", "alice", "on", ">pw", "~mem:*", "+@all"],
+    );
     set_delay(&mut admin, DELAY_MS);
     let content = big(1);
     let port = server.port;
@@ -23,7 +26,9 @@ fn revoked_while_counting(revoke: &[&str]) {
         qok(&mut c, &["AUTH", "alice", "pw"]);
         q(&mut c, &["MEM.APPEND", "mem:{a}", "user", &content])
     });
-    poll_until(&mut admin, "the append blocked on a worker", |c| blocked_appends(c) == 1);
+    poll_until(&mut admin, "the append blocked on a worker", |c| {
+        blocked_appends(c) == 1
+    });
     let mut args = vec!["ACL", "SETUSER", "alice"];
     args.extend_from_slice(revoke);
     qok(&mut admin, &args);
@@ -31,14 +36,22 @@ fn revoked_while_counting(revoke: &[&str]) {
     let mut fresh = conn(port, 0);
     qok(&mut fresh, &["AUTH", "alice", "pw"]);
     let e = q(&mut fresh, &["MEM.APPEND", "mem:{a}", "user", "small"]).unwrap_err();
-    assert_eq!(e.code(), Some("NOPERM"), "fresh command after the ACL change: {e}");
+    assert_eq!(
+        e.code(),
+        Some("NOPERM"),
+        "fresh command after the ACL change: {e}"
+    );
     // ... and so must the resumed one be, changing nothing.
     let reply = appender.join().unwrap();
     assert!(
         matches!(&reply, Err(e) if e.code() == Some("NOPERM")),
         "the resumed append of a user whose permission was revoked ({revoke:?}) must be refused with NOPERM, got {reply:?}"
     );
-    assert_eq!(qint(&mut admin, &["EXISTS", "mem:{a}"]), 0, "the key was written");
+    assert_eq!(
+        qint(&mut admin, &["EXISTS", "mem:{a}"]),
+        0,
+        "the key was written"
+    );
     assert_no_crash(&mut { server }, "acl");
 }
 

@@ -53,7 +53,11 @@ fn attack_accepted_meta_round_trips_through_format_json_and_import() {
             broken.push(format!("{stored} came back from MEM.IMPORT as {back}"));
         }
     }
-    assert!(broken.is_empty(), "META accepted but not round-tripped:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "META accepted but not round-tripped:\n{}",
+        broken.join("\n")
+    );
 }
 
 /// SPEC 3 MEM.IMPORT: "Other top-level members (`user_profile`, `context`,
@@ -66,7 +70,9 @@ fn attack_imported_members_are_kept_verbatim() {
     let server = Server::start();
     let mut con = conn(server.port, 0);
     let profile = r#"{"n":12345678901234567890123,"a":1,"a":2}"#;
-    let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x"}}],"user_profile":{profile}}}"#);
+    let doc = format!(
+        r#"{{"conversation_history":[{{"role":"user","content":"x"}}],"user_profile":{profile}}}"#
+    );
     match q(&mut con, &["MEM.IMPORT", "imp", &doc]) {
         Err(_) => return, // refused: nothing lost
         Ok(_) => {}

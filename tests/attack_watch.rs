@@ -16,8 +16,15 @@ fn exec_survives(server: &Server, key: &str, refused: &[&str]) {
     let mut other = conn(server.port, 0);
     let before = relkit::digest(&mut other, key);
     qok(&mut w, &["WATCH", key]);
-    assert!(q(&mut other, refused).is_err(), "{refused:?} should be refused");
-    assert_eq!(relkit::digest(&mut other, key), before, "{refused:?} changed the key");
+    assert!(
+        q(&mut other, refused).is_err(),
+        "{refused:?} should be refused"
+    );
+    assert_eq!(
+        relkit::digest(&mut other, key),
+        before,
+        "{refused:?} changed the key"
+    );
     qok(&mut w, &["MULTI"]);
     qok(&mut w, &["PING"]);
     let exec = qok(&mut w, &["EXEC"]);
@@ -56,10 +63,19 @@ fn every_write_that_changes_a_session_invalidates_watch() {
     let big = "word ".repeat(20_000);
     let writes: Vec<Vec<&str>> = vec![
         vec!["MEM.APPEND", "s", "user", "three"],
-        vec!["MEM.APPENDBATCH", "s", r#"[{"role":"user","content":"four"}]"#],
+        vec![
+            "MEM.APPENDBATCH",
+            "s",
+            r#"[{"role":"user","content":"four"}]"#,
+        ],
         vec!["MEM.SUMMARIZE", "s", "1", "one was said"],
         vec!["MEM.EXTSET", "s", "dify", "c1"],
-        vec!["MEM.IMPORT", "s", r#"{"conversation_history":[{"role":"user","content":"x"}]}"#, "REPLACE"],
+        vec![
+            "MEM.IMPORT",
+            "s",
+            r#"{"conversation_history":[{"role":"user","content":"x"}]}"#,
+            "REPLACE",
+        ],
         vec!["MEM.APPEND", "s", "user", &big],
     ];
     for write in writes {
@@ -70,6 +86,10 @@ fn every_write_that_changes_a_session_invalidates_watch() {
         qok(&mut w, &["MULTI"]);
         qok(&mut w, &["PING"]);
         let exec = qok(&mut w, &["EXEC"]);
-        assert!(matches!(exec, redis::Value::Nil), "{:?} did not invalidate WATCH", &write[..2]);
+        assert!(
+            matches!(exec, redis::Value::Nil),
+            "{:?} did not invalidate WATCH",
+            &write[..2]
+        );
     }
 }

@@ -9,7 +9,11 @@ use common::*;
 use relkit::{digest, dump, json_text, ok};
 
 fn get(con: &mut redis::Connection, key: &str, name: &str) -> Option<String> {
-    redis::cmd("MEM.ATTRGET").arg(key).arg(name).query(con).unwrap()
+    redis::cmd("MEM.ATTRGET")
+        .arg(key)
+        .arg(name)
+        .query(con)
+        .unwrap()
 }
 
 fn all(con: &mut redis::Connection, key: &str) -> Vec<(String, String)> {
@@ -23,7 +27,10 @@ fn all(con: &mut redis::Connection, key: &str) -> Vec<(String, String)> {
 /// import keeps their meaning; whether it keeps their exact text and order
 /// is the import's own business).
 fn parsed(members: Vec<(String, String)>) -> std::collections::BTreeMap<String, serde_json::Value> {
-    members.into_iter().map(|(k, v)| (k, serde_json::from_str(&v).unwrap())).collect()
+    members
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::from_str(&v).unwrap()))
+        .collect()
 }
 
 fn int(con: &mut redis::Connection, args: &[&str]) -> i64 {
@@ -39,18 +46,33 @@ fn attributes_round_trip() {
     assert_eq!(get(&mut con, "u", "user_profile"), None);
     assert_eq!(all(&mut con, "u"), vec![]);
     // ATTRSET creates the session, with the default TTL.
-    assert_eq!(ok(&mut con, &["MEM.ATTRSET", "u", "user_profile", PROFILE]), redis::Value::Okay);
+    assert_eq!(
+        ok(&mut con, &["MEM.ATTRSET", "u", "user_profile", PROFILE]),
+        redis::Value::Okay
+    );
     assert!(int(&mut con, &["PTTL", "u"]) > 86_000_000);
     ok(&mut con, &["MEM.ATTRSET", "u", "context", r#" ["a", 2] "#]);
     ok(&mut con, &["MEM.APPEND", "u", "user", "hello"]);
     // Kept as written (whitespace inside, 1.50), without the outer blanks.
     assert_eq!(get(&mut con, "u", "user_profile").as_deref(), Some(PROFILE));
-    assert_eq!(get(&mut con, "u", "context").as_deref(), Some(r#"["a", 2]"#));
+    assert_eq!(
+        get(&mut con, "u", "context").as_deref(),
+        Some(r#"["a", 2]"#)
+    );
     assert_eq!(get(&mut con, "u", "nope"), None);
-    assert_eq!(all(&mut con, "u"), vec![("user_profile".into(), PROFILE.into()), ("context".into(), r#"["a", 2]"#.into())]);
+    assert_eq!(
+        all(&mut con, "u"),
+        vec![
+            ("user_profile".into(), PROFILE.into()),
+            ("context".into(), r#"["a", 2]"#.into())
+        ]
+    );
     // Replacing keeps the member's place.
     ok(&mut con, &["MEM.ATTRSET", "u", "user_profile", "\"v2\""]);
-    assert_eq!(all(&mut con, "u")[0], ("user_profile".into(), "\"v2\"".into()));
+    assert_eq!(
+        all(&mut con, "u")[0],
+        ("user_profile".into(), "\"v2\"".into())
+    );
     // FORMAT JSON: the members at the top level, as an import returns them.
     let doc: serde_json::Value = serde_json::from_str(&json_text(&mut con, "u")).unwrap();
     assert_eq!(doc["user_profile"], "v2");
@@ -68,7 +90,10 @@ fn attributes_round_trip() {
     assert_eq!(int(&mut con, &["MEM.ATTRDEL", "u", "context"]), 0);
     assert_eq!(int(&mut con, &["MEM.ATTRDEL", "missing", "context"]), 0);
     assert_eq!(int(&mut con, &["EXISTS", "missing"]), 0);
-    assert_eq!(all(&mut con, "u"), vec![("user_profile".into(), "\"v2\"".into())]);
+    assert_eq!(
+        all(&mut con, "u"),
+        vec![("user_profile".into(), "\"v2\"".into())]
+    );
     assert_eq!(info_mem(&mut con, "attrsets"), 4);
     assert_eq!(info_mem(&mut con, "attrdels"), 1);
 }
@@ -80,8 +105,19 @@ fn a_client_side_document_becomes_editable_after_import() {
     let doc = r#"{"conversation_history":[{"role":"user","content":"hi","timestamp":"2024-05-01T10:00:00"}],
                   "user_profile":{"name":"Ann"},"context":{"topic":"x"}}"#;
     ok(&mut con, &["MEM.IMPORT", "m", doc]);
-    assert_eq!(get(&mut con, "m", "user_profile").as_deref(), Some(r#"{"name":"Ann"}"#));
-    ok(&mut con, &["MEM.ATTRSET", "m", "user_profile", r#"{"name":"Ann","lang":"fr"}"#]);
+    assert_eq!(
+        get(&mut con, "m", "user_profile").as_deref(),
+        Some(r#"{"name":"Ann"}"#)
+    );
+    ok(
+        &mut con,
+        &[
+            "MEM.ATTRSET",
+            "m",
+            "user_profile",
+            r#"{"name":"Ann","lang":"fr"}"#,
+        ],
+    );
     let out: serde_json::Value = serde_json::from_str(&json_text(&mut con, "m")).unwrap();
     assert_eq!(out["user_profile"]["lang"], "fr");
     assert_eq!(out["context"]["topic"], "x");
@@ -157,16 +193,36 @@ fn bad_names_and_values_are_refused_changing_nothing() {
         }
     }
     // Invalid UTF-8 in the value, a key of another type.
-    let e = redis::cmd("MEM.ATTRSET").arg("k").arg("a").arg(&b"\"\xff\""[..]).query::<()>(&mut con).unwrap_err();
+    let e = redis::cmd("MEM.ATTRSET")
+        .arg("k")
+        .arg("a")
+        .arg(&b"\"\xff\""[..])
+        .query::<()>(&mut con)
+        .unwrap_err();
     assert!(e.to_string().contains("UTF-8"), "{e}");
     ok(&mut con, &["SET", "str", "v"]);
-    for args in [&["MEM.ATTRSET", "str", "a", "1"][..], &["MEM.ATTRGET", "str"], &["MEM.ATTRDEL", "str", "a"]] {
+    for args in [
+        &["MEM.ATTRSET", "str", "a", "1"][..],
+        &["MEM.ATTRGET", "str"],
+        &["MEM.ATTRDEL", "str", "a"],
+    ] {
         let e = cmd(&mut con, args).unwrap_err();
         assert!(e.to_string().contains("WRONGTYPE"), "{args:?}: {e}");
     }
     assert_eq!(get(&mut con, "k", "a").as_deref(), Some("1"));
     // At the limits: accepted.
-    ok(&mut con, &["MEM.ATTRSET", "k", &"n".repeat(64), &"[".repeat(10).chars().chain("]".repeat(10).chars()).collect::<String>()]);
+    ok(
+        &mut con,
+        &[
+            "MEM.ATTRSET",
+            "k",
+            &"n".repeat(64),
+            &"[".repeat(10)
+                .chars()
+                .chain("]".repeat(10).chars())
+                .collect::<String>(),
+        ],
+    );
 }
 
 #[test]
@@ -189,7 +245,11 @@ fn attributes_persist_and_replicate() {
     // A delete that deletes nothing is not replicated.
     let offset = |con: &mut redis::Connection| {
         let info: String = redis::cmd("INFO").arg("replication").query(con).unwrap();
-        info.lines().find_map(|l| l.strip_prefix("master_repl_offset:")).unwrap().trim().to_owned()
+        info.lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .unwrap()
+            .trim()
+            .to_owned()
     };
     let before = offset(&mut con);
     assert_eq!(int(&mut con, &["MEM.ATTRDEL", "p", "context"]), 0);
@@ -201,7 +261,12 @@ fn attributes_persist_and_replicate() {
     let bytes = dump(&mut con, "p");
     // With an expiry like the source's: DIGEST-VALUE marks whether a key has one.
     let ttl = int(&mut con, &["PTTL", "p"]);
-    redis::cmd("RESTORE").arg("q").arg(ttl).arg(bytes).query::<()>(&mut con).unwrap();
+    redis::cmd("RESTORE")
+        .arg("q")
+        .arg(ttl)
+        .arg(bytes)
+        .query::<()>(&mut con)
+        .unwrap();
     assert_eq!((digest(&mut con, "q"), all(&mut con, "q")), before);
     wait(&mut con);
     assert_eq!(digest(&mut rcon, "q"), before.0);
@@ -215,7 +280,8 @@ fn a_session_holds_a_bounded_number_of_attributes() {
         ok(&mut con, &["MEM.ATTRSET", "k", &format!("a{i}"), "1"]);
     }
     let before = digest(&mut con, "k");
-    let e = cmd(&mut con, &["MEM.ATTRSET", "k", "one-more", "1"]).expect_err("the 1025th attribute");
+    let e =
+        cmd(&mut con, &["MEM.ATTRSET", "k", "one-more", "1"]).expect_err("the 1025th attribute");
     assert!(e.to_string().contains("at most 1024 attributes"), "{e}");
     assert_eq!(digest(&mut con, "k"), before);
     // Replacing one that exists is still fine, as is deleting and adding.

@@ -58,7 +58,10 @@ fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut err);
     }
-    assert!(status.success(), "redis-cli {args:?}: {status}; stderr: {err}; stdout: {out}");
+    assert!(
+        status.success(),
+        "redis-cli {args:?}: {status}; stderr: {err}; stdout: {out}"
+    );
     out.lines()
         .filter(|l| !l.starts_with("-> Redirected"))
         .map(str::to_owned)
@@ -86,9 +89,16 @@ fn cluster_commands_reshard_failover() {
         std::panic::resume_unwind(e);
     }
     for (i, s) in cluster.nodes.iter().enumerate() {
-        assert!(!s.log().contains("=== REDIS BUG REPORT"), "node {i} crashed:\n{}", s.log());
+        assert!(
+            !s.log().contains("=== REDIS BUG REPORT"),
+            "node {i} crashed:\n{}",
+            s.log()
+        );
     }
-    println!("cluster test done in {:.1}s", started.elapsed().as_secs_f64());
+    println!(
+        "cluster test done in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 fn run(cluster: &Cluster) {
@@ -134,15 +144,42 @@ fn run(cluster: &Cluster) {
 
 /// Writes a session with every write command and checks every read command.
 fn populate(cc: &mut ClusterConnection, key: &str, i: usize) {
-    let r = qmap(cc, &["MEM.APPEND", key, "system", "You are a helpful assistant.", "MODEL", "gpt-4o", "TTL", "3600"]);
+    let r = qmap(
+        cc,
+        &[
+            "MEM.APPEND",
+            key,
+            "system",
+            "You are a helpful assistant.",
+            "MODEL",
+            "gpt-4o",
+            "TTL",
+            "3600",
+        ],
+    );
     assert_eq!(int_field(&r, "id"), 1, "{key}");
     let t1 = int_field(&r, "tokens");
     let meta = format!("{{\"n\":{i},\"tag\":\"user-{i}\"}}");
     let content = format!("Hello from user {i}, how are you?");
-    let r = qmap(cc, &["MEM.APPEND", key, "user", &content, "META", &meta, "TS", "1700000000000"]);
+    let r = qmap(
+        cc,
+        &[
+            "MEM.APPEND",
+            key,
+            "user",
+            &content,
+            "META",
+            &meta,
+            "TS",
+            "1700000000000",
+        ],
+    );
     assert_eq!(int_field(&r, "id"), 2);
     let t2 = int_field(&r, "tokens");
-    let r = qmap(cc, &["MEM.APPEND", key, "assistant", "I am fine, thank you."]);
+    let r = qmap(
+        cc,
+        &["MEM.APPEND", key, "assistant", "I am fine, thank you."],
+    );
     assert_eq!(int_field(&r, "id"), 3);
     let t3 = int_field(&r, "tokens");
     assert_eq!(int_field(&r, "total_tokens"), t1 + t2 + t3);
@@ -150,7 +187,13 @@ fn populate(cc: &mut ClusterConnection, key: &str, i: usize) {
     assert_eq!(int_field(&r, "trimmed"), 0);
     assert_eq!(int_field(&r, "summarize"), 0);
 
-    assert_eq!(qstr(cc, &["MEM.EXTSET", key, "dify", &format!("conv-{i}"), "EX", "600"]), "OK");
+    assert_eq!(
+        qstr(
+            cc,
+            &["MEM.EXTSET", key, "dify", &format!("conv-{i}"), "EX", "600"]
+        ),
+        "OK"
+    );
     assert_eq!(qstr(cc, &["MEM.EXTGET", key, "dify"]), format!("conv-{i}"));
     assert_eq!(qok(cc, &["MEM.EXTGET", key, "n8n"]), Value::Nil);
 
@@ -163,7 +206,15 @@ fn populate(cc: &mut ClusterConnection, key: &str, i: usize) {
 
     let mut expect_msgs = 3;
     if i % 3 == 0 {
-        let s = qmap(cc, &["MEM.SUMMARIZE", key, "2", &format!("User {i} greeted the assistant.")]);
+        let s = qmap(
+            cc,
+            &[
+                "MEM.SUMMARIZE",
+                key,
+                "2",
+                &format!("User {i} greeted the assistant."),
+            ],
+        );
         assert_eq!(int_field(&s, "id"), 2);
         assert_eq!(int_field(&s, "messages"), 1);
         expect_msgs = 1;
@@ -212,7 +263,10 @@ fn import_and_check(cc: &mut ClusterConnection, key: &str, i: usize) {
     assert_eq!(int_field(&r, "id"), 2, "{key}");
     assert_eq!(int_field(&r, "messages"), 2);
     let e = q(cc, &["MEM.IMPORT", key, &doc]).unwrap_err();
-    assert!(e.to_string().contains("BUSYKEY") || e.to_string().contains("exists"), "{e}");
+    assert!(
+        e.to_string().contains("BUSYKEY") || e.to_string().contains("exists"),
+        "{e}"
+    );
     let (_, out) = get_json(cc, key);
     let h = history(&out);
     assert_eq!(h.len(), 2);
@@ -238,14 +292,27 @@ fn cli_checks(cluster: &Cluster, cc: &mut ClusterConnection, n0: &mut redis::Con
         if port != cluster.port(owner) {
             redirected += 1;
         }
-        let out = redis_cli(port, &["MEM.APPEND", &key, "user", "hello from redis-cli", "META", "{\"via\":\"cli\"}"]);
+        let out = redis_cli(
+            port,
+            &[
+                "MEM.APPEND",
+                &key,
+                "user",
+                "hello from redis-cli",
+                "META",
+                "{\"via\":\"cli\"}",
+            ],
+        );
         assert_eq!(cli_field(&out, "id"), "1", "{out:?}");
         let out = redis_cli(port, &["MEM.APPEND", &key, "assistant", "hi, cli"]);
         assert_eq!(cli_field(&out, "id"), "2", "{out:?}");
         let total: i64 = cli_field(&out, "total_tokens").parse().unwrap();
 
         let out = redis_cli(port, &["MEM.GET", &key, "FORMAT", "JSON"]);
-        let line = out.iter().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("{out:?}"));
+        let line = out
+            .iter()
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("{out:?}"));
         let doc: Json = serde_json::from_str(line).unwrap();
         assert_eq!(history(&doc).len(), 2);
         assert_eq!(history(&doc)[0]["meta"]["via"], "cli");
@@ -257,8 +324,14 @@ fn cli_checks(cluster: &Cluster, cc: &mut ClusterConnection, n0: &mut redis::Con
         let out = redis_cli(port, &["MEM.GET", &key, "LAST", "1"]);
         assert_eq!(cli_field(&out, "content"), "hi, cli", "{out:?}");
 
-        assert_eq!(redis_cli(port, &["MEM.EXTSET", &key, "n8n", &format!("wf-{i}")]), vec!["OK"]);
-        assert_eq!(redis_cli(port, &["MEM.EXTGET", &key, "n8n"]), vec![format!("wf-{i}")]);
+        assert_eq!(
+            redis_cli(port, &["MEM.EXTSET", &key, "n8n", &format!("wf-{i}")]),
+            vec!["OK"]
+        );
+        assert_eq!(
+            redis_cli(port, &["MEM.EXTGET", &key, "n8n"]),
+            vec![format!("wf-{i}")]
+        );
 
         let out = redis_cli(port, &["MEM.SUMMARIZE_CHECK", &key, "KEEP", "1"]);
         assert_eq!(cli_field(&out, "upto"), "1", "{out:?}");
@@ -286,7 +359,10 @@ fn cli_checks(cluster: &Cluster, cc: &mut ClusterConnection, n0: &mut redis::Con
         assert_eq!(int_field(&info, "summary_upto"), 1);
         assert_eq!(qstr(cc, &["MEM.EXTGET", &key, "n8n"]), format!("wf-{i}"));
     }
-    assert!(redirected >= 4, "redis-cli was redirected {redirected} times");
+    assert!(
+        redirected >= 4,
+        "redis-cli was redirected {redirected} times"
+    );
     println!("redis-cli -c: 8 sessions, {redirected} via a non-owner node");
 }
 
@@ -296,7 +372,12 @@ struct Ack {
     id: i64,
 }
 
-fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut ClusterConnection, sessions: &[String]) {
+fn reshard_under_load(
+    cluster: &Cluster,
+    client: &ClusterClient,
+    cc: &mut ClusterConnection,
+    sessions: &[String],
+) {
     let mut n0 = cluster.con(0);
     let masters = cluster.masters();
     // Source: the master with the most slots; a range of 200 slots inside
@@ -316,7 +397,11 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
     };
     let hi = lo + 199;
     let dst = *masters.iter().find(|&&m| m != src).unwrap();
-    let others: Vec<usize> = masters.iter().copied().filter(|&m| m != src && m != dst).collect();
+    let others: Vec<usize> = masters
+        .iter()
+        .copied()
+        .filter(|&m| m != src && m != dst)
+        .collect();
     let (src_id, dst_id) = (cluster.id(src), cluster.id(dst));
 
     // Sessions in the range: appended to during the move ("hot") or left
@@ -333,7 +418,21 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
         }
     }
     for key in &hot {
-        let r = qmap(cc, &["MEM.APPEND", key, "system", "load test", "MAXMSGS", "100000", "MAXTOKENS", "10000000", "TTL", "3600"]);
+        let r = qmap(
+            cc,
+            &[
+                "MEM.APPEND",
+                key,
+                "system",
+                "load test",
+                "MAXMSGS",
+                "100000",
+                "MAXTOKENS",
+                "10000000",
+                "TTL",
+                "3600",
+            ],
+        );
         assert_eq!(int_field(&r, "id"), 1);
     }
     let mut src_con = cluster.con(src);
@@ -397,11 +496,21 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
     let mut slots_moved = 0usize;
     for slot in lo..=hi {
         let s = slot.to_string();
-        qok(&mut dst_con, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]);
-        qok(&mut src_con, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]);
+        qok(
+            &mut dst_con,
+            &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id],
+        );
+        qok(
+            &mut src_con,
+            &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id],
+        );
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let keys: Vec<String> = redis::from_redis_value(&qok(&mut src_con, &["CLUSTER", "GETKEYSINSLOT", &s, "100"])).unwrap();
+            let keys: Vec<String> = redis::from_redis_value(&qok(
+                &mut src_con,
+                &["CLUSTER", "GETKEYSINSLOT", &s, "100"],
+            ))
+            .unwrap();
             if keys.is_empty() {
                 break;
             }
@@ -415,7 +524,10 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
                     thread::sleep(Duration::from_millis(50));
                 }
                 Err(e) => {
-                    assert!(Instant::now() < deadline, "MIGRATE of slot {slot} keeps failing: {e}");
+                    assert!(
+                        Instant::now() < deadline,
+                        "MIGRATE of slot {slot} keeps failing: {e}"
+                    );
                     eprintln!("MIGRATE slot {slot} {keys:?}: {e} (retrying)");
                     thread::sleep(Duration::from_millis(50));
                 }
@@ -453,12 +565,25 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
     // No key left on the source for the moved slots; all on the target.
     for slot in lo..=hi {
         let s = slot.to_string();
-        assert_eq!(qint(&mut src_con, &["CLUSTER", "COUNTKEYSINSLOT", &s]), 0, "slot {slot} left on source");
+        assert_eq!(
+            qint(&mut src_con, &["CLUSTER", "COUNTKEYSINSLOT", &s]),
+            0,
+            "slot {slot} left on source"
+        );
     }
     let on_dst: i64 = (lo..=hi)
-        .map(|slot| qint(&mut dst_con, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]))
+        .map(|slot| {
+            qint(
+                &mut dst_con,
+                &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
+            )
+        })
         .sum();
-    assert_eq!(on_dst as usize, hot.len() + cold.len(), "keys in the moved slots on the target");
+    assert_eq!(
+        on_dst as usize,
+        hot.len() + cold.len(),
+        "keys in the moved slots on the target"
+    );
 
     // Acknowledged appends: all there, with the acknowledged id and content.
     let mut lost = Vec::new();
@@ -468,14 +593,28 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
         let (_, doc) = get_json(&mut dst_con, key);
         let h = history(&doc);
         let ids: Vec<i64> = h.iter().map(|m| m["id"].as_i64().unwrap()).collect();
-        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{key}: ids not strictly increasing: {ids:?}");
-        let by_id: HashMap<i64, &str> = h.iter().map(|m| (m["id"].as_i64().unwrap(), m["content"].as_str().unwrap())).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "{key}: ids not strictly increasing: {ids:?}"
+        );
+        let by_id: HashMap<i64, &str> = h
+            .iter()
+            .map(|m| (m["id"].as_i64().unwrap(), m["content"].as_str().unwrap()))
+            .collect();
         let mine: Vec<&Ack> = acks.iter().filter(|a| a.session == si).collect();
-        assert!(mine.windows(2).all(|w| w[0].id < w[1].id), "{key}: acknowledged ids not increasing");
+        assert!(
+            mine.windows(2).all(|w| w[0].id < w[1].id),
+            "{key}: acknowledged ids not increasing"
+        );
         for a in &mine {
             let want = format!("load seq {}", a.seq);
             if by_id.get(&a.id) != Some(&want.as_str()) {
-                lost.push(format!("{key} id {} seq {}: found {:?}", a.id, a.seq, by_id.get(&a.id)));
+                lost.push(format!(
+                    "{key} id {} seq {}: found {:?}",
+                    a.id,
+                    a.seq,
+                    by_id.get(&a.id)
+                ));
             }
         }
         // Messages beyond the system one and the acknowledged appends can only
@@ -497,7 +636,11 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
         println!("  append error during the move: {e}");
     }
     assert!(lost.is_empty(), "acknowledged appends lost: {lost:?}");
-    assert!(acks.len() >= 20, "the load made too little progress: {} acks", acks.len());
+    assert!(
+        acks.len() >= 20,
+        "the load made too little progress: {} acks",
+        acks.len()
+    );
     assert!(extra <= errors.len(), "{extra} unexplained messages");
 
     // Cold sessions: byte-identical JSON and digest on the new owner, TTL kept.
@@ -505,24 +648,48 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
         let (text, _) = get_json(&mut dst_con, key);
         let (btext, bdigest) = &before[key];
         assert_eq!(&text, btext, "{key}: JSON changed by the move");
-        assert_eq!(&digest(&mut dst_con, key), bdigest, "{key}: digest changed by the move");
+        assert_eq!(
+            &digest(&mut dst_con, key),
+            bdigest,
+            "{key}: digest changed by the move"
+        );
         let pttl = qint(&mut dst_con, &["PTTL", key]);
-        assert!(pttl > 0 && pttl <= 3_600_000, "{key}: PTTL {pttl} after the move");
+        assert!(
+            pttl > 0 && pttl <= 3_600_000,
+            "{key}: PTTL {pttl} after the move"
+        );
     }
 
     // The target's replica holds the same sessions.
     let replica = cluster.replica_of(dst);
-    assert!(qint(&mut dst_con, &["WAIT", "1", "10000"]) >= 1, "replica of the target caught up");
+    assert!(
+        qint(&mut dst_con, &["WAIT", "1", "10000"]) >= 1,
+        "replica of the target caught up"
+    );
     let mut rc = cluster.con(replica);
     qok(&mut rc, &["READONLY"]);
     for key in hot.iter().chain(cold.iter()) {
-        assert_eq!(get_json(&mut rc, key).0, get_json(&mut dst_con, key).0, "{key}: replica differs");
-        assert_eq!(digest(&mut rc, key), digest(&mut dst_con, key), "{key}: replica digest differs");
+        assert_eq!(
+            get_json(&mut rc, key).0,
+            get_json(&mut dst_con, key).0,
+            "{key}: replica differs"
+        );
+        assert_eq!(
+            digest(&mut rc, key),
+            digest(&mut dst_con, key),
+            "{key}: replica digest differs"
+        );
     }
 
     // Still writable through the (already used) cluster client.
     for (si, key) in hot.iter().enumerate() {
-        let last = docs[si]["conversation_history"].as_array().unwrap().last().unwrap()["id"].as_i64().unwrap();
+        let last = docs[si]["conversation_history"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["id"]
+            .as_i64()
+            .unwrap();
         let r = qmap(cc, &["MEM.APPEND", key, "assistant", "after the move"]);
         assert_eq!(int_field(&r, "id"), last + 1, "{key}");
     }
@@ -532,22 +699,36 @@ fn reshard_under_load(cluster: &Cluster, client: &ClusterClient, cc: &mut Cluste
     }
 }
 
-fn failover(cluster: &Cluster, client: &ClusterClient, cc: &mut ClusterConnection, sessions: &[String]) {
+fn failover(
+    cluster: &Cluster,
+    client: &ClusterClient,
+    cc: &mut ClusterConnection,
+    sessions: &[String],
+) {
     let mut n0 = cluster.con(0);
     let masters = cluster.masters();
     // The master holding the most of our sessions.
     let mut owned: HashMap<usize, Vec<String>> = HashMap::new();
     for key in sessions {
-        owned.entry(cluster.owner(keyslot(&mut n0, key))).or_default().push(key.clone());
+        owned
+            .entry(cluster.owner(keyslot(&mut n0, key)))
+            .or_default()
+            .push(key.clone());
     }
-    let master = *masters.iter().max_by_key(|m| owned.get(m).map_or(0, Vec::len)).unwrap();
+    let master = *masters
+        .iter()
+        .max_by_key(|m| owned.get(m).map_or(0, Vec::len))
+        .unwrap();
     let keys = owned.remove(&master).unwrap_or_default();
     assert!(!keys.is_empty());
     let replica = cluster.replica_of(master);
     let (master_port, replica_port) = (cluster.port(master), cluster.port(replica));
 
     let mut mc = cluster.con(master);
-    assert!(qint(&mut mc, &["WAIT", "1", "10000"]) >= 1, "replica caught up before the failover");
+    assert!(
+        qint(&mut mc, &["WAIT", "1", "10000"]) >= 1,
+        "replica caught up before the failover"
+    );
     let mut before: HashMap<String, (String, Value)> = HashMap::new();
     for key in &keys {
         let (text, _) = get_json(&mut mc, key);
@@ -591,7 +772,11 @@ fn failover(cluster: &Cluster, client: &ClusterClient, cc: &mut ClusterConnectio
         let (text, _) = get_json(&mut rc, key);
         let (btext, bdigest) = &before[key];
         assert_eq!(&text, btext, "{key}: JSON changed by the failover");
-        assert_eq!(&digest(&mut rc, key), bdigest, "{key}: digest changed by the failover");
+        assert_eq!(
+            &digest(&mut rc, key),
+            bdigest,
+            "{key}: digest changed by the failover"
+        );
     }
 
     // Writable through the old cluster connection (stale map: MOVED) and a new one.
@@ -603,13 +788,23 @@ fn failover(cluster: &Cluster, client: &ClusterClient, cc: &mut ClusterConnectio
         assert_eq!(int_field(&r, "id"), last + 1, "{key}");
         let info = qmap(con, &["MEM.INFO", key]);
         assert_eq!(int_field(&info, "last_id"), last + 1);
-        assert_eq!(qstr(con, &["MEM.EXTGET", key, "dify"]).starts_with("conv-"), true);
+        assert_eq!(
+            qstr(con, &["MEM.EXTGET", key, "dify"]).starts_with("conv-"),
+            true
+        );
     }
     // The old master, now a replica, follows.
-    assert!(qint(&mut rc, &["WAIT", "1", "10000"]) >= 1, "old master caught up as a replica");
+    assert!(
+        qint(&mut rc, &["WAIT", "1", "10000"]) >= 1,
+        "old master caught up as a replica"
+    );
     let mut old = cluster.con(master);
     qok(&mut old, &["READONLY"]);
     for key in &keys {
-        assert_eq!(get_json(&mut old, key).0, get_json(&mut rc, key).0, "{key}: old master differs");
+        assert_eq!(
+            get_json(&mut old, key).0,
+            get_json(&mut rc, key).0,
+            "{key}: old master differs"
+        );
     }
 }

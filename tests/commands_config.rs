@@ -43,7 +43,10 @@ fn config_get_set_every_mem_config() {
     }
     // Memory configs take units.
     ok(&mut con, &["CONFIG", "SET", "mem.max-message-bytes", "5mb"]);
-    assert_eq!(config_get(&mut con, "mem.max-message-bytes"), (5 * 1024 * 1024).to_string());
+    assert_eq!(
+        config_get(&mut con, "mem.max-message-bytes"),
+        (5 * 1024 * 1024).to_string()
+    );
     // Invalid values are refused and leave the value as it was.
     for (name, bad) in [
         ("mem.default-encoding", "p50k_base"),
@@ -71,7 +74,11 @@ fn config_get_set_every_mem_config() {
         let prev = config_get(&mut con, name);
         let e = err(&mut con, &["CONFIG", "SET", name, bad]);
         assert!(e.starts_with("ERR"), "CONFIG SET {name} {bad}: {e}");
-        assert_eq!(config_get(&mut con, name), prev, "{name} changed by a refused value");
+        assert_eq!(
+            config_get(&mut con, name),
+            prev,
+            "{name} changed by a refused value"
+        );
     }
     // CONFIG GET with a pattern lists all of them.
     let all = as_fields(ok(&mut con, &["CONFIG", "GET", "mem.*"]));
@@ -92,45 +99,108 @@ fn new_sessions_use_the_config() {
         append(&mut con, "old", "user", &format!("m{i}"), &[]);
     }
     let i = info(&mut con, "new");
-    assert_eq!((int_field(&i, "maxmsgs"), int_field(&i, "maxtokens"), int_field(&i, "ttl"), int_field(&i, "messages")), (3, 5000, 120, 3));
+    assert_eq!(
+        (
+            int_field(&i, "maxmsgs"),
+            int_field(&i, "maxtokens"),
+            int_field(&i, "ttl"),
+            int_field(&i, "messages")
+        ),
+        (3, 5000, 120, 3)
+    );
     let p = int(&mut con, &["PTTL", "new"]);
     assert!(p > 115_000 && p <= 120_000, "{p}");
     // The caps less mem.summarize-headroom (20%), rounded up: 3 stays 3.
     let c = check(&mut con, "new", &[]);
-    assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (4000, 3));
+    assert_eq!(
+        (
+            int_field(&c, "threshold_tokens"),
+            int_field(&c, "threshold_messages")
+        ),
+        (4000, 3)
+    );
     ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "50"]);
     let c = check(&mut con, "new", &[]);
-    assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (2500, 2));
+    assert_eq!(
+        (
+            int_field(&c, "threshold_tokens"),
+            int_field(&c, "threshold_messages")
+        ),
+        (2500, 2)
+    );
     ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "0"]);
     let c = check(&mut con, "new", &[]);
-    assert_eq!((int_field(&c, "threshold_tokens"), int_field(&c, "threshold_messages")), (5000, 3));
+    assert_eq!(
+        (
+            int_field(&c, "threshold_tokens"),
+            int_field(&c, "threshold_messages")
+        ),
+        (5000, 3)
+    );
     ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", "20"]);
     // Existing sessions keep their own settings.
     let i = info(&mut con, "old");
-    assert_eq!((int_field(&i, "maxmsgs"), int_field(&i, "maxtokens"), int_field(&i, "ttl"), int_field(&i, "messages")), (30, 80_000, 86_400, 6));
+    assert_eq!(
+        (
+            int_field(&i, "maxmsgs"),
+            int_field(&i, "maxtokens"),
+            int_field(&i, "ttl"),
+            int_field(&i, "messages")
+        ),
+        (30, 80_000, 86_400, 6)
+    );
 
     // mem.default-model.
     ok(&mut con, &["CONFIG", "SET", "mem.default-model", "gpt-4"]);
     let r = append(&mut con, "g4", "user", "你好，世界", &[]);
     assert_eq!(int_field(&r, "tokens"), mt_c("user", "你好，世界"));
     let i = info(&mut con, "g4");
-    assert_eq!((str_field(&i, "model"), str_field(&i, "encoding")), ("gpt-4".to_owned(), "cl100k_base".to_owned()));
+    assert_eq!(
+        (str_field(&i, "model"), str_field(&i, "encoding")),
+        ("gpt-4".to_owned(), "cl100k_base".to_owned())
+    );
     assert_eq!(json_doc(&mut con, "missing")["model"], "gpt-4");
 
     // mem.default-encoding for a model without a public tokenizer.
-    ok(&mut con, &["CONFIG", "SET", "mem.default-model", "claude-3-5-sonnet"]);
-    ok(&mut con, &["CONFIG", "SET", "mem.default-encoding", "cl100k_base"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.default-model", "claude-3-5-sonnet"],
+    );
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.default-encoding", "cl100k_base"],
+    );
     let r = append(&mut con, "cl", "user", "你好，世界", &[]);
     assert_eq!(int_field(&r, "tokens"), mt_c("user", "你好，世界"));
     let i = info(&mut con, "cl");
-    assert_eq!((str_field(&i, "model"), str_field(&i, "encoding"), int_field(&i, "context_window")), ("claude-3-5-sonnet".to_owned(), "cl100k_base".to_owned(), 200_000));
-    let r = append(&mut con, "gem", "user", "你好，世界", &["MODEL", "gemini-1.5-pro"]);
+    assert_eq!(
+        (
+            str_field(&i, "model"),
+            str_field(&i, "encoding"),
+            int_field(&i, "context_window")
+        ),
+        (
+            "claude-3-5-sonnet".to_owned(),
+            "cl100k_base".to_owned(),
+            200_000
+        )
+    );
+    let r = append(
+        &mut con,
+        "gem",
+        "user",
+        "你好，世界",
+        &["MODEL", "gemini-1.5-pro"],
+    );
     assert_eq!(int_field(&r, "tokens"), mt_c("user", "你好，世界"));
     assert_eq!(str_field(&info(&mut con, "gem"), "encoding"), "cl100k_base");
     // A model with a public tokenizer ignores the default encoding.
     let r = append(&mut con, "o", "user", "你好，世界", &["MODEL", "gpt-4o"]);
     assert_eq!(int_field(&r, "tokens"), mt_o("user", "你好，世界"));
-    ok(&mut con, &["CONFIG", "SET", "mem.default-encoding", "o200k_base"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.default-encoding", "o200k_base"],
+    );
     let r = append(&mut con, "cl2", "user", "你好，世界", &[]);
     assert_eq!(int_field(&r, "tokens"), mt_o("user", "你好，世界"));
     assert_eq!(str_field(&info(&mut con, "cl2"), "encoding"), "o200k_base");
@@ -139,24 +209,68 @@ fn new_sessions_use_the_config() {
     ok(&mut con, &["CONFIG", "SET", "mem.max-tokens", "80000"]);
     ok(&mut con, &["CONFIG", "SET", "mem.summarize-ratio", "10"]);
     append(&mut con, "r", "user", "x", &["MODEL", "gpt-4o"]);
-    assert_eq!(int_field(&check(&mut con, "r", &[]), "threshold_tokens"), 12_800);
-    assert_eq!(int_field(&check(&mut con, "r", &["MODEL", "claude-3-5-sonnet"]), "threshold_tokens"), 20_000);
-    assert_eq!(int_field(&check(&mut con, "r", &["CONTEXT", "1000"]), "threshold_tokens"), 100);
-    ok(&mut con, &["CONFIG", "SET", "mem.summarize-fallback-tokens", "4321"]);
-    assert_eq!(int_field(&check(&mut con, "r", &["MODEL", "mystery"]), "threshold_tokens"), 4321);
+    assert_eq!(
+        int_field(&check(&mut con, "r", &[]), "threshold_tokens"),
+        12_800
+    );
+    assert_eq!(
+        int_field(
+            &check(&mut con, "r", &["MODEL", "claude-3-5-sonnet"]),
+            "threshold_tokens"
+        ),
+        20_000
+    );
+    assert_eq!(
+        int_field(
+            &check(&mut con, "r", &["CONTEXT", "1000"]),
+            "threshold_tokens"
+        ),
+        100
+    );
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.summarize-fallback-tokens", "4321"],
+    );
+    assert_eq!(
+        int_field(
+            &check(&mut con, "r", &["MODEL", "mystery"]),
+            "threshold_tokens"
+        ),
+        4321
+    );
     ok(&mut con, &["CONFIG", "SET", "mem.summarize-keep", "1"]);
     let c = check(&mut con, "r", &[]);
     assert_eq!(int_field(&c, "keep"), 1);
 
     // mem.async-threshold-bytes: content at or above it may be counted off
     // the main thread; the counts are the same either way.
-    ok(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "16"]);
-    let big = "Large message of prose, counted off the main thread. 大きなメッセージ。 ".repeat(2_000);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.async-threshold-bytes", "16"],
+    );
+    let big =
+        "Large message of prose, counted off the main thread. 大きなメッセージ。 ".repeat(2_000);
     let mut total = 0;
-    for content in ["tiny", "exactly sixteen!", "a bit more than sixteen bytes", big.as_str()] {
-        let r = append(&mut con, "async", "user", content, &["MODEL", "gpt-4o", "MAXMSGS", "100"]);
+    for content in [
+        "tiny",
+        "exactly sixteen!",
+        "a bit more than sixteen bytes",
+        big.as_str(),
+    ] {
+        let r = append(
+            &mut con,
+            "async",
+            "user",
+            content,
+            &["MODEL", "gpt-4o", "MAXMSGS", "100"],
+        );
         total += mt_o("user", content);
-        assert_eq!(int_field(&r, "tokens"), mt_o("user", content), "{} bytes", content.len());
+        assert_eq!(
+            int_field(&r, "tokens"),
+            mt_o("user", content),
+            "{} bytes",
+            content.len()
+        );
         assert_eq!(int_field(&r, "total_tokens"), total);
     }
     let e = get(&mut con, &["MEM.GET", "async"]);
@@ -169,7 +283,10 @@ fn new_sessions_use_the_config() {
     assert_eq!(config_get(&mut c2, "mem.max-messages"), "7");
     append(&mut c2, "k", "user", "hi", &[]);
     let i = info(&mut c2, "k");
-    assert_eq!((int_field(&i, "maxmsgs"), str_field(&i, "model")), (7, "gpt-4.1".to_owned()));
+    assert_eq!(
+        (int_field(&i, "maxmsgs"), str_field(&i, "model")),
+        (7, "gpt-4.1".to_owned())
+    );
 }
 
 // ---------------------------------------------------------------- model change
@@ -202,15 +319,24 @@ fn model_change_recounts_with_the_new_tokenizer() {
     // gpt-4: cl100k_base, everything re-counted.
     let r = append(&mut con, k, "user", "再见", &["MODEL", "gpt-4"]);
     assert_eq!(int_field(&r, "tokens"), mt_c("user", "再见"));
-    assert_eq!(int_field(&r, "total_tokens"), c_total + mt_c("user", "再见"));
+    assert_eq!(
+        int_field(&r, "total_tokens"),
+        c_total + mt_c("user", "再见")
+    );
     let e = get(&mut con, &["MEM.GET", k]);
     assert_eq!(e[0].tokens, mt_c("system", summary), "summary re-counted");
     for (x, (role, content)) in e[1..4].iter().zip(&texts[1..]) {
         assert_eq!(x.tokens, mt_c(role, content), "message {} re-counted", x.id);
     }
     let i = info(&mut con, k);
-    assert_eq!((str_field(&i, "model"), str_field(&i, "encoding")), ("gpt-4".to_owned(), "cl100k_base".to_owned()));
-    assert_eq!(int_field(&i, "total_tokens"), e.iter().map(|x| x.tokens).sum::<i64>());
+    assert_eq!(
+        (str_field(&i, "model"), str_field(&i, "encoding")),
+        ("gpt-4".to_owned(), "cl100k_base".to_owned())
+    );
+    assert_eq!(
+        int_field(&i, "total_tokens"),
+        e.iter().map(|x| x.tokens).sum::<i64>()
+    );
     let doc = json_doc(&mut con, k);
     assert_eq!(doc["summary"]["tokens"], mt_c("system", summary));
 
@@ -219,7 +345,13 @@ fn model_change_recounts_with_the_new_tokenizer() {
     let r = append(&mut con, k, "user", "再见", &["MODEL", "gpt-3.5-turbo"]);
     assert_eq!(int_field(&r, "tokens"), mt_c("user", "再见"));
     let e = get(&mut con, &["MEM.GET", k]);
-    assert_eq!(e[..before.len()].iter().map(|x| x.tokens).collect::<Vec<_>>(), before);
+    assert_eq!(
+        e[..before.len()]
+            .iter()
+            .map(|x| x.tokens)
+            .collect::<Vec<_>>(),
+        before
+    );
     assert_eq!(str_field(&info(&mut con, k), "model"), "gpt-3.5-turbo");
 
     // Back to o200k_base with another o200k model.
@@ -229,13 +361,22 @@ fn model_change_recounts_with_the_new_tokenizer() {
     for (x, (role, content)) in e[1..4].iter().zip(&texts[1..]) {
         assert_eq!(x.tokens, mt_o(role, content));
     }
-    assert_eq!(int_field(&r, "total_tokens"), e.iter().map(|x| x.tokens).sum::<i64>());
+    assert_eq!(
+        int_field(&r, "total_tokens"),
+        e.iter().map(|x| x.tokens).sum::<i64>()
+    );
     assert_eq!(str_field(&info(&mut con, k), "encoding"), "o200k_base");
     // Same tokenizer, other family (claude with the default o200k_base).
     let before: Vec<i64> = e.iter().map(|x| x.tokens).collect();
     append(&mut con, k, "user", "x", &["MODEL", "claude-3-5-sonnet"]);
     let e = get(&mut con, &["MEM.GET", k]);
-    assert_eq!(e[..before.len()].iter().map(|x| x.tokens).collect::<Vec<_>>(), before);
+    assert_eq!(
+        e[..before.len()]
+            .iter()
+            .map(|x| x.tokens)
+            .collect::<Vec<_>>(),
+        before
+    );
     // SUMMARIZE_CHECK MODEL never re-counts.
     let d = digest(&mut con, k);
     check(&mut con, k, &["MODEL", "gpt-4"]);
@@ -265,7 +406,11 @@ fn model_to_encoding_table() {
     ] {
         let key = format!("k:{model}");
         let r = append(&mut con, &key, "user", text, &["MODEL", model]);
-        let want = if enc == "o200k_base" { mt_o("user", text) } else { mt_c("user", text) };
+        let want = if enc == "o200k_base" {
+            mt_o("user", text)
+        } else {
+            mt_c("user", text)
+        };
         assert_eq!(int_field(&r, "tokens"), want, "{model}");
         assert_eq!(str_field(&info(&mut con, &key), "encoding"), enc, "{model}");
     }
@@ -278,18 +423,67 @@ fn debug_reload_leaves_every_session_identical() {
     let server = Server::start();
     let mut con = server.client();
     populated(&mut con, "mem:{p}");
-    append(&mut con, "mem:{noexp}", "user", "no expiry", &["TTL", "0", "MODEL", "gpt-4"]);
-    append(&mut con, "mem:{short}", "user", "short ttl", &["TTL", "300", "MAXMSGS", "2", "MAXTOKENS", "900"]);
+    append(
+        &mut con,
+        "mem:{noexp}",
+        "user",
+        "no expiry",
+        &["TTL", "0", "MODEL", "gpt-4"],
+    );
+    append(
+        &mut con,
+        "mem:{short}",
+        "user",
+        "short ttl",
+        &["TTL", "300", "MAXMSGS", "2", "MAXTOKENS", "900"],
+    );
     for i in 0..5 {
-        append(&mut con, "mem:{short}", if i % 2 == 0 { "assistant" } else { "tool" }, &format!("r{i}"), &[]);
+        append(
+            &mut con,
+            "mem:{short}",
+            if i % 2 == 0 { "assistant" } else { "tool" },
+            &format!("r{i}"),
+            &[],
+        );
     }
-    ok(&mut con, &["MEM.IMPORT", "mem:{imp}", r#"{"conversation_history":[{"role":"user","content":"hi","timestamp":"2024-01-01T00:00:00"}],"user_profile":{"name":"Ann"},"context":[1,2]}"#]);
-    ok(&mut con, &["MEM.EXTSET", "mem:{ext}", "n8n", "only-ext", "EX", "500"]);
-    append(&mut con, "mem:{claude}", "user", "hi", &["MODEL", "claude-3-haiku"]);
-    let keys = ["mem:{p}", "mem:{noexp}", "mem:{short}", "mem:{imp}", "mem:{ext}", "mem:{claude}"];
+    ok(
+        &mut con,
+        &[
+            "MEM.IMPORT",
+            "mem:{imp}",
+            r#"{"conversation_history":[{"role":"user","content":"hi","timestamp":"2024-01-01T00:00:00"}],"user_profile":{"name":"Ann"},"context":[1,2]}"#,
+        ],
+    );
+    ok(
+        &mut con,
+        &["MEM.EXTSET", "mem:{ext}", "n8n", "only-ext", "EX", "500"],
+    );
+    append(
+        &mut con,
+        "mem:{claude}",
+        "user",
+        "hi",
+        &["MODEL", "claude-3-haiku"],
+    );
+    let keys = [
+        "mem:{p}",
+        "mem:{noexp}",
+        "mem:{short}",
+        "mem:{imp}",
+        "mem:{ext}",
+        "mem:{claude}",
+    ];
     let before: Vec<(String, String, i64, Vec<Entry>, Vec<(String, Value)>)> = keys
         .iter()
-        .map(|k| (digest(&mut con, k), json_text(&mut con, k), int(&mut con, &["PTTL", k]), get(&mut con, &["MEM.GET", k]), info(&mut con, k)))
+        .map(|k| {
+            (
+                digest(&mut con, k),
+                json_text(&mut con, k),
+                int(&mut con, &["PTTL", k]),
+                get(&mut con, &["MEM.GET", k]),
+                info(&mut con, k),
+            )
+        })
         .collect();
     let taken = std::time::Instant::now();
     ok(&mut con, &["DEBUG", "RELOAD"]);
@@ -303,10 +497,16 @@ fn debug_reload_leaves_every_session_identical() {
         if *p < 0 {
             assert_eq!(p2, *p, "{k}: PTTL");
         } else {
-            assert!(p2 <= *p && p2 > p - elapsed - 1000, "{k}: PTTL {p} -> {p2} ({elapsed} ms later)");
+            assert!(
+                p2 <= *p && p2 > p - elapsed - 1000,
+                "{k}: PTTL {p} -> {p2} ({elapsed} ms later)"
+            );
         }
     }
-    assert_eq!(string(&mut con, &["MEM.EXTGET", "mem:{ext}", "n8n"]), "only-ext");
+    assert_eq!(
+        string(&mut con, &["MEM.EXTGET", "mem:{ext}", "n8n"]),
+        "only-ext"
+    );
     // Writes after the reload continue where the session was.
     let r = append(&mut con, "mem:{p}", "user", "after reload", &[]);
     assert_eq!(int_field(&r, "id"), 6);
@@ -327,14 +527,22 @@ fn far_future_ts_is_refused_or_rendered_as_iso8601() {
             }
             Ok(_) => {
                 let doc = json_doc(&mut con, "k");
-                let last = doc["conversation_history"].as_array().unwrap().last().unwrap().clone();
+                let last = doc["conversation_history"]
+                    .as_array()
+                    .unwrap()
+                    .last()
+                    .unwrap()
+                    .clone();
                 assert_eq!(last["ts"].to_string(), ts);
                 let stamp = last["timestamp"].as_str().unwrap_or("");
                 // ISO 8601 UTC, possibly with an expanded (signed) year.
                 let body = stamp.strip_prefix('+').unwrap_or(stamp);
                 let year: String = body.chars().take_while(char::is_ascii_digit).collect();
                 assert!(
-                    year.len() >= 4 && body[year.len()..].starts_with('-') && stamp.contains('T') && stamp.ends_with('Z'),
+                    year.len() >= 4
+                        && body[year.len()..].starts_with('-')
+                        && stamp.contains('T')
+                        && stamp.ends_with('Z'),
                     "TS {ts} accepted but FORMAT JSON renders timestamp {stamp:?}, not ISO 8601"
                 );
             }

@@ -24,8 +24,12 @@ fn document(n: usize) -> String {
     let history: Vec<serde_json::Value> = (0..n)
         .map(|i| {
             let role = ["user", "assistant", "tool"][i % 3];
-            let content = format!("message {i}: {}", "lorem ipsum dolor sit amet, 日本語 ".repeat(25));
-            let mut m = json!({"role": role, "content": content, "ts": 1_700_000_000_000i64 + i as i64});
+            let content = format!(
+                "message {i}: {}",
+                "lorem ipsum dolor sit amet, 日本語 ".repeat(25)
+            );
+            let mut m =
+                json!({"role": role, "content": content, "ts": 1_700_000_000_000i64 + i as i64});
             if i % 7 == 0 {
                 m["meta"] = json!({"step": i});
             }
@@ -38,7 +42,8 @@ fn document(n: usize) -> String {
         "model": "gpt-4",
     });
     let text = doc.to_string();
-    let members = r#","user_profile":{"n":12345678901234567890123,"a":1,"a":2},"context":{"k":[1, 2]}}"#;
+    let members =
+        r#","user_profile":{"n":12345678901234567890123,"a":1,"a":2},"context":{"k":[1, 2]}}"#;
     format!("{}{members}", text.strip_suffix('}').unwrap())
 }
 
@@ -73,24 +78,55 @@ fn a_large_import_is_built_on_the_pool_with_the_inline_result() {
     // smallest inline cap of any encoding (4 KB) goes to the pool too (its
     // encoding is known once parsed): the same document twice, the same
     // session twice.
-    qok(&mut c, &["CONFIG", "SET", "mem.async-threshold-bytes", "1000000000"]);
+    qok(
+        &mut c,
+        &["CONFIG", "SET", "mem.async-threshold-bytes", "1000000000"],
+    );
     let inline = map_reply(&mut c, &["MEM.IMPORT", "inline", &doc]);
     settle(&mut c);
     assert_eq!(jobs(&mut c), before + 2, "counted on the pool again");
 
     assert_eq!(pooled, inline, "the replies");
-    assert_eq!((int_field(&pooled, "messages"), int_field(&pooled, "trimmed")), (30, 270));
-    assert_eq!(int_field(&pooled, "id"), 310, "ids after the summary's upto");
+    assert_eq!(
+        (
+            int_field(&pooled, "messages"),
+            int_field(&pooled, "trimmed")
+        ),
+        (30, 270)
+    );
+    assert_eq!(
+        int_field(&pooled, "id"),
+        310,
+        "ids after the summary's upto"
+    );
     let json = relkit::json_text(&mut c, "pooled");
     assert_eq!(json, relkit::json_text(&mut c, "inline"), "FORMAT JSON");
-    assert_eq!(qok(&mut c, &["MEM.GET", "pooled"]), qok(&mut c, &["MEM.GET", "inline"]));
-    assert_eq!(info_but_clock(&mut c, "pooled"), info_but_clock(&mut c, "inline"));
-    assert!(json.ends_with(r#","user_profile":{"n":12345678901234567890123,"a":1,"a":2},"context":{"k":[1, 2]}}"#), "{json}");
-    assert_eq!(str_field(&map_reply(&mut c, &["MEM.INFO", "pooled"]), "encoding"), "cl100k_base", "the document's model");
+    assert_eq!(
+        qok(&mut c, &["MEM.GET", "pooled"]),
+        qok(&mut c, &["MEM.GET", "inline"])
+    );
+    assert_eq!(
+        info_but_clock(&mut c, "pooled"),
+        info_but_clock(&mut c, "inline")
+    );
+    assert!(
+        json.ends_with(
+            r#","user_profile":{"n":12345678901234567890123,"a":1,"a":2},"context":{"k":[1, 2]}}"#
+        ),
+        "{json}"
+    );
+    assert_eq!(
+        str_field(&map_reply(&mut c, &["MEM.INFO", "pooled"]), "encoding"),
+        "cl100k_base",
+        "the document's model"
+    );
 }
 
 /// The import on its own connection, its reply through the join handle.
-fn import_in_flight(port: u16, args: &[&str]) -> std::thread::JoinHandle<redis::RedisResult<Value>> {
+fn import_in_flight(
+    port: u16,
+    args: &[&str],
+) -> std::thread::JoinHandle<redis::RedisResult<Value>> {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     std::thread::spawn(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -107,28 +143,49 @@ fn what_changed_during_the_count_is_checked_when_the_import_resumes() {
 
     // The key appears meanwhile: BUSYKEY, the other client's session kept.
     let import = import_in_flight(server.port, &["MEM.IMPORT", "k", &doc]);
-    poll_until(&mut c, "the import blocked on a worker", |c| blocked_imports(c) == 1);
+    poll_until(&mut c, "the import blocked on a worker", |c| {
+        blocked_imports(c) == 1
+    });
     qok(&mut c, &["MEM.APPEND", "k", "user", "written meanwhile"]);
-    let e = import.join().unwrap().expect_err("imported over a key that appeared");
+    let e = import
+        .join()
+        .unwrap()
+        .expect_err("imported over a key that appeared");
     assert_eq!(e.code(), Some("BUSYKEY"), "{e}");
     let info = map_reply(&mut c, &["MEM.INFO", "k"]);
-    assert_eq!((int_field(&info, "messages"), int_field(&info, "last_id")), (1, 1));
+    assert_eq!(
+        (int_field(&info, "messages"), int_field(&info, "last_id")),
+        (1, 1)
+    );
 
     // Another type appears meanwhile: WRONGTYPE, even with REPLACE.
     let import = import_in_flight(server.port, &["MEM.IMPORT", "s", &doc, "REPLACE"]);
-    poll_until(&mut c, "the import blocked on a worker", |c| blocked_imports(c) == 1);
+    poll_until(&mut c, "the import blocked on a worker", |c| {
+        blocked_imports(c) == 1
+    });
     qok(&mut c, &["SET", "s", "a string"]);
     let e = import.join().unwrap().expect_err("imported over a string");
     assert!(e.to_string().contains("WRONGTYPE"), "{e}");
-    assert_eq!(qok(&mut c, &["GET", "s"]), Value::BulkString(b"a string".to_vec()));
+    assert_eq!(
+        qok(&mut c, &["GET", "s"]),
+        Value::BulkString(b"a string".to_vec())
+    );
 
     // With REPLACE over a session that appeared: the document wins.
     let import = import_in_flight(server.port, &["MEM.IMPORT", "r", &doc, "REPLACE"]);
-    poll_until(&mut c, "the import blocked on a worker", |c| blocked_imports(c) == 1);
-    qok(&mut c, &["MEM.APPEND", "r", "user", "replaced by the import"]);
+    poll_until(&mut c, "the import blocked on a worker", |c| {
+        blocked_imports(c) == 1
+    });
+    qok(
+        &mut c,
+        &["MEM.APPEND", "r", "user", "replaced by the import"],
+    );
     let reply = as_fields(import.join().unwrap().expect("REPLACE"));
     assert_eq!(int_field(&reply, "id"), 110);
-    assert_eq!(int_field(&map_reply(&mut c, &["MEM.INFO", "r"]), "last_id"), 110);
+    assert_eq!(
+        int_field(&map_reply(&mut c, &["MEM.INFO", "r"]), "last_id"),
+        110
+    );
     assert_eq!(info_mem(&mut c, "counts_in_flight"), 0);
 }
 
@@ -141,7 +198,10 @@ fn a_large_import_is_refused_where_a_client_cannot_wait() {
     qok(&mut c, &["MULTI"]);
     qok(&mut c, &["MEM.IMPORT", "m", &doc]);
     let exec = format!("{:?}", q(&mut c, &["EXEC"]));
-    assert!(exec.contains("MULTI/EXEC and scripts cannot wait"), "{exec}");
+    assert!(
+        exec.contains("MULTI/EXEC and scripts cannot wait"),
+        "{exec}"
+    );
     let script = "return redis.call('MEM.IMPORT', KEYS[1], ARGV[1])";
     let e = q(&mut c, &["EVAL", script, "1", "e", &doc]).expect_err("a large import from a script");
     assert!(e.to_string().contains("off the main thread"), "{e}");
@@ -167,13 +227,25 @@ fn a_large_document_refused_by_the_worker_changes_nothing() {
     let bad_utf8 = [doc.as_bytes(), b"\xff"].concat();
     let start = jobs(&mut c);
     for key in ["k", "fresh"] {
-        let e = q(&mut c, &["MEM.IMPORT", key, &broken, "REPLACE"]).unwrap_err().to_string();
-        assert!(e.contains("invalid document: conversation_history[0]: role must be"), "{e}");
-        let e = relkit::cmd_bin(&mut c, &[b"MEM.IMPORT", key.as_bytes(), &bad_utf8, b"REPLACE"]).unwrap_err().to_string();
+        let e = q(&mut c, &["MEM.IMPORT", key, &broken, "REPLACE"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("invalid document: conversation_history[0]: role must be"),
+            "{e}"
+        );
+        let e = relkit::cmd_bin(
+            &mut c,
+            &[b"MEM.IMPORT", key.as_bytes(), &bad_utf8, b"REPLACE"],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("json is not valid UTF-8"), "{e}");
     }
     qok(&mut c, &["CONFIG", "SET", "mem.max-message-bytes", "500"]);
-    let e = q(&mut c, &["MEM.IMPORT", "k", &doc, "REPLACE"]).unwrap_err().to_string();
+    let e = q(&mut c, &["MEM.IMPORT", "k", &doc, "REPLACE"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("above mem.max-message-bytes (500)"), "{e}");
     wait_jobs(&mut c, start + 5);
     relkit::assert_same(&before, &relkit::snap(&mut c, "k"), "refused imports", 1000);
@@ -187,10 +259,20 @@ fn an_importer_that_leaves_during_the_count_writes_nothing() {
     set_delay(&mut c, 1000);
     let doc = document(100);
     let mut raw = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    raw.write_all(&redis::cmd("MEM.IMPORT").arg("gone").arg(&doc).get_packed_command()).unwrap();
-    poll_until(&mut c, "the import blocked on a worker", |c| blocked_imports(c) == 1);
+    raw.write_all(
+        &redis::cmd("MEM.IMPORT")
+            .arg("gone")
+            .arg(&doc)
+            .get_packed_command(),
+    )
+    .unwrap();
+    poll_until(&mut c, "the import blocked on a worker", |c| {
+        blocked_imports(c) == 1
+    });
     drop(raw);
-    poll_until(&mut c, "the worker's job ended", |c| info_mem(c, "counts_in_flight") == 0);
+    poll_until(&mut c, "the worker's job ended", |c| {
+        info_mem(c, "counts_in_flight") == 0
+    });
     settle(&mut c);
     assert_eq!(qint(&mut c, &["EXISTS", "gone"]), 0);
     assert_no_crash(&mut { server }, "an importer left during the count");
@@ -201,14 +283,29 @@ fn a_replica_is_identical_after_a_large_import() {
     let (master, replica) = master_and_replica(&[]);
     let mut m = conn(master.port, 0);
     let before = jobs(&mut m);
-    qok(&mut m, &["MEM.IMPORT", "mem:{a}", &document(300), "TTL", "500"]);
+    qok(
+        &mut m,
+        &["MEM.IMPORT", "mem:{a}", &document(300), "TTL", "500"],
+    );
     qok(&mut m, &["MEM.APPEND", "mem:{b}", "user", "to be replaced"]);
-    qok(&mut m, &["MEM.IMPORT", "mem:{b}", &document(120), "REPLACE", "MODEL", "gpt-4o"]);
+    qok(
+        &mut m,
+        &[
+            "MEM.IMPORT",
+            "mem:{b}",
+            &document(120),
+            "REPLACE",
+            "MODEL",
+            "gpt-4o",
+        ],
+    );
     wait_jobs(&mut m, before + 2);
     wait_replicas(&mut m, 1);
     let mut r = conn(replica.port, 0);
     assert_replica_same(&mut m, &mut r, "after large imports");
     let ttl = qint(&mut r, &["PTTL", "mem:{a}"]);
-    assert!(ttl > 400_000 && ttl <= 500_000, "the replica's expiry: {ttl}");
+    assert!(
+        ttl > 400_000 && ttl <= 500_000,
+        "the replica's expiry: {ttl}"
+    );
 }
-

@@ -31,8 +31,24 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
     let mut keys = vec![shared.clone()];
     {
         let mut con = server.client();
-        for key in std::iter::once(shared.clone()).chain((0..THREADS).map(|t| format!("mem:{{dur}}:t{t}"))) {
-            ok(&mut con, &["MEM.APPEND", &key, "system", "start", "MAXMSGS", "100000", "MAXTOKENS", "10000000", "TTL", "0"]);
+        for key in
+            std::iter::once(shared.clone()).chain((0..THREADS).map(|t| format!("mem:{{dur}}:t{t}")))
+        {
+            ok(
+                &mut con,
+                &[
+                    "MEM.APPEND",
+                    &key,
+                    "system",
+                    "start",
+                    "MAXMSGS",
+                    "100000",
+                    "MAXTOKENS",
+                    "10000000",
+                    "TTL",
+                    "0",
+                ],
+            );
             if key != shared {
                 keys.push(key);
             }
@@ -54,7 +70,11 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
                 if stop.load(Ordering::Relaxed) && i % 1000 == 999 {
                     break;
                 }
-                let key = if i % 2 == 0 { shared.clone() } else { own.clone() };
+                let key = if i % 2 == 0 {
+                    shared.clone()
+                } else {
+                    own.clone()
+                };
                 let content = format!("writer {t} message {i} {}", "ü".repeat((i % 7) as usize));
                 let reply = cmd(&mut con, &["MEM.APPEND", &key, "user", &content]);
                 match reply {
@@ -70,7 +90,12 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
                     }
                     Err(_) => {
                         // The server died with this one in flight.
-                        sent.push(Sent { key, content, id: None, tokens: None });
+                        sent.push(Sent {
+                            key,
+                            content,
+                            id: None,
+                            tokens: None,
+                        });
                         break;
                     }
                 }
@@ -84,10 +109,16 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
     }
     server.kill9();
     stop.store(true, Ordering::Relaxed);
-    let sent: Vec<Sent> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let sent: Vec<Sent> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     let acknowledged = sent.iter().filter(|s| s.id.is_some()).count();
-    let in_flight: HashSet<(String, String)> =
-        sent.iter().filter(|s| s.id.is_none()).map(|s| (s.key.clone(), s.content.clone())).collect();
+    let in_flight: HashSet<(String, String)> = sent
+        .iter()
+        .filter(|s| s.id.is_none())
+        .map(|s| (s.key.clone(), s.content.clone()))
+        .collect();
 
     server.restart();
     let mut con = server.client();
@@ -95,7 +126,11 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
     let mut found: HashMap<(String, String), Msg> = HashMap::new();
     for key in &keys {
         let doc = check_consistent(&mut con, key);
-        assert_eq!(doc.messages.first().map(|m| m.content.as_str()), Some("start"), "{key}: first message");
+        assert_eq!(
+            doc.messages.first().map(|m| m.content.as_str()),
+            Some("start"),
+            "{key}: first message"
+        );
         found_total += doc.messages.len() - 1;
         for m in doc.messages.into_iter().skip(1) {
             found.insert((key.clone(), m.content.clone()), m);
@@ -106,15 +141,28 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
         match found.get(&(s.key.clone(), s.content.clone())) {
             Some(m) => {
                 assert_eq!(Some(m.id), s.id, "{}: id of {:?}", s.key, s.content);
-                assert_eq!(Some(m.tokens), s.tokens, "{}: tokens of {:?}", s.key, s.content);
+                assert_eq!(
+                    Some(m.tokens),
+                    s.tokens,
+                    "{}: tokens of {:?}",
+                    s.key,
+                    s.content
+                );
             }
             None => missing += 1,
         }
     }
     // Anything found beyond the acknowledged appends must be an append that
     // was in flight when the server died.
-    for (k, _) in found.iter().filter(|(k, _)| !sent.iter().any(|s| s.id.is_some() && s.key == k.0 && s.content == k.1)) {
-        assert!(in_flight.contains(k), "unexpected message {k:?} after restart");
+    for (k, _) in found.iter().filter(|(k, _)| {
+        !sent
+            .iter()
+            .any(|s| s.id.is_some() && s.key == k.0 && s.content == k.1)
+    }) {
+        assert!(
+            in_flight.contains(k),
+            "unexpected message {k:?} after restart"
+        );
     }
     println!(
         "durability/aof kill -9: appends acknowledged {acknowledged}, found after restart {found_total} \
@@ -122,7 +170,10 @@ fn aof_always_kill9_keeps_every_acknowledged_append() {
         in_flight.len()
     );
     assert_eq!(missing, 0, "acknowledged appends lost after kill -9");
-    assert!(acknowledged >= 100, "too few appends before the kill ({acknowledged})");
+    assert!(
+        acknowledged >= 100,
+        "too few appends before the kill ({acknowledged})"
+    );
     assert!(server.is_alive());
 }
 
@@ -140,11 +191,37 @@ fn rewrite_and_restart(preamble: &str) {
     ok(&mut con, &["BGREWRITEAOF"]);
     wait_persistence_idle(&mut con);
     // Writes after the rewrite land in the new incremental AOF.
-    ok(&mut con, &["MEM.APPEND", &keys[0], "user", "after the rewrite"]);
-    ok(&mut con, &["MEM.EXTSET", &keys[3], "zapier", "z-1", "EX", "7200"]);
-    ok(&mut con, &["MEM.APPEND", &keys[6], "user", "switch tokenizer", "MODEL", "gpt-4"]);
+    ok(
+        &mut con,
+        &["MEM.APPEND", &keys[0], "user", "after the rewrite"],
+    );
+    ok(
+        &mut con,
+        &["MEM.EXTSET", &keys[3], "zapier", "z-1", "EX", "7200"],
+    );
+    ok(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            &keys[6],
+            "user",
+            "switch tokenizer",
+            "MODEL",
+            "gpt-4",
+        ],
+    );
     let late = "mem:{aof}:late".to_owned();
-    ok(&mut con, &["MEM.APPEND", &late, "user", "created after the rewrite", "TTL", "300"]);
+    ok(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            &late,
+            "user",
+            "created after the rewrite",
+            "TTL",
+            "300",
+        ],
+    );
     keys.push(late);
     let before = snap_all(&mut con, &keys);
     drop(con);
@@ -153,7 +230,12 @@ fn rewrite_and_restart(preamble: &str) {
     let mut con = server.client();
     let after = snap_all(&mut con, &keys);
     for (b, a) in before.iter().zip(&after) {
-        assert_same(b, a, &format!("AOF rewrite (preamble {preamble}) + restart"), 1000);
+        assert_same(
+            b,
+            a,
+            &format!("AOF rewrite (preamble {preamble}) + restart"),
+            1000,
+        );
         check_consistent(&mut con, &b.key);
     }
     // A second rewrite with nothing after it, then restart again.
@@ -164,9 +246,17 @@ fn rewrite_and_restart(preamble: &str) {
     server.restart();
     let mut con = server.client();
     for b in &before2 {
-        assert_same(b, &snap(&mut con, &b.key), &format!("second rewrite (preamble {preamble})"), 1000);
+        assert_same(
+            b,
+            &snap(&mut con, &b.key),
+            &format!("second rewrite (preamble {preamble})"),
+            1000,
+        );
     }
-    println!("durability/aof rewrite preamble={preamble}: {} sessions identical after 2 restarts", keys.len());
+    println!(
+        "durability/aof rewrite preamble={preamble}: {} sessions identical after 2 restarts",
+        keys.len()
+    );
     assert!(server.is_alive());
 }
 
@@ -208,7 +298,10 @@ fn rdb_save_restart_and_debug_reload_keep_sessions_identical() {
     for b in &before {
         assert_same(b, &snap(&mut con, &b.key), "BGSAVE + restart", 1500);
     }
-    println!("durability/rdb: {} sessions identical after SAVE, DEBUG RELOAD, BGSAVE", keys.len());
+    println!(
+        "durability/rdb: {} sessions identical after SAVE, DEBUG RELOAD, BGSAVE",
+        keys.len()
+    );
 }
 
 #[test]
@@ -223,32 +316,73 @@ fn dump_restore_copy_and_migrate_keep_sessions_identical() {
     for key in &keys {
         let src = snap(&mut con, key);
         let payload = dump(&mut con, key);
-        let ttl = if src.pttl > 0 { src.pttl.to_string() } else { "0".to_owned() };
+        let ttl = if src.pttl > 0 {
+            src.pttl.to_string()
+        } else {
+            "0".to_owned()
+        };
 
         // RESTORE into another key of the same server, and into another server.
         let copy_key = format!("{key}:restored");
-        redis::cmd("RESTORE").arg(&copy_key).arg(&ttl).arg(&payload).query::<()>(&mut con).unwrap();
-        let restored = Snap { key: key.clone(), ..snap(&mut con, &copy_key) };
+        redis::cmd("RESTORE")
+            .arg(&copy_key)
+            .arg(&ttl)
+            .arg(&payload)
+            .query::<()>(&mut con)
+            .unwrap();
+        let restored = Snap {
+            key: key.clone(),
+            ..snap(&mut con, &copy_key)
+        };
         assert_same(&src, &restored, "RESTORE (same server)", 1000);
         check_consistent(&mut con, &copy_key);
-        redis::cmd("RESTORE").arg(key).arg(&ttl).arg(&payload).query::<()>(&mut con2).unwrap();
+        redis::cmd("RESTORE")
+            .arg(key)
+            .arg(&ttl)
+            .arg(&payload)
+            .query::<()>(&mut con2)
+            .unwrap();
         assert_same(&src, &snap(&mut con2, key), "RESTORE (other server)", 1000);
         // RESTORE ... REPLACE over an existing session.
-        redis::cmd("RESTORE").arg(&copy_key).arg(&ttl).arg(&payload).arg("REPLACE").query::<()>(&mut con).unwrap();
+        redis::cmd("RESTORE")
+            .arg(&copy_key)
+            .arg(&ttl)
+            .arg(&payload)
+            .arg("REPLACE")
+            .query::<()>(&mut con)
+            .unwrap();
         assert_eq!(digest(&mut con, &copy_key), src.digest);
 
         // COPY: identical, then independent.
         let copied = format!("{key}:copy");
         let n: i64 = redis::from_redis_value(&ok(&mut con, &["COPY", key, &copied])).unwrap();
         assert_eq!(n, 1);
-        let c = Snap { key: key.clone(), ..snap(&mut con, &copied) };
+        let c = Snap {
+            key: key.clone(),
+            ..snap(&mut con, &copied)
+        };
         assert_same(&src, &c, "COPY", 1000);
-        ok(&mut con, &["MEM.APPEND", &copied, "user", "only in the copy"]);
+        ok(
+            &mut con,
+            &["MEM.APPEND", &copied, "user", "only in the copy"],
+        );
         ok(&mut con, &["MEM.EXTSET", &copied, "copyonly", "x"]);
         let c2 = check_consistent(&mut con, &copied);
         let summarize_upto = c2.messages.first().map(|m| m.id).unwrap();
-        ok(&mut con, &["MEM.SUMMARIZE", &copied, &summarize_upto.to_string(), "copy summary"]);
-        assert_ne!(digest(&mut con, &copied), src.digest, "the copy did not change");
+        ok(
+            &mut con,
+            &[
+                "MEM.SUMMARIZE",
+                &copied,
+                &summarize_upto.to_string(),
+                "copy summary",
+            ],
+        );
+        assert_ne!(
+            digest(&mut con, &copied),
+            src.digest,
+            "the copy did not change"
+        );
         let after = snap(&mut con, key);
         assert_same(&src, &after, "original after writing to its COPY", 1000);
         check_consistent(&mut con, key);
@@ -260,13 +394,25 @@ fn dump_restore_copy_and_migrate_keep_sessions_identical() {
     let mut con3 = third.client();
     let before = snap_all(&mut con, &keys);
     let mut m = redis::cmd("MIGRATE");
-    m.arg("127.0.0.1").arg(other.port).arg("").arg(0).arg(5000).arg("COPY").arg("REPLACE").arg("KEYS");
+    m.arg("127.0.0.1")
+        .arg(other.port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("COPY")
+        .arg("REPLACE")
+        .arg("KEYS");
     for k in &keys {
         m.arg(k);
     }
     m.query::<()>(&mut con).unwrap();
     let mut m = redis::cmd("MIGRATE");
-    m.arg("127.0.0.1").arg(third.port).arg("").arg(0).arg(5000).arg("KEYS");
+    m.arg("127.0.0.1")
+        .arg(third.port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS");
     for k in &keys {
         m.arg(k);
     }
@@ -279,7 +425,10 @@ fn dump_restore_copy_and_migrate_keep_sessions_identical() {
         assert_eq!(exists, 0, "MIGRATE left {} on the source", b.key);
         compared += 2;
     }
-    println!("durability/dump-restore-copy-migrate: {} sessions, {compared} comparisons identical", keys.len());
+    println!(
+        "durability/dump-restore-copy-migrate: {} sessions, {compared} comparisons identical",
+        keys.len()
+    );
 }
 
 /// RDB encoding versions (docs/FORMAT.md): today's values are version 3 with
@@ -292,7 +441,10 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
     let mut con = server.client();
     ok(&mut con, &["CONFIG", "SET", "rdbcompression", "no"]);
     // No TTL: a key's expiry is part of its digest, and RESTORE 0 sets none.
-    ok(&mut con, &["MEM.APPEND", "mem:{ver}", "user", "hello", "TTL", "0"]);
+    ok(
+        &mut con,
+        &["MEM.APPEND", "mem:{ver}", "user", "hello", "TTL", "0"],
+    );
     let full = dump(&mut con, "mem:{ver}");
     assert_eq!(module_payload(&full)[0], 3, "today's payload format");
     let (payload, ver) = split_dump(&full);
@@ -306,8 +458,16 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
         p[2..10].copy_from_slice(&((id & !0x3ff) | v).to_be_bytes());
         with_footer(&p, ver)
     };
-    redis::cmd("RESTORE").arg("mem:{ver}:same").arg(0).arg(with_encver(3)).query::<()>(&mut con).unwrap();
-    assert_eq!(digest(&mut con, "mem:{ver}:same"), digest(&mut con, "mem:{ver}"));
+    redis::cmd("RESTORE")
+        .arg("mem:{ver}:same")
+        .arg(0)
+        .arg(with_encver(3))
+        .query::<()>(&mut con)
+        .unwrap();
+    assert_eq!(
+        digest(&mut con, "mem:{ver}:same"),
+        digest(&mut con, "mem:{ver}")
+    );
     for (encver, reason) in [
         (1, "payload format 3 in a value of encoding version 1"),
         (2, "payload format 3 in a value of encoding version 2"),
@@ -315,10 +475,17 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
         (4, "unknown redis-mem encoding version 4"),
         (1023, "unknown redis-mem encoding version 1023"),
     ] {
-        let r = redis::cmd("RESTORE").arg("mem:{ver}:bad").arg(0).arg(with_encver(encver)).query::<Value>(&mut con);
+        let r = redis::cmd("RESTORE")
+            .arg("mem:{ver}:bad")
+            .arg(0)
+            .arg(with_encver(encver))
+            .query::<Value>(&mut con);
         assert!(r.is_err(), "encoding version {encver} restored: {r:?}");
         assert!(server.is_alive(), "crashed on encoding version {encver}");
-        assert!(server.log().contains(reason), "encoding version {encver}: log lacks {reason:?}");
+        assert!(
+            server.log().contains(reason),
+            "encoding version {encver}: log lacks {reason:?}"
+        );
         assert_eq!(ok(&mut con, &["EXISTS", "mem:{ver}:bad"]), Value::Int(0));
     }
     println!("durability/encoding versions: 3 restores, 1 and 2 (mismatched), 0, 4, 1023 refused");

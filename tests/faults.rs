@@ -47,7 +47,15 @@ fn scene(extra: &[&str], with_replica: bool, delay_ms: u64) -> Scene {
     let content = big(1);
     let app = Appender::start(master.port, 0, KEY, &content);
     app.wait_blocked(&mut m);
-    Scene { master, replica, m, prior, content, app, since }
+    Scene {
+        master,
+        replica,
+        m,
+        prior,
+        content,
+        app,
+        since,
+    }
 }
 
 /// The replica caught up and holds what the master holds; both alive.
@@ -66,12 +74,25 @@ fn client_pause_write_holds_the_append_until_the_pause_ends() {
     qok(&mut s.m, &["CLIENT", "PAUSE", "10000", "WRITE"]);
     wait_counted(&mut s.m, s.since);
     assert_no_crash(&mut s.master, "count done during CLIENT PAUSE WRITE");
-    assert!(s.app.is_blocked(&mut s.m), "the append must wait while writes are paused");
+    assert!(
+        s.app.is_blocked(&mut s.m),
+        "the append must wait while writes are paused"
+    );
     expect_session(&mut s.m, KEY, &s.prior, "nothing written during the pause");
     qok(&mut s.m, &["CLIENT", "UNPAUSE"]);
     let out = s.app.outcome();
-    assert!(matches!(out, Outcome::Applied(_)), "a pause is no reason to refuse: {out:?}");
-    expect_outcome(&out, &mut s.m, KEY, &s.prior, &s.content, "after CLIENT PAUSE WRITE");
+    assert!(
+        matches!(out, Outcome::Applied(_)),
+        "a pause is no reason to refuse: {out:?}"
+    );
+    expect_outcome(
+        &out,
+        &mut s.m,
+        KEY,
+        &s.prior,
+        &s.content,
+        "after CLIENT PAUSE WRITE",
+    );
     check_replica(&mut s, "after CLIENT PAUSE WRITE");
     assert_no_crash(&mut s.master, "after CLIENT PAUSE WRITE");
 }
@@ -85,8 +106,18 @@ fn client_pause_all_holds_the_append_until_the_pause_ends() {
     qok(&mut s.m, &["CLIENT", "PAUSE", "2500", "ALL"]);
     let out = s.app.outcome();
     assert_no_crash(&mut s.master, "count done during CLIENT PAUSE ALL");
-    assert!(matches!(out, Outcome::Applied(_)), "a pause is no reason to refuse: {out:?}");
-    expect_outcome(&out, &mut s.m, KEY, &s.prior, &s.content, "after CLIENT PAUSE ALL");
+    assert!(
+        matches!(out, Outcome::Applied(_)),
+        "a pause is no reason to refuse: {out:?}"
+    );
+    expect_outcome(
+        &out,
+        &mut s.m,
+        KEY,
+        &s.prior,
+        &s.content,
+        "after CLIENT PAUSE ALL",
+    );
     check_replica(&mut s, "after CLIENT PAUSE ALL");
 }
 
@@ -101,15 +132,31 @@ fn failover_while_counting_applies_once_or_refuses() {
     qok(&mut s.m, &["FAILOVER"]);
     wait_counted(&mut s.m, s.since);
     assert_no_crash(&mut s.master, "count done while FAILOVER paused writes");
-    assert_eq!(role(&mut s.m), "master", "the failover waits for the stopped replica");
-    assert!(s.app.is_blocked(&mut s.m), "the append must wait while writes are paused");
+    assert_eq!(
+        role(&mut s.m),
+        "master",
+        "the failover waits for the stopped replica"
+    );
+    assert!(
+        s.app.is_blocked(&mut s.m),
+        "the append must wait while writes are paused"
+    );
     expect_session(&mut s.m, KEY, &s.prior, "nothing written during the pause");
     signal(rpid, libc::SIGCONT);
     let out = s.app.outcome();
     println!("FAILOVER while counting: {out:?}");
-    relkit::wait_until("roles swapped", 20, || role(&mut r) == "master" && role(&mut s.m) == "slave");
+    relkit::wait_until("roles swapped", 20, || {
+        role(&mut r) == "master" && role(&mut s.m) == "slave"
+    });
     wait_link_up(&mut s.m);
-    expect_outcome(&out, &mut r, KEY, &s.prior, &s.content, "on the new master after FAILOVER");
+    expect_outcome(
+        &out,
+        &mut r,
+        KEY,
+        &s.prior,
+        &s.content,
+        "on the new master after FAILOVER",
+    );
     wait_replicas(&mut r, 1);
     assert_replica_same(&mut r, &mut s.m, "old master (now replica) after FAILOVER");
     assert_no_crash(&mut s.master, "after FAILOVER");
@@ -134,12 +181,21 @@ fn cluster_failover_while_counting_applies_once_or_refuses() {
     app.wait_blocked(&mut m);
     // The other masters stopped: the election cannot win yet, and master 0
     // keeps writes paused for the manual failover meanwhile.
-    let others: Vec<i32> = [1, 2].iter().map(|&i| pid(&mut conn(c.port(i), 0))).collect();
+    let others: Vec<i32> = [1, 2]
+        .iter()
+        .map(|&i| pid(&mut conn(c.port(i), 0)))
+        .collect();
     others.iter().for_each(|&p| signal(p, libc::SIGSTOP));
     qok(&mut conn(c.port(3), 0), &["CLUSTER", "FAILOVER"]);
     wait_counted(&mut m, since);
-    assert_no_crash(&mut c.nodes[0], "count done while CLUSTER FAILOVER paused writes");
-    assert!(app.is_blocked(&mut m), "the append must wait while writes are paused");
+    assert_no_crash(
+        &mut c.nodes[0],
+        "count done while CLUSTER FAILOVER paused writes",
+    );
+    assert!(
+        app.is_blocked(&mut m),
+        "the append must wait while writes are paused"
+    );
     others.iter().for_each(|&p| signal(p, libc::SIGCONT));
     let out = app.outcome();
     c.wait_stable("the cluster after the failover", |_| Ok(()));
@@ -147,7 +203,14 @@ fn cluster_failover_while_counting_applies_once_or_refuses() {
     let other = if owner == 0 { 3 } else { 0 };
     println!("CLUSTER FAILOVER: {out:?}; slot owner now node {owner}");
     let mut oc = conn(c.port(owner), 0);
-    expect_outcome(&out, &mut oc, &key, &prior, &content, "on the slot's owner after CLUSTER FAILOVER");
+    expect_outcome(
+        &out,
+        &mut oc,
+        &key,
+        &prior,
+        &content,
+        "on the slot's owner after CLUSTER FAILOVER",
+    );
     wait_replicas(&mut oc, 1);
     let mut rc = conn(c.port(other), 0);
     qok(&mut rc, &["READONLY"]);
@@ -169,17 +232,34 @@ fn stop_master_while_counting(extra: &[&str], stop: impl FnOnce(&mut Scene)) {
     qok(&mut s.m, &["SET", "fault:lag", "1"]); // the replica is now behind
     stop(&mut s);
     wait_counted(&mut s.m, s.since);
-    assert_no_crash(&mut s.master, "count done while the shutdown waits for the replica");
-    assert!(s.app.is_blocked(&mut s.m), "the append must wait while writes are paused");
+    assert_no_crash(
+        &mut s.master,
+        "count done while the shutdown waits for the replica",
+    );
+    assert!(
+        s.app.is_blocked(&mut s.m),
+        "the append must wait while writes are paused"
+    );
     signal(rpid, libc::SIGCONT);
     let out = s.app.outcome();
     wait_exit(&mut s.master, "the master to exit");
     assert_log_clean(&s.master, "shutdown");
-    assert!(s.master.log().contains("ready to exit"), "not a clean shutdown:\n{}", log_excerpt(&s.master.log()));
+    assert!(
+        s.master.log().contains("ready to exit"),
+        "not a clean shutdown:\n{}",
+        log_excerpt(&s.master.log())
+    );
     s.master.restart();
     let mut m = conn(s.master.port, 0);
     println!("shutdown while counting: {out:?}");
-    expect_outcome(&out, &mut m, KEY, &s.prior, &s.content, "the master restarted from disk");
+    expect_outcome(
+        &out,
+        &mut m,
+        KEY,
+        &s.prior,
+        &s.content,
+        "the master restarted from disk",
+    );
     wait_link_up(&mut r);
     wait_replicas(&mut m, 1);
     assert_replica_same(&mut m, &mut r, "replica after the master's restart");
@@ -204,7 +284,8 @@ fn shutdown_of_a_master_waiting_for_its_replica() {
             let _ = q(&mut con, &["SHUTDOWN", "SAVE"]);
         });
         relkit::wait_until("the SHUTDOWN waiting", 15, || {
-            let list: String = redis::from_redis_value(&qok(&mut s.m, &["CLIENT", "LIST"])).unwrap();
+            let list: String =
+                redis::from_redis_value(&qok(&mut s.m, &["CLIENT", "LIST"])).unwrap();
             list.lines().any(|l| l.contains(" cmd=shutdown "))
         });
     });
@@ -217,8 +298,19 @@ fn replicaof_while_counting_refuses_and_the_chain_stays_identical() {
     let mut s = scene(&[], true, DELAY_MS);
     let mut other = Server::with_args(NO_SYNC_DELAY);
     let mut o = conn(other.port, 0);
-    qok(&mut o, &["MEM.APPEND", "mem:{elsewhere}", "user", "the new master's data"]);
-    qok(&mut s.m, &["REPLICAOF", "127.0.0.1", &other.port.to_string()]);
+    qok(
+        &mut o,
+        &[
+            "MEM.APPEND",
+            "mem:{elsewhere}",
+            "user",
+            "the new master's data",
+        ],
+    );
+    qok(
+        &mut s.m,
+        &["REPLICAOF", "127.0.0.1", &other.port.to_string()],
+    );
     let out = s.app.outcome();
     wait_link_up(&mut s.m);
     wait_counted(&mut s.m, s.since);
@@ -253,32 +345,71 @@ fn migrating_scene() -> (Cluster, String, u16, Vec<String>, String, Appender) {
     let app = Appender::start(c.port(0), 0, &key, &content);
     app.wait_blocked(&mut src);
     let (s, src_id, dst_id) = (slot.to_string(), c.id(0), c.id(1));
-    qok(&mut conn(c.port(1), 0), &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id]);
+    qok(
+        &mut conn(c.port(1), 0),
+        &["CLUSTER", "SETSLOT", &s, "IMPORTING", &src_id],
+    );
     qok(&mut src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &dst_id]);
     let dst_port = c.port(1).to_string();
-    qok(&mut src, &["MIGRATE", "127.0.0.1", &dst_port, "", "0", "10000", "KEYS", &key]);
+    qok(
+        &mut src,
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &dst_port,
+            "",
+            "0",
+            "10000",
+            "KEYS",
+            &key,
+        ],
+    );
     (c, key, slot, prior, content, app)
 }
 
 fn finish_migration(c: &Cluster, slot: u16) {
     let (s, dst_id) = (slot.to_string(), c.id(1));
-    qok(&mut conn(c.port(1), 0), &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]);
+    qok(
+        &mut conn(c.port(1), 0),
+        &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id],
+    );
     // Refused while the source still holds keys of the slot.
-    qok(&mut conn(c.port(0), 0), &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id]);
+    qok(
+        &mut conn(c.port(0), 0),
+        &["CLUSTER", "SETSLOT", &s, "NODE", &dst_id],
+    );
 }
 
 /// No key of `slot` on the source; a redirect is followed (as a cluster
 /// client would) and must land once on the target; the target then holds
 /// the append exactly once or not at all.
-fn check_migrated(c: &mut Cluster, key: &str, slot: u16, prior: &[String], content: &str, out: Outcome) {
+fn check_migrated(
+    c: &mut Cluster,
+    key: &str,
+    slot: u16,
+    prior: &[String],
+    content: &str,
+    out: Outcome,
+) {
     println!("slot migration while counting: {out:?}");
     let mut src = conn(c.port(0), 0);
     let stray = qint(&mut src, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
-    assert_eq!(stray, 0, "the source wrote a session in slot {slot}, which it no longer serves ({out:?})");
+    assert_eq!(
+        stray, 0,
+        "the source wrote a session in slot {slot}, which it no longer serves ({out:?})"
+    );
     let mut dst = conn(c.port(1), 0);
     let out = match out {
-        Outcome::Refused { code, redirect: Some((addr, s)), .. } => {
-            assert_eq!((addr.as_str(), s), (format!("127.0.0.1:{}", c.port(1)).as_str(), slot), "redirect target");
+        Outcome::Refused {
+            code,
+            redirect: Some((addr, s)),
+            ..
+        } => {
+            assert_eq!(
+                (addr.as_str(), s),
+                (format!("127.0.0.1:{}", c.port(1)).as_str(), slot),
+                "redirect target"
+            );
             if code == "ASK" {
                 qok(&mut dst, &["ASKING"]);
             }
@@ -297,7 +428,10 @@ fn check_migrated(c: &mut Cluster, key: &str, slot: u16, prior: &[String], conte
 fn slot_moved_while_counting_redirects_or_lands_on_the_new_owner() {
     let (mut c, key, slot, prior, content, app) = migrating_scene();
     finish_migration(&c, slot);
-    assert!(app.is_blocked(&mut conn(c.port(0), 0)), "the count ended before the slot moved");
+    assert!(
+        app.is_blocked(&mut conn(c.port(0), 0)),
+        "the count ended before the slot moved"
+    );
     let out = app.outcome();
     check_migrated(&mut c, &key, slot, &prior, &content, out);
 }
@@ -305,13 +439,28 @@ fn slot_moved_while_counting_redirects_or_lands_on_the_new_owner() {
 #[test]
 fn key_migrated_out_of_a_migrating_slot_while_counting_is_not_recreated() {
     let (mut c, key, slot, prior, content, app) = migrating_scene();
-    assert!(app.is_blocked(&mut conn(c.port(0), 0)), "the count ended before the key moved");
+    assert!(
+        app.is_blocked(&mut conn(c.port(0), 0)),
+        "the count ended before the key moved"
+    );
     let out = app.outcome();
     // A fresh command on a key gone from a MIGRATING slot gets -ASK.
-    let stray = qint(&mut conn(c.port(0), 0), &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
-    assert_eq!(stray, 0, "the source created a session in a MIGRATING slot whose key had left ({out:?})");
+    let stray = qint(
+        &mut conn(c.port(0), 0),
+        &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
+    );
+    assert_eq!(
+        stray, 0,
+        "the source created a session in a MIGRATING slot whose key had left ({out:?})"
+    );
     finish_migration(&c, slot);
-    c.wait_stable("the slot moved", |c| if c.owner(slot) == 1 { Ok(()) } else { Err("not yet".into()) });
+    c.wait_stable("the slot moved", |c| {
+        if c.owner(slot) == 1 {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    });
     check_migrated(&mut c, &key, slot, &prior, &content, out);
 }
 
@@ -322,7 +471,10 @@ fn key_migrated_out_of_a_migrating_slot_while_counting_is_not_recreated() {
 fn key_changed(fault: impl FnOnce(&mut Connection), now: &[String], what: &str) {
     let mut s = scene(&[], true, DELAY_MS);
     fault(&mut s.m);
-    assert!(s.app.is_blocked(&mut s.m), "{what}: the count ended before the fault");
+    assert!(
+        s.app.is_blocked(&mut s.m),
+        "{what}: the count ended before the fault"
+    );
     let out = s.app.outcome();
     println!("{what} while counting: {out:?}");
     assert_no_crash(&mut s.master, what);
@@ -365,7 +517,14 @@ fn swapdb_while_counting_appends_to_what_db0_holds_now() {
     let out = s.app.outcome();
     println!("SWAPDB while counting: {out:?}");
     assert_no_crash(&mut s.master, "SWAPDB");
-    expect_outcome(&out, &mut s.m, KEY, &theirs, &s.content, "db 0 after SWAPDB");
+    expect_outcome(
+        &out,
+        &mut s.m,
+        KEY,
+        &theirs,
+        &s.content,
+        "db 0 after SWAPDB",
+    );
     expect_session(&mut db1, KEY, &s.prior, "db 1 after SWAPDB");
     check_replica(&mut s, "SWAPDB (db 0)");
     let rport = s.replica.as_ref().unwrap().port;
@@ -384,18 +543,35 @@ fn client_killed_while_counting_changes_nothing() {
     wait_counted(&mut s.m, s.since);
     assert_no_crash(&mut s.master, "count done for a killed client");
     expect_session(&mut s.m, KEY, &s.prior, "after the client was killed");
-    let r = as_fields(qok(&mut s.m, &["MEM.APPEND", KEY, "user", "still writable"]));
+    let r = as_fields(qok(
+        &mut s.m,
+        &["MEM.APPEND", KEY, "user", "still writable"],
+    ));
     assert_eq!(int_field(&r, "id"), 3);
 }
 
 #[test]
 fn oom_while_counting_refuses_or_applies_whole() {
     let mut s = scene(&["--maxmemory-policy", "noeviction"], true, DELAY_MS);
-    let used: u64 = relkit::info_field(&mut s.m, "memory", "used_memory").unwrap().parse().unwrap();
-    qok(&mut s.m, &["CONFIG", "SET", "maxmemory", &(used + 16 * 1024).to_string()]);
+    let used: u64 = relkit::info_field(&mut s.m, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    qok(
+        &mut s.m,
+        &[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            &(used + 16 * 1024).to_string(),
+        ],
+    );
     let out = s.app.outcome();
     println!("OOM while counting: {out:?}");
-    assert!(matches!(out, Outcome::Applied(_)) || out.code() == Some("OOM"), "{out:?}");
+    assert!(
+        matches!(out, Outcome::Applied(_)) || out.code() == Some("OOM"),
+        "{out:?}"
+    );
     qok(&mut s.m, &["CONFIG", "SET", "maxmemory", "0"]);
     assert_no_crash(&mut s.master, "OOM");
     expect_outcome(&out, &mut s.m, KEY, &s.prior, &s.content, "OOM");
@@ -405,16 +581,29 @@ fn oom_while_counting_refuses_or_applies_whole() {
 #[test]
 fn oom_when_the_count_ends_refuses_like_a_fresh_command() {
     let mut s = scene(&["--maxmemory-policy", "noeviction"], true, DELAY_MS);
-    let used: u64 = relkit::info_field(&mut s.m, "memory", "used_memory").unwrap().parse().unwrap();
-    qok(&mut s.m, &["CONFIG", "SET", "maxmemory", &(used / 2).to_string()]);
+    let used: u64 = relkit::info_field(&mut s.m, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    qok(
+        &mut s.m,
+        &["CONFIG", "SET", "maxmemory", &(used / 2).to_string()],
+    );
     // Premise: a fresh append is refused now.
     let e = q(&mut s.m, &["MEM.APPEND", "mem:{fresh}", "user", "small"]).unwrap_err();
     assert_eq!(e.code(), Some("OOM"), "{e}");
-    assert!(s.app.is_blocked(&mut s.m), "the count ended before maxmemory was lowered");
+    assert!(
+        s.app.is_blocked(&mut s.m),
+        "the count ended before maxmemory was lowered"
+    );
     let out = s.app.outcome();
     qok(&mut s.m, &["CONFIG", "SET", "maxmemory", "0"]);
     assert_no_crash(&mut s.master, "OOM");
-    assert_eq!(out.code(), Some("OOM"), "the resumed append must pass the OOM check: {out:?}");
+    assert_eq!(
+        out.code(),
+        Some("OOM"),
+        "the resumed append must pass the OOM check: {out:?}"
+    );
     expect_outcome(&out, &mut s.m, KEY, &s.prior, &s.content, "OOM");
     check_replica(&mut s, "OOM");
 }
@@ -428,12 +617,18 @@ fn a_large_count_runs_off_the_main_thread() {
     // others: reads, and a write to another session.
     let pong: String = redis::from_redis_value(&qok(&mut s.m, &["PING"])).unwrap();
     assert_eq!(pong, "PONG");
-    let info = as_fields(qok(&mut s.m, &["MEM.APPEND", "mem:{other}", "user", "small"]));
+    let info = as_fields(qok(
+        &mut s.m,
+        &["MEM.APPEND", "mem:{other}", "user", "small"],
+    ));
     assert_eq!(int_field(&info, "id"), 1);
     let info = as_fields(qok(&mut s.m, &["MEM.INFO", "mem:{other}"]));
     assert_eq!(int_field(&info, "messages"), 1);
     expect_session(&mut s.m, KEY, &s.prior, "the large append not yet applied");
-    assert!(s.app.is_blocked(&mut s.m), "the appending client is blocked, not holding the main thread");
+    assert!(
+        s.app.is_blocked(&mut s.m),
+        "the appending client is blocked, not holding the main thread"
+    );
     let out = s.app.outcome();
     expect_outcome(&out, &mut s.m, KEY, &s.prior, &s.content, "after the count");
     assert!(matches!(out, Outcome::Applied(_)), "{out:?}");

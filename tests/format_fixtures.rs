@@ -29,11 +29,16 @@ const TEN_YEARS: &str = "315360000";
 
 /// The release number of a fixture name ("v2" -> 2).
 fn release(version: &str) -> u32 {
-    version.strip_prefix('v').and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("fixture name {version}: vN"))
+    version
+        .strip_prefix('v')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("fixture name {version}: vN"))
 }
 
 fn fixtures(version: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(version)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(version)
 }
 
 /// A reply as JSON, so answers can be stored and compared as text.
@@ -44,9 +49,16 @@ fn value_json(v: &Value) -> Json {
         Value::BulkString(b) => json!(String::from_utf8_lossy(b)),
         Value::SimpleString(s) => json!(s),
         Value::Okay => json!("OK"),
-        Value::Array(items) | Value::Set(items) => Json::Array(items.iter().map(value_json).collect()),
+        Value::Array(items) | Value::Set(items) => {
+            Json::Array(items.iter().map(value_json).collect())
+        }
         // RESP3 maps as flat arrays, as RESP2 gives them.
-        Value::Map(pairs) => Json::Array(pairs.iter().flat_map(|(k, v)| [value_json(k), value_json(v)]).collect()),
+        Value::Map(pairs) => Json::Array(
+            pairs
+                .iter()
+                .flat_map(|(k, v)| [value_json(k), value_json(v)])
+                .collect(),
+        ),
         other => json!(format!("{other:?}")),
     }
 }
@@ -71,37 +83,134 @@ fn populate_v1(con: &mut redis::Connection) -> Vec<String> {
     let mut keys = Vec::new();
     let mut add = |k: &str| keys.push(k.to_owned());
     // Plain turns, no expiry.
-    for (i, (role, text)) in [("user", "What is the capital of France?"), ("assistant", "Paris."), ("user", "")]
-        .iter()
-        .enumerate()
+    for (i, (role, text)) in [
+        ("user", "What is the capital of France?"),
+        ("assistant", "Paris."),
+        ("user", ""),
+    ]
+    .iter()
+    .enumerate()
     {
         let ts = (1_700_000_000_000i64 + i as i64 * 1000).to_string();
-        run(con, &["MEM.APPEND", "mem:{basic}", role, text, "TS", &ts, "TTL", "0"]);
+        run(
+            con,
+            &[
+                "MEM.APPEND",
+                "mem:{basic}",
+                role,
+                text,
+                "TS",
+                &ts,
+                "TTL",
+                "0",
+            ],
+        );
     }
     add("mem:{basic}");
     // META, tool calls and their results, a custom role, unicode.
     let k = "mem:{tools}";
-    run(con, &["MEM.APPEND", k, "system", "You are terse.", "TTL", "0", "TS", "1700000000000"]);
-    run(con, &["MEM.APPEND", k, "user", "Weather in 東京? 🌧", "TS", "1700000001000"]);
-    run(con, &[
-        "MEM.APPEND", k, "assistant", "", "TS", "1700000002000",
-        "META", r#"{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Tokyo\"}"}}]}"#,
-    ]);
-    run(con, &["MEM.APPEND", k, "tool", "18C, rain", "TS", "1700000003000", "META", r#"{"tool_call_id":"call_1","n":1.5,"neg":-3,"t":true,"z":null}"#]);
-    run(con, &["MEM.APPEND", k, "critic", "fine", "TS", "1700000004000"]);
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "system",
+            "You are terse.",
+            "TTL",
+            "0",
+            "TS",
+            "1700000000000",
+        ],
+    );
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "Weather in 東京? 🌧",
+            "TS",
+            "1700000001000",
+        ],
+    );
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "assistant",
+            "",
+            "TS",
+            "1700000002000",
+            "META",
+            r#"{"tool_calls":[{"id":"call_1","type":"function","function":{"name":"weather","arguments":"{\"city\":\"Tokyo\"}"}}]}"#,
+        ],
+    );
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "tool",
+            "18C, rain",
+            "TS",
+            "1700000003000",
+            "META",
+            r#"{"tool_call_id":"call_1","n":1.5,"neg":-3,"t":true,"z":null}"#,
+        ],
+    );
+    run(
+        con,
+        &["MEM.APPEND", k, "critic", "fine", "TS", "1700000004000"],
+    );
     add(k);
     // A summary, then newer messages.
     let k = "mem:{summary}";
     for i in 1..=8 {
         let ts = (1_700_000_000_000i64 + i * 1000).to_string();
-        run(con, &["MEM.APPEND", k, if i % 2 == 1 { "user" } else { "assistant" }, &format!("turn {i}"), "TS", &ts, "TTL", "0"]);
+        run(
+            con,
+            &[
+                "MEM.APPEND",
+                k,
+                if i % 2 == 1 { "user" } else { "assistant" },
+                &format!("turn {i}"),
+                "TS",
+                &ts,
+                "TTL",
+                "0",
+            ],
+        );
     }
-    run(con, &["MEM.SUMMARIZE", k, "5", "The user and the assistant exchanged five turns."]);
+    run(
+        con,
+        &[
+            "MEM.SUMMARIZE",
+            k,
+            "5",
+            "The user and the assistant exchanged five turns.",
+        ],
+    );
     add(k);
     // External ids (live for ten years), key with a ten-year TTL.
     let k = "mem:{ext}";
-    run(con, &["MEM.APPEND", k, "user", "hi", "TS", "1700000000000", "TTL", TEN_YEARS]);
-    run(con, &["MEM.EXTSET", k, "dify", "5f1c-conv-1", "EX", TEN_YEARS]);
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "hi",
+            "TS",
+            "1700000000000",
+            "TTL",
+            TEN_YEARS,
+        ],
+    );
+    run(
+        con,
+        &["MEM.EXTSET", k, "dify", "5f1c-conv-1", "EX", TEN_YEARS],
+    );
     run(con, &["MEM.EXTSET", k, "n8n", "exec-42", "EX", TEN_YEARS]);
     add(k);
     // Imported document with its own ids, a summary and other members.
@@ -116,25 +225,88 @@ fn populate_v1(con: &mut redis::Connection) -> Vec<String> {
         "context": {"topic": "names", "depth": {"a": [1, 2, {"b": null}]}}
     });
     run(con, &["MEM.IMPORT", k, &doc.to_string(), "TTL", "0"]);
-    run(con, &["MEM.APPEND", k, "user", "And my city is Lyon", "TS", "1714557700000"]);
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "And my city is Lyon",
+            "TS",
+            "1714557700000",
+        ],
+    );
     add(k);
     // Another tokenizer, chosen after messages existed (re-count).
     let k = "mem:{cl100k}";
-    run(con, &["MEM.APPEND", k, "user", "tokens under o200k first", "TTL", "0", "TS", "1700000000000"]);
-    run(con, &["MEM.APPEND", k, "assistant", "then the model changes", "MODEL", "gpt-4", "TS", "1700000001000"]);
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "tokens under o200k first",
+            "TTL",
+            "0",
+            "TS",
+            "1700000000000",
+        ],
+    );
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "assistant",
+            "then the model changes",
+            "MODEL",
+            "gpt-4",
+            "TS",
+            "1700000001000",
+        ],
+    );
     add(k);
     // Custom caps that trimmed, a model whose window is unknown.
     let k = "mem:{caps}";
     for i in 1..=9 {
         let ts = (1_700_000_000_000i64 + i * 1000).to_string();
-        run(con, &["MEM.APPEND", k, "user", &format!("message number {i} with a few words"), "TS", &ts,
-            "TTL", "0", "MAXMSGS", "4", "MAXTOKENS", "500", "MODEL", "some-local-model"]);
+        run(
+            con,
+            &[
+                "MEM.APPEND",
+                k,
+                "user",
+                &format!("message number {i} with a few words"),
+                "TS",
+                &ts,
+                "TTL",
+                "0",
+                "MAXMSGS",
+                "4",
+                "MAXTOKENS",
+                "500",
+                "MODEL",
+                "some-local-model",
+            ],
+        );
     }
     add(k);
     // A large message (counted on the worker).
     let k = "mem:{large}";
     let big = "Large content for the worker path. ".repeat(2000);
-    run(con, &["MEM.APPEND", k, "user", &big, "TTL", "0", "TS", "1700000000000"]);
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            &big,
+            "TTL",
+            "0",
+            "TS",
+            "1700000000000",
+        ],
+    );
     add(k);
     keys
 }
@@ -153,7 +325,10 @@ fn answers(con: &mut redis::Connection, key: &str, version: &str) -> Json {
     ask("get_budget", &["MEM.GET", key, "BUDGET", "60"]);
     ask("info", &["MEM.INFO", key]);
     ask("check", &["MEM.SUMMARIZE_CHECK", key, "KEEP", "2"]);
-    ask("check_context", &["MEM.SUMMARIZE_CHECK", key, "CONTEXT", "100", "KEEP", "1"]);
+    ask(
+        "check_context",
+        &["MEM.SUMMARIZE_CHECK", key, "CONTEXT", "100", "KEEP", "1"],
+    );
     for system in ["dify", "n8n", "none"] {
         ask(&format!("extget_{system}"), &["MEM.EXTGET", key, system]);
     }
@@ -167,7 +342,11 @@ fn answers(con: &mut redis::Connection, key: &str, version: &str) -> Json {
 }
 
 fn all_answers(con: &mut redis::Connection, keys: &[String], version: &str) -> Json {
-    Json::Object(keys.iter().map(|k| (k.clone(), answers(con, k, version))).collect())
+    Json::Object(
+        keys.iter()
+            .map(|k| (k.clone(), answers(con, k, version)))
+            .collect(),
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -175,7 +354,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -192,9 +374,16 @@ fn copy_dir(from: &Path, to: &Path) {
 fn write_fixtures() {
     let version = std::env::var("REDIS_MEM_FIXTURES").expect("REDIS_MEM_FIXTURES=vN");
     // Fixtures are the release's, never today's build by accident.
-    assert!(std::env::var_os("REDIS_MEM_MODULE").is_some(), "REDIS_MEM_MODULE=/path/to/the/release.so");
+    assert!(
+        std::env::var_os("REDIS_MEM_MODULE").is_some(),
+        "REDIS_MEM_MODULE=/path/to/the/release.so"
+    );
     let done = fixtures(&version);
-    assert!(!done.exists(), "{} exists: fixtures of a release are never rewritten", done.display());
+    assert!(
+        !done.exists(),
+        "{} exists: fixtures of a release are never rewritten",
+        done.display()
+    );
     // Written aside and moved in place at the end: a failed run leaves no
     // half-written fixture behind.
     let out = done.with_extension("partial");
@@ -204,7 +393,11 @@ fn write_fixtures() {
     let mut con = server.client();
     let keys = populate(&mut con, &version);
     let answers = all_answers(&mut con, &keys, &version);
-    std::fs::write(out.join("answers.json"), serde_json::to_string_pretty(&answers).unwrap()).unwrap();
+    std::fs::write(
+        out.join("answers.json"),
+        serde_json::to_string_pretty(&answers).unwrap(),
+    )
+    .unwrap();
     let dumps: serde_json::Map<String, Json> = keys
         .iter()
         .map(|k| {
@@ -212,7 +405,11 @@ fn write_fixtures() {
             (k.clone(), json!(hex(&v)))
         })
         .collect();
-    std::fs::write(out.join("dumps.json"), serde_json::to_string_pretty(&dumps).unwrap()).unwrap();
+    std::fs::write(
+        out.join("dumps.json"),
+        serde_json::to_string_pretty(&dumps).unwrap(),
+    )
+    .unwrap();
     run(&mut con, &["SAVE"]);
     std::fs::copy(server.dir.join("dump.rdb"), out.join("sessions.rdb")).unwrap();
     // The AOF as the writes left it (MEM._APPLY ops, MEM._PUT re-counts).
@@ -220,7 +417,10 @@ fn write_fixtures() {
     // Rewritten without an RDB preamble: one MEM._PUT per session.
     run(&mut con, &["BGREWRITEAOF"]);
     wait_rewrite(&mut con);
-    copy_dir(&server.dir.join("appendonlydir"), &out.join("aof-rewritten"));
+    copy_dir(
+        &server.dir.join("appendonlydir"),
+        &out.join("aof-rewritten"),
+    );
     // Writes made after the files were taken, and their answers.
     if release(&version) >= 2 {
         let writes: Vec<Json> = fixturekit::writes_v2()
@@ -230,7 +430,11 @@ fn write_fixtures() {
                 json!({"command": args, "answer": fixturekit::answer_json(cmd(&mut con, &a), value_json)})
             })
             .collect();
-        std::fs::write(out.join("writes.json"), serde_json::to_string_pretty(&writes).unwrap()).unwrap();
+        std::fs::write(
+            out.join("writes.json"),
+            serde_json::to_string_pretty(&writes).unwrap(),
+        )
+        .unwrap();
     }
     std::fs::rename(&out, &done).unwrap();
 }
@@ -247,7 +451,8 @@ fn wait_rewrite(con: &mut redis::Connection) {
 }
 
 fn expected(version: &str) -> Json {
-    let text = std::fs::read_to_string(fixtures(version).join("answers.json")).expect("answers.json");
+    let text =
+        std::fs::read_to_string(fixtures(version).join("answers.json")).expect("answers.json");
     serde_json::from_str(&text).unwrap()
 }
 
@@ -267,7 +472,11 @@ fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
         let got = answers(con, &key, version);
         for (name, w) in want[&key].as_object().unwrap() {
             let g = &v3_as_before(name, &got[name]);
-            let w = &if name == "get_json" { parsed(w) } else { w.clone() };
+            let w = &if name == "get_json" {
+                parsed(w)
+            } else {
+                w.clone()
+            };
             if name == "info" {
                 // Later releases may add fields; every field of the release
                 // must be there with the same value.
@@ -276,7 +485,10 @@ fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
                 // v2 rule: LAST/BUDGET never start with a tool result.
                 assert_eq!(g, &without_leading_tool_results(w), "{how}: {name} of {key} differs from release {version} (under the v2 tool rule)");
             } else {
-                assert_eq!(g, w, "{how}: {name} of {key} differs from release {version}");
+                assert_eq!(
+                    g, w,
+                    "{how}: {name} of {key} differs from release {version}"
+                );
             }
         }
     }
@@ -284,14 +496,19 @@ fn assert_same_answers(con: &mut redis::Connection, version: &str, how: &str) {
 
 /// A FORMAT JSON answer's document, parsed (compared as JSON, not text).
 fn parsed(answer: &Json) -> Json {
-    answer.as_str().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| answer.clone())
+    answer
+        .as_str()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_else(|| answer.clone())
 }
 
 /// What release 3 adds to an answer, taken out to compare with an earlier
 /// release's: the `summary` 1 field of MEM.GET's summary entry, and the
 /// `redis_mem` member of FORMAT JSON (checked in integrity.rs).
 fn v3_as_before(name: &str, got: &Json) -> Json {
-    let is_doc = got.as_str().is_some_and(|t| t.starts_with("{\"conversation_history\""));
+    let is_doc = got
+        .as_str()
+        .is_some_and(|t| t.starts_with("{\"conversation_history\""));
     if name == "get_json" || is_doc {
         let mut doc = parsed(got);
         if let Some(members) = doc.as_object_mut() {
@@ -299,7 +516,9 @@ fn v3_as_before(name: &str, got: &Json) -> Json {
         }
         return doc;
     }
-    let Some(entries) = got.as_array() else { return got.clone() };
+    let Some(entries) = got.as_array() else {
+        return got.clone();
+    };
     let entries = entries.iter().map(|e| match e.as_array() {
         Some(f) if f.len() >= 2 && f[0] == "summary" && f[1] == 1 => Json::Array(f[2..].to_vec()),
         _ => e.clone(),
@@ -310,7 +529,13 @@ fn v3_as_before(name: &str, got: &Json) -> Json {
 /// A MEM.GET answer without the tool results that start its messages (the
 /// summary, if first, stays).
 fn without_leading_tool_results(answer: &Json) -> Json {
-    let role = |e: &Json| e.as_array().and_then(|f| f.chunks(2).find(|kv| kv[0] == "role").map(|kv| kv[1].clone()));
+    let role = |e: &Json| {
+        e.as_array().and_then(|f| {
+            f.chunks(2)
+                .find(|kv| kv[0] == "role")
+                .map(|kv| kv[1].clone())
+        })
+    };
     let mut entries = answer.as_array().cloned().unwrap_or_default();
     let first = usize::from(entries.first().and_then(role) == Some(json!("summary")));
     while entries.get(first).and_then(role) == Some(json!("tool")) {
@@ -321,8 +546,12 @@ fn without_leading_tool_results(answer: &Json) -> Json {
 
 fn assert_info_superset(want: &Json, got: &Json, what: &str) {
     let pairs = |v: &Json| -> Vec<(String, Json)> {
-        let a = v.as_array().unwrap_or_else(|| panic!("{what}: MEM.INFO not a map: {v}"));
-        a.chunks(2).map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].clone())).collect()
+        let a = v
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: MEM.INFO not a map: {v}"));
+        a.chunks(2)
+            .map(|kv| (kv[0].as_str().unwrap().to_owned(), kv[1].clone()))
+            .collect()
     };
     let got = pairs(got);
     for (field, value) in pairs(want) {
@@ -343,7 +572,12 @@ fn assert_same_writes(con: &mut redis::Connection, version: &str, how: &str) {
     // gives the token granted now).
     let mut tokens: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for w in writes.as_array().unwrap() {
-        let mut args: Vec<String> = w["command"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+        let mut args: Vec<String> = w["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
         if let Some(i) = args.iter().position(|a| a.eq_ignore_ascii_case("LEASE")) {
             if let Some(now) = args.get(i + 1).and_then(|t| tokens.get(t)) {
                 args[i + 1] = now.clone();
@@ -354,12 +588,23 @@ fn assert_same_writes(con: &mut redis::Connection, version: &str, how: &str) {
         // The answer as stored, its lease time written as the comparison does.
         let want = match w["answer"]["error"].as_str() {
             Some(e) => json!({ "error": fixturekit::without_lease_time(e) }),
-            None if w["answer"].as_str().is_some_and(|t| t.starts_with("{\"conversation_history\"")) => parsed(&w["answer"]),
+            None if w["answer"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("{\"conversation_history\"")) =>
+            {
+                parsed(&w["answer"])
+            }
             None => w["answer"].clone(),
         };
         // v3 tokens are at least 32 x the grant's ms (earlier: 1, 2, ...):
         // a granted lease is compared as granted.
-        let granted = |v: &Json| v.as_array().and_then(|a| a.iter().position(|f| f == "lease").map(|i| a[i + 1].as_i64()));
+        let granted = |v: &Json| {
+            v.as_array().and_then(|a| {
+                a.iter()
+                    .position(|f| f == "lease")
+                    .map(|i| a[i + 1].as_i64())
+            })
+        };
         let got = match (granted(&got), granted(&want)) {
             (Some(Some(g)), Some(Some(w))) if g > 0 && w > 0 => {
                 let mut a = got.as_array().unwrap().clone();
@@ -370,7 +615,10 @@ fn assert_same_writes(con: &mut redis::Connection, version: &str, how: &str) {
             }
             _ => got,
         };
-        assert_eq!(got, want, "{how}: {args:?} answers unlike release {version}");
+        assert_eq!(
+            got, want,
+            "{how}: {args:?} answers unlike release {version}"
+        );
     }
 }
 
@@ -384,7 +632,10 @@ fn assert_loaded(con: &mut redis::Connection, version: &str, how: &str) {
     for key in keys_of(&expected(version)) {
         let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(con).unwrap();
         let (encver, format) = fixturekit::dump_versions(&dump);
-        assert!(encver > u64::from(release(version)) && u64::from(format) == encver, "{how}: {key} saved as {encver}/{format}");
+        assert!(
+            encver > u64::from(release(version)) && u64::from(format) == encver,
+            "{how}: {key} saved as {encver}/{format}"
+        );
     }
     assert_same_writes(con, version, how);
 }
@@ -406,7 +657,11 @@ fn dumps_restore(version: &str) {
     let dumps: Json = serde_json::from_str(&text).unwrap();
     for (key, payload) in dumps.as_object().unwrap() {
         let bytes = unhex(payload.as_str().unwrap());
-        let r: redis::RedisResult<Value> = redis::cmd("RESTORE").arg(key).arg(0).arg(bytes).query(&mut con);
+        let r: redis::RedisResult<Value> = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(bytes)
+            .query(&mut con);
         r.unwrap_or_else(|e| panic!("RESTORE {key}: {e}"));
     }
     assert_loaded(&mut con, version, &format!("DUMP of {version}"));
@@ -415,11 +670,18 @@ fn dumps_restore(version: &str) {
 fn aofs_load(version: &str) {
     for dir in ["aof-ops", "aof-rewritten"] {
         let mut server = Server::start();
-        copy_dir(&fixtures(version).join(dir), &server.dir.join("appendonlydir"));
+        copy_dir(
+            &fixtures(version).join(dir),
+            &server.dir.join("appendonlydir"),
+        );
         server.restart_with(&["--appendonly", "yes"]);
         let mut con = server.client();
         assert_loaded(&mut con, version, &format!("{dir} of {version}"));
-        assert!(!server.log().contains("ASSERTION"), "{dir}: {}", server.log());
+        assert!(
+            !server.log().contains("ASSERTION"),
+            "{dir}: {}",
+            server.log()
+        );
     }
 }
 
@@ -429,16 +691,34 @@ fn aofs_load(version: &str) {
 fn files_are_of_their_format(version: &str) {
     let n = release(version);
     let dir = fixtures(version);
-    let dumps: Json = serde_json::from_str(&std::fs::read_to_string(dir.join("dumps.json")).unwrap()).unwrap();
-    let dumps: Vec<Vec<u8>> = dumps.as_object().unwrap().values().map(|v| unhex(v.as_str().unwrap())).collect();
+    let dumps: Json =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("dumps.json")).unwrap()).unwrap();
+    let dumps: Vec<Vec<u8>> = dumps
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| unhex(v.as_str().unwrap()))
+        .collect();
     for d in &dumps {
-        assert_eq!(fixturekit::dump_versions(d), (u64::from(n), n as u8), "DUMP of {version}");
+        assert_eq!(
+            fixturekit::dump_versions(d),
+            (u64::from(n), n as u8),
+            "DUMP of {version}"
+        );
     }
     let rdb = std::fs::read(dir.join("sessions.rdb")).unwrap();
     let id_at = |encver| fixturekit::module_id_bytes(&dumps[0], encver);
-    assert_eq!(fixturekit::count(&rdb, &id_at(u64::from(n))), dumps.len(), "sessions of encoding version {n} in the RDB");
+    assert_eq!(
+        fixturekit::count(&rdb, &id_at(u64::from(n))),
+        dumps.len(),
+        "sessions of encoding version {n} in the RDB"
+    );
     for other in (1..8).filter(|&v| v != u64::from(n)) {
-        assert_eq!(fixturekit::count(&rdb, &id_at(other)), 0, "values of encoding version {other} in the RDB of {version}");
+        assert_eq!(
+            fixturekit::count(&rdb, &id_at(other)),
+            0,
+            "values of encoding version {other} in the RDB of {version}"
+        );
     }
     let (mut puts, mut applies) = (0, 0);
     for sub in ["aof-ops", "aof-rewritten"] {
@@ -450,13 +730,25 @@ fn files_are_of_their_format(version: &str) {
             for args in fixturekit::aof_commands(&path) {
                 let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
                 if name == "MEM._PUT" || name == "MEM._APPLY" {
-                    assert_eq!(args[2].first(), Some(&(n as u8)), "{sub}: payload of {name} {}", String::from_utf8_lossy(&args[1]));
-                    *if name == "MEM._PUT" { &mut puts } else { &mut applies } += 1;
+                    assert_eq!(
+                        args[2].first(),
+                        Some(&(n as u8)),
+                        "{sub}: payload of {name} {}",
+                        String::from_utf8_lossy(&args[1])
+                    );
+                    *if name == "MEM._PUT" {
+                        &mut puts
+                    } else {
+                        &mut applies
+                    } += 1;
                 }
             }
         }
     }
-    assert!(puts >= dumps.len() && applies > 0, "{version}: {puts} MEM._PUT, {applies} MEM._APPLY");
+    assert!(
+        puts >= dumps.len() && applies > 0,
+        "{version}: {puts} MEM._PUT, {applies} MEM._APPLY"
+    );
 }
 
 #[test]

@@ -27,7 +27,9 @@ fn run(server: &Server, key: &str, contents: &[String], opts: &[&str]) -> Run {
     let mut sub = server.client();
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe(format!("__keyspace@0__:{key}")).unwrap();
-    pubsub.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let (mut first_signal, mut first_eviction) = (None, None);
     for (i, content) in contents.iter().enumerate() {
         let r = append(&mut con, key, "user", content, opts);
@@ -42,7 +44,11 @@ fn run(server: &Server, key: &str, contents: &[String], opts: &[&str]) -> Run {
     while let Ok(msg) = pubsub.get_message() {
         events.push(msg.get_payload::<String>().unwrap());
     }
-    Run { first_signal, first_eviction, events }
+    Run {
+        first_signal,
+        first_eviction,
+        events,
+    }
 }
 
 fn position(events: &[String], event: &str) -> Option<usize> {
@@ -57,11 +63,21 @@ fn short_messages_signal_six_appends_before_the_first_eviction() {
     let r = run(&server, "mem:{short}", &contents, &[]);
     assert_eq!(r.first_signal, Some(24), "30 less 20%");
     assert_eq!(r.first_eviction, Some(31));
-    let (threshold, trim) = (position(&r.events, "mem.threshold"), position(&r.events, "mem.trim"));
-    assert!(threshold.is_some() && threshold < trim, "mem.threshold before mem.trim: {:?}", r.events);
+    let (threshold, trim) = (
+        position(&r.events, "mem.threshold"),
+        position(&r.events, "mem.trim"),
+    );
+    assert!(
+        threshold.is_some() && threshold < trim,
+        "mem.threshold before mem.trim: {:?}",
+        r.events
+    );
     // The event comes with the append that replied summarize 1: the 24th
     // mem.append is the one before it.
-    let appends_before = r.events[..threshold.unwrap()].iter().filter(|e| *e == "mem.append").count();
+    let appends_before = r.events[..threshold.unwrap()]
+        .iter()
+        .filter(|e| *e == "mem.append")
+        .count();
     assert_eq!(appends_before, 24);
 
     // Headroom 0: signal at the cap, the very next append evicts.
@@ -87,8 +103,15 @@ fn a_large_window_model_signals_before_the_token_cap_evicts() {
     let r = run(&server, "mem:{large}", &messages_of(1_000, 100), &opts);
     assert_eq!(r.first_signal, Some(64));
     assert_eq!(r.first_eviction, Some(81));
-    let (threshold, trim) = (position(&r.events, "mem.threshold"), position(&r.events, "mem.trim"));
-    assert!(threshold.is_some() && threshold < trim, "{:?}", &r.events[..10.min(r.events.len())]);
+    let (threshold, trim) = (
+        position(&r.events, "mem.threshold"),
+        position(&r.events, "mem.trim"),
+    );
+    assert!(
+        threshold.is_some() && threshold < trim,
+        "{:?}",
+        &r.events[..10.min(r.events.len())]
+    );
     let mut con = server.client();
     let c = check(&mut con, "mem:{large}", &[]);
     assert_eq!(int_field(&c, "threshold_tokens"), 64_000);
@@ -110,14 +133,33 @@ fn a_large_window_model_signals_before_the_token_cap_evicts() {
 fn every_command_uses_the_same_thresholds() {
     let server = Server::start();
     let mut con = server.client();
-    for (headroom, maxmsgs, want) in [("20", "10", 8), ("50", "10", 5), ("90", "10", 1), ("0", "10", 10), ("20", "6", 5)] {
-        ok(&mut con, &["CONFIG", "SET", "mem.summarize-headroom", headroom]);
+    for (headroom, maxmsgs, want) in [
+        ("20", "10", 8),
+        ("50", "10", 5),
+        ("90", "10", 1),
+        ("0", "10", 10),
+        ("20", "6", 5),
+    ] {
+        ok(
+            &mut con,
+            &["CONFIG", "SET", "mem.summarize-headroom", headroom],
+        );
         let key = format!("mem:{{h{headroom}-{maxmsgs}}}");
         let mut first = None;
         for i in 1..=10 {
-            let r = append(&mut con, &key, "user", &format!("m{i}"), &["MAXMSGS", maxmsgs]);
+            let r = append(
+                &mut con,
+                &key,
+                "user",
+                &format!("m{i}"),
+                &["MAXMSGS", maxmsgs],
+            );
             let c = check(&mut con, &key, &[]);
-            assert_eq!(int_field(&c, "threshold_messages"), want, "headroom {headroom}, maxmsgs {maxmsgs}");
+            assert_eq!(
+                int_field(&c, "threshold_messages"),
+                want,
+                "headroom {headroom}, maxmsgs {maxmsgs}"
+            );
             assert_eq!(int_field(&r, "summarize"), int_field(&c, "summarize"));
             let b = map_reply(&mut con, &["MEM.SUMMARIZE_BEGIN", &key, "1", "KEEP", "100"]);
             assert_eq!(int_field(&b, "threshold_messages"), want);

@@ -55,13 +55,25 @@ fn concurrent_appends_all_land_in_order() {
     setup_big(&mut con, key);
     let acked = run_writers(&server, key, 8, 500);
     let doc = check_consistent(&mut con, key);
-    assert_eq!(doc.messages.len(), 1 + 8 * 500, "messages after 8 x 500 appends");
-    let by_content: HashMap<&str, u64> = doc.messages.iter().map(|m| (m.content.as_str(), m.id)).collect();
+    assert_eq!(
+        doc.messages.len(),
+        1 + 8 * 500,
+        "messages after 8 x 500 appends"
+    );
+    let by_content: HashMap<&str, u64> = doc
+        .messages
+        .iter()
+        .map(|m| (m.content.as_str(), m.id))
+        .collect();
     let mut ids = HashSet::new();
     for (t, list) in acked.iter().enumerate() {
         let mut prev = 0;
         for (id, content) in list {
-            assert_eq!(by_content.get(content.as_str()), Some(id), "client {t}: {content}");
+            assert_eq!(
+                by_content.get(content.as_str()),
+                Some(id),
+                "client {t}: {content}"
+            );
             assert!(*id > prev, "client {t}: its messages out of order");
             prev = *id;
             assert!(ids.insert(*id), "id {id} handed out twice");
@@ -93,7 +105,15 @@ fn concurrent_appends_with_a_racing_summarizer_lose_nothing() {
                 if upto <= last_upto {
                     continue;
                 }
-                match cmd(&mut con, &["MEM.SUMMARIZE", key, &upto.to_string(), &format!("summary {n} up to {upto}")]) {
+                match cmd(
+                    &mut con,
+                    &[
+                        "MEM.SUMMARIZE",
+                        key,
+                        &upto.to_string(),
+                        &format!("summary {n} up to {upto}"),
+                    ],
+                ) {
                     Ok(v) => {
                         let f = as_fields(v);
                         assert_eq!(int_field(&f, "id"), upto);
@@ -113,21 +133,39 @@ fn concurrent_appends_with_a_racing_summarizer_lose_nothing() {
     done.store(true, Ordering::Relaxed);
     let (applied, refused, last_upto) = summarizer.join().unwrap();
     let doc = check_consistent(&mut con, key);
-    assert_eq!(doc.summary_upto as i64, last_upto, "the last applied summary is the session's");
-    let present: HashMap<&str, u64> = doc.messages.iter().map(|m| (m.content.as_str(), m.id)).collect();
+    assert_eq!(
+        doc.summary_upto as i64, last_upto,
+        "the last applied summary is the session's"
+    );
+    let present: HashMap<&str, u64> = doc
+        .messages
+        .iter()
+        .map(|m| (m.content.as_str(), m.id))
+        .collect();
     let (mut kept, mut summarized) = (0, 0);
     for list in &acked {
         for (id, content) in list {
             if *id as i64 <= last_upto {
-                assert!(!present.contains_key(content.as_str()), "{content} (id {id}) survived its summary");
+                assert!(
+                    !present.contains_key(content.as_str()),
+                    "{content} (id {id}) survived its summary"
+                );
                 summarized += 1;
             } else {
-                assert_eq!(present.get(content.as_str()), Some(id), "{content} (id {id}) lost");
+                assert_eq!(
+                    present.get(content.as_str()),
+                    Some(id),
+                    "{content} (id {id}) lost"
+                );
                 kept += 1;
             }
         }
     }
-    assert_eq!(doc.messages.len(), kept, "messages in the session beyond the acknowledged ones");
+    assert_eq!(
+        doc.messages.len(),
+        kept,
+        "messages in the session beyond the acknowledged ones"
+    );
     assert!(applied > 0, "the summarizer never ran");
     println!(
         "hostile/summarizer race: {} appends acknowledged, {summarized} covered by {applied} summaries ({refused} refused), \
@@ -140,8 +178,22 @@ fn concurrent_appends_with_a_racing_summarizer_lose_nothing() {
 
 const FUZZ_KEYS: [&str; 3] = ["mem:{fz}:a", "mem:{fz}:b", "mem:{fz}:c"];
 const OPTIONS: [&str; 16] = [
-    "TS", "META", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "LAST", "AFTER", "BUDGET", "FORMAT", "KEEP", "CONTEXT", "EX",
-    "REPLACE", "json", "maxmsgs",
+    "TS",
+    "META",
+    "MODEL",
+    "TTL",
+    "MAXTOKENS",
+    "MAXMSGS",
+    "LAST",
+    "AFTER",
+    "BUDGET",
+    "FORMAT",
+    "KEEP",
+    "CONTEXT",
+    "EX",
+    "REPLACE",
+    "json",
+    "maxmsgs",
 ];
 
 fn deep_json(depth: usize) -> String {
@@ -149,7 +201,9 @@ fn deep_json(depth: usize) -> String {
 }
 
 fn huge_json(items: usize) -> String {
-    let body: Vec<String> = (0..items).map(|i| format!("{{\"k{i}\":\"{}\"}}", "v".repeat(i % 50))).collect();
+    let body: Vec<String> = (0..items)
+        .map(|i| format!("{{\"k{i}\":\"{}\"}}", "v".repeat(i % 50)))
+        .collect();
     format!("{{\"items\":[{}]}}", body.join(","))
 }
 
@@ -171,10 +225,33 @@ impl Gen {
 
     fn number(&mut self) -> Vec<u8> {
         let choices = [
-            "0", "1", "2", "5", "30", "-1", "-0", "+3", " 5", "5 ", "3.5", "1e3", "0x10", "nan", "",
-            "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551615",
-            "18446744073709551616", "99999999999999999999999999", "4294967296", "100000", "3153600000",
-            "3153600001", "9007199254740991", "9007199254740992",
+            "0",
+            "1",
+            "2",
+            "5",
+            "30",
+            "-1",
+            "-0",
+            "+3",
+            " 5",
+            "5 ",
+            "3.5",
+            "1e3",
+            "0x10",
+            "nan",
+            "",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999999999",
+            "4294967296",
+            "100000",
+            "3153600000",
+            "3153600001",
+            "9007199254740991",
+            "9007199254740992",
         ];
         if self.rng.gen_bool(0.3) {
             self.rng.gen_range(0..200u64).to_string().into_bytes()
@@ -230,10 +307,32 @@ impl Gen {
         match self.rng.gen_range(0..10) {
             0 | 1 => self.number(),
             2 => self.random_bytes(40),
-            3 => self.pick(&[&b"\xff\xfe"[..], b"ok\x80", b"\xc3\x28", b"\xed\xa0\x80", b"\0", b"a\0b"]).to_vec(),
+            3 => self
+                .pick(&[
+                    &b"\xff\xfe"[..],
+                    b"ok\x80",
+                    b"\xc3\x28",
+                    b"\xed\xa0\x80",
+                    b"\0",
+                    b"a\0b",
+                ])
+                .to_vec(),
             4 => self.json_doc(),
             5 => self.pick(&OPTIONS).as_bytes().to_vec(),
-            6 => self.pick(&["user", "tool", "summary", "", "gpt-4", "claude-3-5-sonnet", "unknown-model", "JSON", "RESP"]).as_bytes().to_vec(),
+            6 => self
+                .pick(&[
+                    "user",
+                    "tool",
+                    "summary",
+                    "",
+                    "gpt-4",
+                    "claude-3-5-sonnet",
+                    "unknown-model",
+                    "JSON",
+                    "RESP",
+                ])
+                .as_bytes()
+                .to_vec(),
             7 => "r".repeat(self.rng.gen_range(60..70)).into_bytes(),
             8 => "m".repeat(self.rng.gen_range(250..260)).into_bytes(),
             _ => format!("text {} 🚀 ü", self.rng.gen::<u32>()).into_bytes(),
@@ -281,9 +380,20 @@ impl Gen {
         };
         match self.rng.gen_range(0..12) {
             0..=2 => {
-                let role = self.pick(&["user", "assistant", "tool", "system"]).to_string();
-                c = vec![s("MEM.APPEND"), key, s(&role), format!("content {}", self.rng.gen::<u16>()).into_bytes()];
-                let ts = self.rng.gen_range(0..2_000_000_000_000u64).to_string().into_bytes();
+                let role = self
+                    .pick(&["user", "assistant", "tool", "system"])
+                    .to_string();
+                c = vec![
+                    s("MEM.APPEND"),
+                    key,
+                    s(&role),
+                    format!("content {}", self.rng.gen::<u16>()).into_bytes(),
+                ];
+                let ts = self
+                    .rng
+                    .gen_range(0..2_000_000_000_000u64)
+                    .to_string()
+                    .into_bytes();
                 opt(&mut c, "TS", ts, &mut self.rng);
                 opt(&mut c, "META", s("{\"n\":1}"), &mut self.rng);
                 let model = s(*self.pick(&["gpt-4o", "gpt-4", "claude-3-5-sonnet", "o3-mini"]));
@@ -325,7 +435,12 @@ impl Gen {
             }
             5 => {
                 let upto = self.number();
-                c = vec![s("MEM.SUMMARIZE"), key, upto, format!("summary {}", self.rng.gen::<u16>()).into_bytes()];
+                c = vec![
+                    s("MEM.SUMMARIZE"),
+                    key,
+                    upto,
+                    format!("summary {}", self.rng.gen::<u16>()).into_bytes(),
+                ];
                 let token = self.rng.gen_range(1..5u64).to_string().into_bytes();
                 opt(&mut c, "LEASE", token, &mut self.rng);
             }
@@ -355,7 +470,11 @@ impl Gen {
             }
             _ => {
                 let p = self.pick(&self.session_payloads.clone()).clone();
-                let p = if self.rng.gen_bool(0.5) { self.mutate_payload(p) } else { self.random_bytes(64) };
+                let p = if self.rng.gen_bool(0.5) {
+                    self.mutate_payload(p)
+                } else {
+                    self.random_bytes(64)
+                };
                 c = vec![s("MEM._PUT"), key, p];
             }
         }
@@ -366,12 +485,26 @@ impl Gen {
         if self.rng.gen_bool(0.1) {
             // Pure noise after a MEM.* name.
             let name = self.pick(&[
-                "MEM.APPEND", "MEM.GET", "MEM.SUMMARIZE_CHECK", "MEM.SUMMARIZE", "MEM.EXTSET", "MEM.EXTGET",
-                "MEM.IMPORT", "MEM.INFO", "MEM._APPLY", "MEM._PUT", "mem.append", "MEM.SUMMARIZE_BEGIN",
+                "MEM.APPEND",
+                "MEM.GET",
+                "MEM.SUMMARIZE_CHECK",
+                "MEM.SUMMARIZE",
+                "MEM.EXTSET",
+                "MEM.EXTGET",
+                "MEM.IMPORT",
+                "MEM.INFO",
+                "MEM._APPLY",
+                "MEM._PUT",
+                "mem.append",
+                "MEM.SUMMARIZE_BEGIN",
             ]);
             let mut c = vec![name.as_bytes().to_vec()];
             for _ in 0..self.rng.gen_range(0..7) {
-                c.push(if self.rng.gen_bool(0.5) { self.key() } else { self.hostile() });
+                c.push(if self.rng.gen_bool(0.5) {
+                    self.key()
+                } else {
+                    self.hostile()
+                });
             }
             return c;
         }
@@ -416,7 +549,15 @@ fn printable(args: &[Vec<u8>]) -> String {
     args.iter()
         .map(|a| {
             let s = String::from_utf8_lossy(a);
-            if s.len() > 60 { format!("{}...({} B)", &s[..s.char_indices().nth(50).map_or(s.len(), |(i, _)| i)], a.len()) } else { s.into_owned() }
+            if s.len() > 60 {
+                format!(
+                    "{}...({} B)",
+                    &s[..s.char_indices().nth(50).map_or(s.len(), |(i, _)| i)],
+                    a.len()
+                )
+            } else {
+                s.into_owned()
+            }
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -434,12 +575,45 @@ fn reference_payloads(con: &mut redis::Connection) -> (Vec<Vec<u8>>, Vec<Vec<u8>
     let sessions: Vec<Vec<u8>> = keys.iter().map(|k| module_payload(&dump(con, k))).collect();
     let s = default_psettings();
     let ops = vec![
-        op_append(1_700_000_000_000, &s, &PMessage { id: 1000, role: b"user", content: b"hello", ts: 1, tokens: 5, meta: None }),
-        op_append(1_700_000_000_000, &s, &PMessage { id: 1001, role: b"tool", content: b"x", ts: 2, tokens: 5, meta: Some(b"{}") }),
+        op_append(
+            1_700_000_000_000,
+            &s,
+            &PMessage {
+                id: 1000,
+                role: b"user",
+                content: b"hello",
+                ts: 1,
+                tokens: 5,
+                meta: None,
+            },
+        ),
+        op_append(
+            1_700_000_000_000,
+            &s,
+            &PMessage {
+                id: 1001,
+                role: b"tool",
+                content: b"x",
+                ts: 2,
+                tokens: 5,
+                meta: Some(b"{}"),
+            },
+        ),
         op_summarize(1_700_000_000_000, b"sum", 7, 3, 5),
         op_extset(1_700_000_000_000, &s, b"dify", b"c1", 1_900_000_000_000),
         // Format 1, as the AOFs of release 0.1 carry them.
-        op_append_v1(1_700_000_000_000, &s, &PMessage { id: 1002, role: b"user", content: b"old", ts: 3, tokens: 5, meta: Some(b"{}") }),
+        op_append_v1(
+            1_700_000_000_000,
+            &s,
+            &PMessage {
+                id: 1002,
+                role: b"user",
+                content: b"old",
+                ts: 3,
+                tokens: 5,
+                meta: Some(b"{}"),
+            },
+        ),
         op_summarize_v1(1_700_000_000_000, b"sum", 7, 3, 5),
         op_extset_v1(1_700_000_000_000, &s, b"n8n", b"c2", 1_900_000_000_000),
     ];
@@ -457,7 +631,11 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
             ok(&mut con, &["MEM.APPEND", k, "user", &format!("seed {i}")]);
         }
     }
-    let mut gen = Gen { rng: StdRng::seed_from_u64(0x5eed_2024), session_payloads, op_payloads };
+    let mut gen = Gen {
+        rng: StdRng::seed_from_u64(0x5eed_2024),
+        session_payloads,
+        op_payloads,
+    };
     let (mut sent, mut errors, mut oks) = (0usize, 0usize, 0usize);
     let mut error_kinds: HashMap<String, usize> = HashMap::new();
     let mut violations = Violations::default();
@@ -475,18 +653,29 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
         }
         sent += 1;
         if !server.is_alive() {
-            panic!("server crashed on command #{n}: {}\nlog:\n{}", printable(&args), tail(&server.log()));
+            panic!(
+                "server crashed on command #{n}: {}\nlog:\n{}",
+                printable(&args),
+                tail(&server.log())
+            );
         }
         match reply {
             Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                panic!("connection lost on command #{n}: {} ({e})\nlog:\n{}", printable(&args), tail(&server.log()))
+                panic!(
+                    "connection lost on command #{n}: {} ({e})\nlog:\n{}",
+                    printable(&args),
+                    tail(&server.log())
+                )
             }
             Err(e) if e.code().is_none() => {
                 // Not a well-formed error reply (e.g. not valid UTF-8: the
                 // client cannot parse it and the connection is unusable).
                 errors += 1;
                 *error_kinds.entry("MALFORMED".to_owned()).or_default() += 1;
-                violations.add("malformed (non-UTF-8) error reply", format!("{} -> {e}", printable(&args)));
+                violations.add(
+                    "malformed (non-UTF-8) error reply",
+                    format!("{} -> {e}", printable(&args)),
+                );
                 con = server.client();
                 let after = digests(&mut con);
                 if after != before {
@@ -500,7 +689,10 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
                 *error_kinds.entry(code).or_default() += 1;
                 let after = digests(&mut con);
                 if after != before {
-                    violations.add("failed command changed a session", format!("{} -> {e}", printable(&args)));
+                    violations.add(
+                        "failed command changed a session",
+                        format!("{} -> {e}", printable(&args)),
+                    );
                 }
                 before = after;
             }
@@ -511,7 +703,10 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
                     // No command deletes a session: one gone after OK had an
                     // expiry that overflowed (a huge TTL on Redis 7.0).
                     if after[i].starts_with("0000000000") && !before[i].starts_with("0000000000") {
-                        violations.add("session gone right after a successful command", printable(&args));
+                        violations.add(
+                            "session gone right after a successful command",
+                            printable(&args),
+                        );
                     }
                     if after[i] != before[i] {
                         if let Some(p) = consistency_problem(&mut con, k) {
@@ -524,9 +719,17 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
                         }
                         // The changed session must survive DUMP/RESTORE.
                         let d = dump(&mut con, k);
-                        let r = redis::cmd("RESTORE").arg("mem:{fz}:scratch").arg(0).arg(&d).arg("REPLACE").query::<Value>(&mut con);
+                        let r = redis::cmd("RESTORE")
+                            .arg("mem:{fz}:scratch")
+                            .arg(0)
+                            .arg(&d)
+                            .arg("REPLACE")
+                            .query::<Value>(&mut con);
                         if let Err(e) = r {
-                            violations.add("session no longer survives DUMP/RESTORE", format!("after {}: {k}: {e}", printable(&args)));
+                            violations.add(
+                                "session no longer survives DUMP/RESTORE",
+                                format!("after {}: {k}: {e}", printable(&args)),
+                            );
                         }
                     }
                 }
@@ -548,13 +751,25 @@ fn fuzzed_commands_never_crash_and_failures_change_nothing() {
     // Everything must also survive a reload of the whole dataset.
     let final_digests = digests(&mut con);
     ok(&mut con, &["DEBUG", "RELOAD"]);
-    assert!(server.is_alive(), "DEBUG RELOAD crashed the server:\n{}", tail(&server.log()));
-    assert_eq!(digests(&mut con), final_digests, "sessions changed across DEBUG RELOAD");
+    assert!(
+        server.is_alive(),
+        "DEBUG RELOAD crashed the server:\n{}",
+        tail(&server.log())
+    );
+    assert_eq!(
+        digests(&mut con),
+        final_digests,
+        "sessions changed across DEBUG RELOAD"
+    );
     let mut kinds: Vec<_> = error_kinds.into_iter().collect();
     kinds.sort();
     println!("hostile/fuzz: {sent} commands sent, {oks} ok, {errors} error replies {kinds:?}, crashes 0, violations {}", violations.total());
     violations.print();
-    assert!(violations.is_empty(), "violations:\n{}", violations.summary());
+    assert!(
+        violations.is_empty(),
+        "violations:\n{}",
+        violations.summary()
+    );
 }
 
 /// Violations by class: count and the first few examples.
@@ -582,7 +797,15 @@ impl Violations {
     fn summary(&self) -> String {
         self.0
             .iter()
-            .map(|(c, n, ex)| format!("{n} x {c}, e.g.\n    {}", ex.iter().map(|e| e.chars().take(400).collect::<String>()).collect::<Vec<_>>().join("\n    ")))
+            .map(|(c, n, ex)| {
+                format!(
+                    "{n} x {c}, e.g.\n    {}",
+                    ex.iter()
+                        .map(|e| e.chars().take(400).collect::<String>())
+                        .collect::<Vec<_>>()
+                        .join("\n    ")
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -608,9 +831,16 @@ fn restore_check(
     what: &str,
 ) {
     stats.0 += 1;
-    let r = redis::cmd("RESTORE").arg("mem:{cor}:target").arg(0).arg(payload).arg("REPLACE").query::<Value>(con);
+    let r = redis::cmd("RESTORE")
+        .arg("mem:{cor}:target")
+        .arg(0)
+        .arg(payload)
+        .arg("REPLACE")
+        .query::<Value>(con);
     match r {
-        Err(e) if e.is_io_error() || e.is_connection_dropped() => panic!("{what}: connection lost: {e}"),
+        Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+            panic!("{what}: connection lost: {e}")
+        }
         Err(_) => stats.1 += 1,
         Ok(_) => {
             stats.2 += 1;
@@ -623,14 +853,26 @@ fn restore_check(
                 problems.add(class, format!("{what}: {p}"));
             }
             // It must also take a write and come back from a DUMP.
-            if let Err(e) = cmd(con, &["MEM.APPEND", "mem:{cor}:target", "user", "after restore"]) {
+            if let Err(e) = cmd(
+                con,
+                &["MEM.APPEND", "mem:{cor}:target", "user", "after restore"],
+            ) {
                 if e.code().is_none() {
                     panic!("{what}: append after restore: {e}");
                 }
             }
             let d = dump(con, "mem:{cor}:target");
-            if let Err(e) = redis::cmd("RESTORE").arg("mem:{cor}:again").arg(0).arg(&d).arg("REPLACE").query::<Value>(con) {
-                problems.add("restored session does not survive a second DUMP/RESTORE", format!("{what}: {e}"));
+            if let Err(e) = redis::cmd("RESTORE")
+                .arg("mem:{cor}:again")
+                .arg(0)
+                .arg(&d)
+                .arg("REPLACE")
+                .query::<Value>(con)
+            {
+                problems.add(
+                    "restored session does not survive a second DUMP/RESTORE",
+                    format!("{what}: {e}"),
+                );
             }
         }
     }
@@ -645,12 +887,36 @@ fn corrupt_and_truncated_dump_payloads_are_refused_never_crash() {
     for compression in ["no", "yes"] {
         ok(&mut con, &["CONFIG", "SET", "rdbcompression", compression]);
         let key = format!("mem:{{cor}}:src-{compression}");
-        ok(&mut con, &["MEM.IMPORT", &key, r#"{"conversation_history":[{"role":"user","content":"hello there, how are you doing today","timestamp":"2024-01-01T00:00:00"},{"role":"assistant","content":"fine","meta":{"tool_calls":[{"id":"a"}]}}],"user_profile":{"name":"Ana","tags":["a","b"]},"context":{"x":1}}"#, "TTL", "0"]);
+        ok(
+            &mut con,
+            &[
+                "MEM.IMPORT",
+                &key,
+                r#"{"conversation_history":[{"role":"user","content":"hello there, how are you doing today","timestamp":"2024-01-01T00:00:00"},{"role":"assistant","content":"fine","meta":{"tool_calls":[{"id":"a"}]}}],"user_profile":{"name":"Ana","tags":["a","b"]},"context":{"x":1}}"#,
+                "TTL",
+                "0",
+            ],
+        );
         for i in 0..6 {
-            ok(&mut con, &["MEM.APPEND", &key, if i % 3 == 2 { "tool" } else { "user" }, &format!("message number {i} with some text")]);
+            ok(
+                &mut con,
+                &[
+                    "MEM.APPEND",
+                    &key,
+                    if i % 3 == 2 { "tool" } else { "user" },
+                    &format!("message number {i} with some text"),
+                ],
+            );
         }
-        let upto = int_field(&map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", &key, "KEEP", "3"]), "upto").to_string();
-        ok(&mut con, &["MEM.SUMMARIZE", &key, &upto, "a summary of it all"]);
+        let upto = int_field(
+            &map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", &key, "KEEP", "3"]),
+            "upto",
+        )
+        .to_string();
+        ok(
+            &mut con,
+            &["MEM.SUMMARIZE", &key, &upto, "a summary of it all"],
+        );
         ok(&mut con, &["MEM.EXTSET", &key, "dify", "conv-42"]);
         check_consistent(&mut con, &key);
         let full = dump(&mut con, &key);
@@ -658,27 +924,55 @@ fn corrupt_and_truncated_dump_payloads_are_refused_never_crash() {
         let payload = payload.to_vec();
 
         // The intact payload restores to an identical session.
-        redis::cmd("RESTORE").arg("mem:{cor}:target").arg(0).arg(&full).arg("REPLACE").query::<()>(&mut con).unwrap();
+        redis::cmd("RESTORE")
+            .arg("mem:{cor}:target")
+            .arg(0)
+            .arg(&full)
+            .arg("REPLACE")
+            .query::<()>(&mut con)
+            .unwrap();
         assert_eq!(digest(&mut con, "mem:{cor}:target"), digest(&mut con, &key));
 
         for len in 0..full.len() {
             // Truncated as is (Redis's checksum refuses it) ...
-            restore_check(&mut con, &full[..len], &mut stats, &mut problems, &format!("raw truncation at {len}"));
+            restore_check(
+                &mut con,
+                &full[..len],
+                &mut stats,
+                &mut problems,
+                &format!("raw truncation at {len}"),
+            );
         }
         for len in 0..payload.len() {
             // ... and truncated with a valid footer, reaching the loader.
             let p = with_footer(&payload[..len], ver);
-            restore_check(&mut con, &p, &mut stats, &mut problems, &format!("truncation at {len} + footer"));
+            restore_check(
+                &mut con,
+                &p,
+                &mut stats,
+                &mut problems,
+                &format!("truncation at {len} + footer"),
+            );
         }
         for at in 0..payload.len() {
             for mask in [0x01u8, 0x02, 0x10, 0x80, 0xff] {
                 let mut p = payload.clone();
                 p[at] ^= mask;
                 let p = with_footer(&p, ver);
-                restore_check(&mut con, &p, &mut stats, &mut problems, &format!("byte {at} ^ {mask:#04x} (compression {compression})"));
+                restore_check(
+                    &mut con,
+                    &p,
+                    &mut stats,
+                    &mut problems,
+                    &format!("byte {at} ^ {mask:#04x} (compression {compression})"),
+                );
             }
             if at % 200 == 0 {
-                assert!(server.is_alive(), "crashed near byte {at}:\n{}", tail(&server.log()));
+                assert!(
+                    server.is_alive(),
+                    "crashed near byte {at}:\n{}",
+                    tail(&server.log())
+                );
             }
         }
         // Random garbage of plausible shape.
@@ -689,10 +983,20 @@ fn corrupt_and_truncated_dump_payloads_are_refused_never_crash() {
                 let at = rng.gen_range(0..p.len());
                 p[at] = rng.gen();
             }
-            restore_check(&mut con, &with_footer(&p, ver), &mut stats, &mut problems, "random bytes");
+            restore_check(
+                &mut con,
+                &with_footer(&p, ver),
+                &mut stats,
+                &mut problems,
+                "random bytes",
+            );
         }
     }
-    assert!(server.is_alive(), "server crashed:\n{}", tail(&server.log()));
+    assert!(
+        server.is_alive(),
+        "server crashed:\n{}",
+        tail(&server.log())
+    );
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
     println!(
@@ -722,9 +1026,18 @@ fn writes_under_maxmemory_fail_with_oom_and_change_nothing() {
     let key = "mem:{oom}:0";
     ok(&mut con, &["MEM.EXTSET", key, "dify", "before-oom"]);
     let before = snap(&mut con, key);
-    let used: u64 = info_field(&mut con, "memory", "used_memory").unwrap().parse().unwrap();
-    ok(&mut con, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
-    ok(&mut con, &["CONFIG", "SET", "maxmemory", &(used / 2).to_string()]);
+    let used: u64 = info_field(&mut con, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+    );
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory", &(used / 2).to_string()],
+    );
     let upto = int_field(&map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", key]), "upto").to_string();
     let doc = r#"{"conversation_history":[{"role":"user","content":"x"}]}"#;
     let mut refused = 0;
@@ -738,15 +1051,26 @@ fn writes_under_maxmemory_fail_with_oom_and_change_nothing() {
         vec!["MEM.IMPORT", key, doc, "REPLACE"],
     ] {
         let e = cmd(&mut con, &args).expect_err(&format!("{args:?} succeeded above maxmemory"));
-        assert!(e.to_string().contains("OOM") || e.code() == Some("OOM"), "{args:?}: {e}");
+        assert!(
+            e.to_string().contains("OOM") || e.code() == Some("OOM"),
+            "{args:?}: {e}"
+        );
         refused += 1;
     }
-    assert_same(&before, &snap(&mut con, key), "refused writes under maxmemory", 1000);
+    assert_same(
+        &before,
+        &snap(&mut con, key),
+        "refused writes under maxmemory",
+        1000,
+    );
     assert_eq!(ok(&mut con, &["EXISTS", "mem:{oom}:new"]), Value::Int(0));
     // Reads still work.
     check_consistent(&mut con, key);
     ok(&mut con, &["MEM.SUMMARIZE_CHECK", key]);
-    assert_eq!(ok(&mut con, &["MEM.EXTGET", key, "dify"]), Value::BulkString(b"before-oom".to_vec()));
+    assert_eq!(
+        ok(&mut con, &["MEM.EXTGET", key, "dify"]),
+        Value::BulkString(b"before-oom".to_vec())
+    );
     ok(&mut con, &["MEM.GET", key, "LAST", "2"]);
     // And writes again once there is room.
     ok(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
@@ -766,7 +1090,19 @@ fn memory_usage_tracks_content_size() {
         for i in 0..30 {
             let mut content = text(size);
             content.replace_range(0..4, &format!("{i:04}"));
-            ok(&mut con, &["MEM.APPEND", key, "user", &content, "MAXMSGS", "30", "MAXTOKENS", "1000000"]);
+            ok(
+                &mut con,
+                &[
+                    "MEM.APPEND",
+                    key,
+                    "user",
+                    &content,
+                    "MAXMSGS",
+                    "30",
+                    "MAXTOKENS",
+                    "1000000",
+                ],
+            );
         }
         let info = map_reply(&mut con, &["MEM.INFO", key]);
         assert_eq!(int_field(&info, "messages"), 30);
@@ -779,16 +1115,29 @@ fn memory_usage_tracks_content_size() {
     let expected = 30 * (6000 - 600);
     let diff = big - small;
     println!("hostile/memory usage: 30 x 600 B -> {small} B, 30 x 6000 B -> {big} B, difference {diff} (content difference {expected})");
-    assert!(small >= 30 * 600, "MEMORY USAGE {small} below the content size");
+    assert!(
+        small >= 30 * 600,
+        "MEMORY USAGE {small} below the content size"
+    );
     assert!(
         diff as f64 >= expected as f64 * 0.9 && diff as f64 <= expected as f64 * 1.5,
         "MEMORY USAGE difference {diff} does not track the content difference {expected}"
     );
     // Summarizing shrinks it.
-    let upto = int_field(&map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", "mem:{mu}:big", "KEEP", "5"]), "upto").to_string();
+    let upto = int_field(
+        &map_reply(
+            &mut con,
+            &["MEM.SUMMARIZE_CHECK", "mem:{mu}:big", "KEEP", "5"],
+        ),
+        "upto",
+    )
+    .to_string();
     ok(&mut con, &["MEM.SUMMARIZE", "mem:{mu}:big", &upto, "short"]);
     let after = usage(&mut con, "mem:{mu}:big");
-    assert!(after < big - 20 * 6000, "MEMORY USAGE after summarizing 25 messages: {after} (was {big})");
+    assert!(
+        after < big - 20 * 6000,
+        "MEMORY USAGE after summarizing 25 messages: {after} (was {big})"
+    );
 }
 
 // ---- ACL --------------------------------------------------------------------
@@ -798,18 +1147,39 @@ fn acl_key_patterns_apply_to_every_command() {
     let server = Server::start();
     let mut admin = server.client();
     ok(&mut admin, &["CONFIG", "SET", "rdbcompression", "no"]);
-    ok(&mut admin, &["ACL", "SETUSER", "alice", "on", ">pw", "~mem:{alice}*", "+@all"]);
+    ok(
+        &mut admin,
+        &[
+            "ACL",
+            "SETUSER",
+            "alice",
+            "on",
+            ">pw",
+            "~mem:{alice}*",
+            "+@all",
+        ],
+    );
     let bob_key = "mem:{bob}:s1";
     ok(&mut admin, &["MEM.APPEND", bob_key, "user", "bob's"]);
     ok(&mut admin, &["MEM.EXTSET", bob_key, "dify", "b"]);
     let bob_before = snap(&mut admin, bob_key);
     // Valid internal payloads: a session (from DUMP) and an op.
-    ok(&mut admin, &["MEM.APPEND", "mem:{alice}:tmpl", "user", "template"]);
+    ok(
+        &mut admin,
+        &["MEM.APPEND", "mem:{alice}:tmpl", "user", "template"],
+    );
     let session_payload = module_payload(&dump(&mut admin, "mem:{alice}:tmpl"));
     let op_payload = op_append(
         1_700_000_000_000,
         &default_psettings(),
-        &PMessage { id: 1000, role: b"user", content: b"via _APPLY", ts: 1_700_000_000_000, tokens: 7, meta: None },
+        &PMessage {
+            id: 1000,
+            role: b"user",
+            content: b"via _APPLY",
+            ts: 1_700_000_000_000,
+            tokens: 7,
+            meta: None,
+        },
     );
 
     let mut alice = server.client();
@@ -819,13 +1189,38 @@ fn acl_key_patterns_apply_to_every_command() {
     let mut denied = 0;
     for (session, other) in [("mem:{alice}:s1", "mem:{alice}:s2")] {
         let steps: Vec<Vec<Vec<u8>>> = vec![
-            vec![b"MEM.APPEND".to_vec(), session.into(), b"user".to_vec(), b"hi".to_vec()],
-            vec![b"MEM.APPEND".to_vec(), session.into(), b"assistant".to_vec(), b"hello".to_vec()],
+            vec![
+                b"MEM.APPEND".to_vec(),
+                session.into(),
+                b"user".to_vec(),
+                b"hi".to_vec(),
+            ],
+            vec![
+                b"MEM.APPEND".to_vec(),
+                session.into(),
+                b"assistant".to_vec(),
+                b"hello".to_vec(),
+            ],
             vec![b"MEM.GET".to_vec(), session.into()],
             vec![b"MEM.INFO".to_vec(), session.into()],
-            vec![b"MEM.SUMMARIZE_CHECK".to_vec(), session.into(), b"KEEP".to_vec(), b"1".to_vec()],
-            vec![b"MEM.SUMMARIZE".to_vec(), session.into(), b"1".to_vec(), b"sum".to_vec()],
-            vec![b"MEM.EXTSET".to_vec(), session.into(), b"dify".to_vec(), b"c".to_vec()],
+            vec![
+                b"MEM.SUMMARIZE_CHECK".to_vec(),
+                session.into(),
+                b"KEEP".to_vec(),
+                b"1".to_vec(),
+            ],
+            vec![
+                b"MEM.SUMMARIZE".to_vec(),
+                session.into(),
+                b"1".to_vec(),
+                b"sum".to_vec(),
+            ],
+            vec![
+                b"MEM.EXTSET".to_vec(),
+                session.into(),
+                b"dify".to_vec(),
+                b"c".to_vec(),
+            ],
             vec![b"MEM.EXTGET".to_vec(), session.into(), b"dify".to_vec()],
             vec![b"MEM.IMPORT".to_vec(), other.into(), doc.into()],
             vec![b"MEM._APPLY".to_vec(), session.into(), op_payload.clone()],
@@ -836,7 +1231,11 @@ fn acl_key_patterns_apply_to_every_command() {
             match cmd_bin(&mut alice, &refs) {
                 // Internal commands pass the ACL, then refuse any client.
                 Err(e) if step[0].starts_with(b"MEM._") => {
-                    assert!(e.to_string().contains("is internal"), "alice: {}: {e}", printable(step))
+                    assert!(
+                        e.to_string().contains("is internal"),
+                        "alice: {}: {e}",
+                        printable(step)
+                    )
                 }
                 r => drop(r.unwrap_or_else(|e| panic!("alice: {}: {e}", printable(step)))),
             }
@@ -845,12 +1244,22 @@ fn acl_key_patterns_apply_to_every_command() {
             let mut on_bob = step.clone();
             on_bob[1] = bob_key.as_bytes().to_vec();
             let refs: Vec<&[u8]> = on_bob.iter().map(Vec::as_slice).collect();
-            let e = cmd_bin(&mut alice, &refs).expect_err(&format!("alice ran {} on bob's key", printable(&on_bob)));
-            assert!(e.code() == Some("NOPERM") || e.to_string().contains("NOPERM"), "{}: {e}", printable(&on_bob));
+            let e = cmd_bin(&mut alice, &refs)
+                .expect_err(&format!("alice ran {} on bob's key", printable(&on_bob)));
+            assert!(
+                e.code() == Some("NOPERM") || e.to_string().contains("NOPERM"),
+                "{}: {e}",
+                printable(&on_bob)
+            );
             denied += 1;
         }
     }
-    assert_same(&bob_before, &snap(&mut admin, bob_key), "bob's session after alice's refused commands", 1000);
+    assert_same(
+        &bob_before,
+        &snap(&mut admin, bob_key),
+        "bob's session after alice's refused commands",
+        1000,
+    );
     check_consistent(&mut admin, "mem:{alice}:s1");
     println!("hostile/acl: {allowed} commands allowed on mem:{{alice}}, {denied} refused NOPERM on mem:{{bob}}");
 }

@@ -16,7 +16,20 @@ fn stat(con: &mut redis::Connection, field: &str) -> i64 {
 
 fn session(con: &mut redis::Connection, key: &str, messages: usize) {
     for i in 0..messages {
-        cmd(con, &["MEM.APPEND", key, "user", &format!("message {i}"), "MAXMSGS", "100000", "MAXTOKENS", "10000000"]).unwrap();
+        cmd(
+            con,
+            &[
+                "MEM.APPEND",
+                key,
+                "user",
+                &format!("message {i}"),
+                "MAXMSGS",
+                "100000",
+                "MAXTOKENS",
+                "10000000",
+            ],
+        )
+        .unwrap();
     }
 }
 
@@ -31,14 +44,26 @@ fn large_sessions_are_freed_lazily_and_small_ones_at_once() {
     assert_eq!(info_mem(&mut con, "sessions"), 4);
     let lazy = stat(&mut con, "lazyfreed_objects");
     cmd(&mut con, &["UNLINK", "mem:{small}"]).unwrap();
-    assert_eq!(stat(&mut con, "lazyfreed_objects"), lazy, "a 10-message session is freed at once");
+    assert_eq!(
+        stat(&mut con, "lazyfreed_objects"),
+        lazy,
+        "a 10-message session is freed at once"
+    );
     assert_eq!(info_mem(&mut con, "sessions"), 3);
     cmd(&mut con, &["UNLINK", "mem:{large}"]).unwrap();
-    poll_until(&mut con, "the large session freed in the background", |c| stat(c, "lazyfreed_objects") == lazy + 1);
+    poll_until(&mut con, "the large session freed in the background", |c| {
+        stat(c, "lazyfreed_objects") == lazy + 1
+    });
     cmd(&mut con, &["PEXPIRE", "mem:{expire}", "1"]).unwrap();
-    poll_until(&mut con, "the expired session freed in the background", |c| stat(c, "lazyfreed_objects") == lazy + 2);
+    poll_until(
+        &mut con,
+        "the expired session freed in the background",
+        |c| stat(c, "lazyfreed_objects") == lazy + 2,
+    );
     cmd(&mut con, &["FLUSHALL", "ASYNC"]).unwrap();
-    poll_until(&mut con, "every session freed", |c| info_mem(c, "sessions") == 0);
+    poll_until(&mut con, "every session freed", |c| {
+        info_mem(c, "sessions") == 0
+    });
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
 }

@@ -19,7 +19,13 @@ fn server_ms(con: &mut redis::Connection) -> i64 {
     secs * 1000 + micros / 1000
 }
 
-fn append(con: &mut redis::Connection, key: &str, role: &str, ts: i64, extra: &[&str]) -> Vec<(String, redis::Value)> {
+fn append(
+    con: &mut redis::Connection,
+    key: &str,
+    role: &str,
+    ts: i64,
+    extra: &[&str],
+) -> Vec<(String, redis::Value)> {
     let ts = ts.to_string();
     let mut args = vec!["MEM.APPEND", key, role, "text", "TS", &ts];
     args.extend_from_slice(extra);
@@ -31,13 +37,23 @@ fn ids(con: &mut redis::Connection, key: &str, opts: &[&str]) -> Vec<i64> {
     let mut args = vec!["MEM.GET", key];
     args.extend_from_slice(opts);
     let v = cmd(con, &args).unwrap();
-    let redis::Value::Array(items) = v else { panic!("{v:?}") };
-    items.into_iter().map(|m| int_field(&as_fields(m), "id")).collect()
+    let redis::Value::Array(items) = v else {
+        panic!("{v:?}")
+    };
+    items
+        .into_iter()
+        .map(|m| int_field(&as_fields(m), "id"))
+        .collect()
 }
 
 fn json_ids(con: &mut redis::Connection, key: &str) -> Vec<i64> {
     let doc: serde_json::Value = serde_json::from_str(&json_text(con, key)).unwrap();
-    doc["conversation_history"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect()
+    doc["conversation_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_i64().unwrap())
+        .collect()
 }
 
 const HOUR_MS: i64 = 3_600_000;
@@ -51,16 +67,28 @@ fn writes_evict_old_messages_wherever_they_are() {
     append(&mut con, "s", "user", now, &["MAXAGE", "3600"]);
     // Its own append never evicts a message, even an old one.
     let r = append(&mut con, "s", "user", old, &[]);
-    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (0, 2));
+    assert_eq!(
+        (int_field(&r, "trimmed"), int_field(&r, "messages")),
+        (0, 2)
+    );
     // The next write evicts it, though a newer message comes before it.
     let r = append(&mut con, "s", "assistant", now - 1000, &[]);
-    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (1, 2));
+    assert_eq!(
+        (int_field(&r, "trimmed"), int_field(&r, "messages")),
+        (1, 2)
+    );
     append(&mut con, "s", "user", old - 5, &[]);
     let r = append(&mut con, "s", "user", now, &[]);
-    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (1, 3));
+    assert_eq!(
+        (int_field(&r, "trimmed"), int_field(&r, "messages")),
+        (1, 3)
+    );
     assert_eq!(ids(&mut con, "s", &[]), vec![1, 3, 5]);
     let info = map_reply(&mut con, &["MEM.INFO", "s"]);
-    assert_eq!(int_field(&info, "total_tokens"), int_field(&r, "total_tokens"));
+    assert_eq!(
+        int_field(&info, "total_tokens"),
+        int_field(&r, "total_tokens")
+    );
     assert_eq!(info_mem(&mut con, "messages_trimmed"), 2);
     // MAXAGE 0: no limit any more.
     append(&mut con, "s", "user", old, &["MAXAGE", "0"]);
@@ -106,7 +134,13 @@ fn reads_hide_messages_once_they_are_old_without_a_write() {
     let now = server_ms(&mut con);
     // Message 2 is 1 s old and the limit 2 s: it turns old in about a
     // second, in the middle of the history (1 and 3 carry later times).
-    append(&mut con, "r", "user", now + 60_000, &["MAXAGE", "2", "TTL", "0"]);
+    append(
+        &mut con,
+        "r",
+        "user",
+        now + 60_000,
+        &["MAXAGE", "2", "TTL", "0"],
+    );
     append(&mut con, "r", "assistant", now - 1000, &[]);
     let r3 = append(&mut con, "r", "user", now + 60_000, &[]);
     assert_eq!(ids(&mut con, "r", &[]), vec![1, 2, 3]);
@@ -121,16 +155,25 @@ fn reads_hide_messages_once_they_are_old_without_a_write() {
     let tokens = 2 * int_field(&r3, "tokens");
     assert_eq!(doc["total_tokens"].as_i64(), Some(tokens));
     let info = map_reply(&mut con, &["MEM.INFO", "r"]);
-    assert_eq!((int_field(&info, "messages"), int_field(&info, "first_id")), (2, 1));
+    assert_eq!(
+        (int_field(&info, "messages"), int_field(&info, "first_id")),
+        (2, 1)
+    );
     assert_eq!(int_field(&info, "total_tokens"), tokens);
     let check = map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", "r", "KEEP", "1"]);
-    assert_eq!((int_field(&check, "messages"), int_field(&check, "upto")), (2, 1));
+    assert_eq!(
+        (int_field(&check, "messages"), int_field(&check, "upto")),
+        (2, 1)
+    );
     let e = cmd(&mut con, &["MEM.SUMMARIZE", "r", "2", "sum"]).unwrap_err();
     assert!(e.to_string().contains("not the id of a message"), "{e}");
     // Reads and the refusal changed nothing: the session still holds it.
     assert_eq!(digest(&mut con, "r"), before);
     let r = map_reply(&mut con, &["MEM.SUMMARIZE", "r", "1", "sum"]);
-    assert_eq!((int_field(&r, "trimmed"), int_field(&r, "messages")), (1, 1));
+    assert_eq!(
+        (int_field(&r, "trimmed"), int_field(&r, "messages")),
+        (1, 1)
+    );
     assert_eq!(ids(&mut con, "r", &["AFTER", "0"]), vec![3]);
 }
 
@@ -148,7 +191,11 @@ fn other_writes_evict_too() {
     ok(&mut con, &["MEM.ATTRSET", "a", "context", "{}"]);
     for key in ["e", "a"] {
         let info = map_reply(&mut con, &["MEM.INFO", key]);
-        assert_eq!((int_field(&info, "messages"), int_field(&info, "first_id")), (1, 2), "{key}");
+        assert_eq!(
+            (int_field(&info, "messages"), int_field(&info, "first_id")),
+            (1, 2),
+            "{key}"
+        );
         assert_eq!(json_ids(&mut con, key), vec![2]);
     }
     assert_eq!(info_mem(&mut con, "messages_trimmed"), 2);
@@ -159,7 +206,11 @@ fn mem_max_age_is_the_default_and_maxage_is_bounded() {
     let server = Server::start();
     let mut con = server.client();
     assert_eq!(
-        redis::cmd("CONFIG").arg("GET").arg("mem.max-age").query::<Vec<String>>(&mut con).unwrap(),
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("mem.max-age")
+            .query::<Vec<String>>(&mut con)
+            .unwrap(),
         vec!["mem.max-age".to_owned(), "0".to_owned()]
     );
     ok(&mut con, &["CONFIG", "SET", "mem.max-age", "3600"]);
@@ -172,16 +223,33 @@ fn mem_max_age_is_the_default_and_maxage_is_bounded() {
     // The setting stays with the session when the default changes.
     ok(&mut con, &["CONFIG", "SET", "mem.max-age", "0"]);
     append(&mut con, "d", "user", now - 2 * HOUR_MS, &[]);
-    assert_eq!(int_field(&append(&mut con, "d", "user", now, &[]), "trimmed"), 1);
+    assert_eq!(
+        int_field(&append(&mut con, "d", "user", now, &[]), "trimmed"),
+        1
+    );
     for bad in ["-1", "x", "3153600001", "99999999999999999999"] {
         let before = digest(&mut con, "d");
         let e = cmd(&mut con, &["MEM.APPEND", "d", "user", "x", "MAXAGE", bad]).unwrap_err();
         assert!(e.to_string().contains("MAXAGE"), "{bad}: {e}");
         assert_eq!(digest(&mut con, "d"), before);
     }
-    let e = cmd(&mut con, &["MEM.APPEND", "d", "user", "x", "MAXAGE", "1", "MAXAGE", "2"]).unwrap_err();
+    let e = cmd(
+        &mut con,
+        &["MEM.APPEND", "d", "user", "x", "MAXAGE", "1", "MAXAGE", "2"],
+    )
+    .unwrap_err();
     assert!(e.to_string().to_lowercase().contains("maxage"), "{e}");
-    let e = cmd(&mut con, &["MEM.APPENDBATCH", "d", r#"[{"role":"user","content":"x"}]"#, "MAXAGE", "-1"]).unwrap_err();
+    let e = cmd(
+        &mut con,
+        &[
+            "MEM.APPENDBATCH",
+            "d",
+            r#"[{"role":"user","content":"x"}]"#,
+            "MAXAGE",
+            "-1",
+        ],
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("MAXAGE"), "{e}");
 }
 
@@ -208,7 +276,10 @@ fn replicas_and_reloads_evict_the_same() {
     ok(&mut con, &["DEBUG", "RELOAD"]);
     assert_eq!(digest(&mut con, "m"), before);
     append(&mut con, "m", "user", old, &[]);
-    assert_eq!(int_field(&append(&mut con, "m", "user", now, &[]), "trimmed"), 1);
+    assert_eq!(
+        int_field(&append(&mut con, "m", "user", now, &[]), "trimmed"),
+        1
+    );
     let n: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
     assert_eq!(n, 1);
     assert_eq!(digest(&mut rcon, "m"), digest(&mut con, "m"));
@@ -236,7 +307,10 @@ fn an_import_drops_what_is_past_maxage_before_the_caps() {
     assert_eq!(json_ids(&mut con, "mem:{imp}"), vec![1, 4, 6]);
     assert_eq!(int_field(&r, "trimmed"), 3);
     // Streamed off the main thread, the same result.
-    ok(&mut con, &["CONFIG", "SET", "mem.async-threshold-bytes", "100"]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.async-threshold-bytes", "100"],
+    );
     map_reply(&mut con, &["MEM.IMPORT", "mem:{imp2}", &doc.to_string()]);
     assert_eq!(json_ids(&mut con, "mem:{imp2}"), vec![1, 4, 6]);
 }

@@ -34,11 +34,57 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "the", "memory", "session", "token", "Redis", "module", "assistant", "conversation", "summary", "window",
-    "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "antidisestablishmentarianism", "don't", "it's",
-    "they'll", "we've", "I'M", "YOU'RE", "she'd", "HTTP", "camelCaseWord", "snake_case_word", "kebab-case",
-    "naïve", "café", "über", "façade", "coöperate", "résumé", "Zürich", "São", "Paulo", "Ελλάδα", "Москва",
-    "x", "a", "I", "OK", "GPT-4o", "o200k_base", "cl100k_base", "2024", "3.14159", "1e-9", "v1.2.3",
+    "the",
+    "memory",
+    "session",
+    "token",
+    "Redis",
+    "module",
+    "assistant",
+    "conversation",
+    "summary",
+    "window",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "antidisestablishmentarianism",
+    "don't",
+    "it's",
+    "they'll",
+    "we've",
+    "I'M",
+    "YOU'RE",
+    "she'd",
+    "HTTP",
+    "camelCaseWord",
+    "snake_case_word",
+    "kebab-case",
+    "naïve",
+    "café",
+    "über",
+    "façade",
+    "coöperate",
+    "résumé",
+    "Zürich",
+    "São",
+    "Paulo",
+    "Ελλάδα",
+    "Москва",
+    "x",
+    "a",
+    "I",
+    "OK",
+    "GPT-4o",
+    "o200k_base",
+    "cl100k_base",
+    "2024",
+    "3.14159",
+    "1e-9",
+    "v1.2.3",
 ];
 
 const SENTENCES: &[&str] = &[
@@ -63,7 +109,22 @@ const SENTENCES: &[&str] = &[
 ];
 
 const EMOJI: &[&str] = &[
-    "😀", "🎉", "🚀", "👍🏽", "👩‍👩‍👧‍👦", "🏳️‍🌈", "🇫🇷", "🇯🇵", "❤️", "1️⃣", "🤖", "🧑🏿‍💻", "🐍", "☕", "✅", "⚠️",
+    "😀",
+    "🎉",
+    "🚀",
+    "👍🏽",
+    "👩‍👩‍👧‍👦",
+    "🏳️‍🌈",
+    "🇫🇷",
+    "🇯🇵",
+    "❤️",
+    "1️⃣",
+    "🤖",
+    "🧑🏿‍💻",
+    "🐍",
+    "☕",
+    "✅",
+    "⚠️",
 ];
 
 const CODE: &[&str] = &[
@@ -86,7 +147,9 @@ fn english(rng: &mut Rng) -> String {
             0 => w.to_uppercase(),
             1 => {
                 let mut c = w.chars();
-                c.next().map_or(String::new(), |f| f.to_uppercase().collect::<String>() + c.as_str())
+                c.next().map_or(String::new(), |f| {
+                    f.to_uppercase().collect::<String>() + c.as_str()
+                })
             }
             _ => w.to_owned(),
         };
@@ -101,16 +164,27 @@ fn english(rng: &mut Rng) -> String {
 
 fn json_text(rng: &mut Rng, depth: usize) -> serde_json::Value {
     use serde_json::Value;
-    match if depth > 2 { rng.below(4) } else { rng.below(6) } {
+    match if depth > 2 {
+        rng.below(4)
+    } else {
+        rng.below(6)
+    } {
         0 => Value::from(rng.next() as i64 % 1_000_000),
         1 => Value::from(english(rng)),
         2 => Value::Bool(rng.chance(50)),
         3 => Value::from((rng.next() % 10_000) as f64 / 7.0),
-        4 => Value::Array((0..rng.below(4)).map(|_| json_text(rng, depth + 1)).collect()),
+        4 => Value::Array(
+            (0..rng.below(4))
+                .map(|_| json_text(rng, depth + 1))
+                .collect(),
+        ),
         _ => {
             let mut m = serde_json::Map::new();
             for i in 0..1 + rng.below(4) {
-                m.insert(format!("key_{i}_{}", rng.pick(WORDS)), json_text(rng, depth + 1));
+                m.insert(
+                    format!("key_{i}_{}", rng.pick(WORDS)),
+                    json_text(rng, depth + 1),
+                );
             }
             Value::Object(m)
         }
@@ -118,7 +192,10 @@ fn json_text(rng: &mut Rng, depth: usize) -> serde_json::Value {
 }
 
 fn whitespace(rng: &mut Rng) -> String {
-    let parts = [" ", "  ", "\t", "\n", "\r\n", "\n\n", "\u{a0}", "\u{3000}", "\u{2003}", " \n ", "\x0b", "\x0c"];
+    let parts = [
+        " ", "  ", "\t", "\n", "\r\n", "\n\n", "\u{a0}", "\u{3000}", "\u{2003}", " \n ", "\x0b",
+        "\x0c",
+    ];
     let n = 1 + rng.below(40);
     let mut s = String::new();
     for _ in 0..n {
@@ -142,9 +219,30 @@ fn numbers(rng: &mut Rng) -> String {
             }
             1 => write!(s, "{}.{:03}", rng.next() % 100_000, rng.next() % 1000).unwrap(),
             2 => write!(s, "-{}", rng.next() % 1_000_000_007).unwrap(),
-            3 => write!(s, "{},{:03},{:03}", rng.next() % 1000, rng.next() % 1000, rng.next() % 1000).unwrap(),
-            4 => write!(s, "+1 (555) {:03}-{:04}", rng.next() % 1000, rng.next() % 10_000).unwrap(),
-            5 => write!(s, "2025-{:02}-{:02}T{:02}:{:02}:00Z", 1 + rng.next() % 12, 1 + rng.next() % 28, rng.next() % 24, rng.next() % 60).unwrap(),
+            3 => write!(
+                s,
+                "{},{:03},{:03}",
+                rng.next() % 1000,
+                rng.next() % 1000,
+                rng.next() % 1000
+            )
+            .unwrap(),
+            4 => write!(
+                s,
+                "+1 (555) {:03}-{:04}",
+                rng.next() % 1000,
+                rng.next() % 10_000
+            )
+            .unwrap(),
+            5 => write!(
+                s,
+                "2025-{:02}-{:02}T{:02}:{:02}:00Z",
+                1 + rng.next() % 12,
+                1 + rng.next() % 28,
+                rng.next() % 24,
+                rng.next() % 60
+            )
+            .unwrap(),
             _ => write!(s, "０１２３４５６７８９ ٣٤٥ ४५६ {}", rng.next() % 99).unwrap(),
         }
         s.push_str(rng.pick(&[" ", "\n", ", ", "", "\t"]));
@@ -153,13 +251,30 @@ fn numbers(rng: &mut Rng) -> String {
 }
 
 fn url(rng: &mut Rng) -> String {
-    let hosts = ["example.com", "api.openai.com", "redis.io", "例え.jp", "sub.domain.co.uk:8443"];
-    let mut s = format!("{}://{}/", rng.pick(&["https", "http", "ftp", "wss"]), rng.pick(&hosts));
+    let hosts = [
+        "example.com",
+        "api.openai.com",
+        "redis.io",
+        "例え.jp",
+        "sub.domain.co.uk:8443",
+    ];
+    let mut s = format!(
+        "{}://{}/",
+        rng.pick(&["https", "http", "ftp", "wss"]),
+        rng.pick(&hosts)
+    );
     for _ in 0..rng.below(5) {
         write!(s, "{}/", rng.pick(WORDS).replace(' ', "%20")).unwrap();
     }
     if rng.chance(60) {
-        write!(s, "?q={}&page={}&utm_source=chat#section-{}", rng.pick(WORDS), rng.below(100), rng.below(9)).unwrap();
+        write!(
+            s,
+            "?q={}&page={}&utm_source=chat#section-{}",
+            rng.pick(WORDS),
+            rng.below(100),
+            rng.below(9)
+        )
+        .unwrap();
     }
     if rng.chance(30) {
         write!(s, " mailto:user.name+tag{}@example.org", rng.below(1000)).unwrap();
@@ -216,15 +331,28 @@ fn piece(rng: &mut Rng) -> String {
                 run(rng)
             } else {
                 // Single characters and tiny strings.
-                rng.pick(&["", " ", "a", "\n", "é", "中", "🎉", "'s", "'", "0", "\u{a0}", "..."]).to_string()
+                rng.pick(&[
+                    "", " ", "a", "\n", "é", "中", "🎉", "'s", "'", "0", "\u{a0}", "...",
+                ])
+                .to_string()
             }
         }
     }
 }
 
 const ROLES: &[&str] = &[
-    "user", "user", "assistant", "assistant", "system", "tool", "function", "developer", "narrator", "角色",
-    "🤖 bot", "Role With Spaces",
+    "user",
+    "user",
+    "assistant",
+    "assistant",
+    "system",
+    "tool",
+    "function",
+    "developer",
+    "narrator",
+    "角色",
+    "🤖 bot",
+    "Role With Spaces",
 ];
 
 /// The deterministic corpus: (role, content) pairs.
@@ -232,7 +360,11 @@ fn corpus(n: usize) -> Vec<(String, String)> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
-        let role = if i == 7 { "r".repeat(64) } else { rng.pick(ROLES).to_string() };
+        let role = if i == 7 {
+            "r".repeat(64)
+        } else {
+            rng.pick(ROLES).to_string()
+        };
         let mut content = String::new();
         for _ in 0..1 + rng.below(6) {
             if !content.is_empty() {
@@ -274,12 +406,25 @@ fn compare_corpus(model: &str, bpe: &tiktoken_rs::CoreBPE) -> Tally {
     let mut con = server.client();
     let count = |s: &str| bpe.encode_ordinary(s).len() as i64;
     let key = format!("corpus:{model}");
-    let mut tally = Tally { compared: 0, agreed: 0, mismatches: Vec::new() };
+    let mut tally = Tally {
+        compared: 0,
+        agreed: 0,
+        mismatches: Vec::new(),
+    };
     let mut total = 0i64;
     for (i, (role, content)) in corpus(600).iter().enumerate() {
         let mut args = vec!["MEM.APPEND", key.as_str(), role.as_str(), content.as_str()];
         if i == 0 {
-            args.extend_from_slice(&["MODEL", model, "MAXMSGS", "100000", "MAXTOKENS", "1000000000", "TTL", "0"]);
+            args.extend_from_slice(&[
+                "MODEL",
+                model,
+                "MAXMSGS",
+                "100000",
+                "MAXTOKENS",
+                "1000000000",
+                "TTL",
+                "0",
+            ]);
         }
         let r = map_reply(&mut con, &args);
         let got = int_field(&r, "tokens");
@@ -298,38 +443,61 @@ fn compare_corpus(model: &str, bpe: &tiktoken_rs::CoreBPE) -> Tally {
         }
         assert_eq!(int_field(&r, "id"), i as i64 + 1);
         assert_eq!(int_field(&r, "trimmed"), 0);
-        assert_eq!(int_field(&r, "total_tokens"), total, "{model}: total after message {}", i + 1);
+        assert_eq!(
+            int_field(&r, "total_tokens"),
+            total,
+            "{model}: total after message {}",
+            i + 1
+        );
     }
     // MEM.GET returns the same counts the replies gave.
     let entries = match cmd(&mut con, &["MEM.GET", &key]).unwrap() {
         redis::Value::Array(items) => items,
         other => panic!("{other:?}"),
     };
-    let stored: i64 = entries.into_iter().map(|e| int_field(&as_fields(e), "tokens")).sum();
+    let stored: i64 = entries
+        .into_iter()
+        .map(|e| int_field(&as_fields(e), "tokens"))
+        .sum();
     assert_eq!(stored, total);
     // Summaries are counted as a system message.
     let mut rng = Rng(42);
     for upto in [50, 120, 300] {
-        let text = (0..5).map(|_| piece(&mut rng)).collect::<Vec<_>>().join("\n");
+        let text = (0..5)
+            .map(|_| piece(&mut rng))
+            .collect::<Vec<_>>()
+            .join("\n");
         let r = map_reply(&mut con, &["MEM.SUMMARIZE", &key, &upto.to_string(), &text]);
         let want = 3 + count("system") + count(&text);
         tally.compared += 1;
         if int_field(&r, "tokens") == want {
             tally.agreed += 1;
         } else {
-            tally.mismatches.push(format!("{model} summary upto {upto}: module {}, tiktoken {want}", int_field(&r, "tokens")));
+            tally.mismatches.push(format!(
+                "{model} summary upto {upto}: module {}, tiktoken {want}",
+                int_field(&r, "tokens")
+            ));
         }
     }
     tally
 }
 
 fn report(name: &str, t: &Tally) {
-    println!("{name}: {} messages compared, {} agree with tiktoken-rs", t.compared, t.agreed);
+    println!(
+        "{name}: {} messages compared, {} agree with tiktoken-rs",
+        t.compared, t.agreed
+    );
     for m in t.mismatches.iter().take(20) {
         println!("  mismatch: {m}");
     }
     assert!(t.compared >= 600);
-    assert!(t.mismatches.is_empty(), "{name}: {} of {} counts differ from tiktoken-rs:\n{}", t.mismatches.len(), t.compared, t.mismatches.join("\n"));
+    assert!(
+        t.mismatches.is_empty(),
+        "{name}: {} of {} counts differ from tiktoken-rs:\n{}",
+        t.mismatches.len(),
+        t.compared,
+        t.mismatches.join("\n")
+    );
 }
 
 #[test]
@@ -349,7 +517,20 @@ fn corpus_is_varied() {
     // The corpus covers what it claims to: scripts, emoji, code, runs, sizes.
     let c = corpus(600);
     let all: String = c.iter().map(|(_, s)| s.as_str()).collect();
-    for needle in ["我们", "トークン", "안녕", "مرحبا", "👩‍👩‍👧‍👦", "fn main", "SELECT", "https://", "\r\n", "\u{3000}", "<|endoftext|>", "{\n"] {
+    for needle in [
+        "我们",
+        "トークン",
+        "안녕",
+        "مرحبا",
+        "👩‍👩‍👧‍👦",
+        "fn main",
+        "SELECT",
+        "https://",
+        "\r\n",
+        "\u{3000}",
+        "<|endoftext|>",
+        "{\n",
+    ] {
         assert!(all.contains(needle), "corpus lacks {needle:?}");
     }
     assert!(c.iter().any(|(_, s)| s.is_empty() || s.len() < 3));
@@ -385,11 +566,17 @@ fn four_megabyte_pathological_inputs() {
         ("case flips", "aA".repeat(N / 2)),
         ("spaced punctuation", " !".repeat(N / 2)),
     ];
-    for (model, enc) in [("gpt-4o", bpe_openai::o200k_base()), ("gpt-4", bpe_openai::cl100k_base())] {
+    for (model, enc) in [
+        ("gpt-4o", bpe_openai::o200k_base()),
+        ("gpt-4", bpe_openai::cl100k_base()),
+    ] {
         for (name, content) in &shapes {
             assert!(content.len() <= N);
             let key = format!("big:{model}:{name}");
-            let r = map_reply(&mut con, &["MEM.APPEND", &key, "user", content, "MODEL", model]);
+            let r = map_reply(
+                &mut con,
+                &["MEM.APPEND", &key, "user", content, "MODEL", model],
+            );
             let tokens = int_field(&r, "tokens");
             assert!(tokens > 3 + 1, "{model} {name}: {tokens}");
             assert_eq!(int_field(&r, "messages"), 1);
@@ -404,21 +591,33 @@ fn four_megabyte_pathological_inputs() {
     }
     // Digits have a tiktoken expectation without running its BPE on 4 MB:
     // the pre-tokenizer splits digit runs into groups of 3, each counted alone.
-    for (model, bpe) in [("gpt-4o", tiktoken_rs::o200k_base_singleton()), ("gpt-4", tiktoken_rs::cl100k_base_singleton())] {
+    for (model, bpe) in [
+        ("gpt-4o", tiktoken_rs::o200k_base_singleton()),
+        ("gpt-4", tiktoken_rs::cl100k_base_singleton()),
+    ] {
         let mut cache = std::collections::HashMap::new();
         let mut want = 3 + bpe.encode_ordinary("user").len() as i64;
         for chunk in digits.as_bytes().chunks(3) {
             let chunk = std::str::from_utf8(chunk).unwrap();
-            want += *cache.entry(chunk).or_insert_with(|| bpe.encode_ordinary(chunk).len() as i64);
+            want += *cache
+                .entry(chunk)
+                .or_insert_with(|| bpe.encode_ordinary(chunk).len() as i64);
         }
         let key = format!("big:{model}:digits");
         let info = map_reply(&mut con, &["MEM.INFO", &key]);
-        assert_eq!(int_field(&info, "total_tokens"), want, "{model}: 4 MB of digits vs tiktoken 3-digit groups");
+        assert_eq!(
+            int_field(&info, "total_tokens"),
+            want,
+            "{model}: 4 MB of digits vs tiktoken 3-digit groups"
+        );
     }
     // Above the configured limit: refused, nothing stored.
     let over = "x".repeat(5 * 1024 * 1024 + 1);
     let e = cmd(&mut con, &["MEM.APPEND", "over", "user", &over]).unwrap_err();
     assert_eq!(e.code(), Some("ERR"), "{e}");
-    assert_eq!(cmd(&mut con, &["EXISTS", "over"]).unwrap(), redis::Value::Int(0));
+    assert_eq!(
+        cmd(&mut con, &["EXISTS", "over"]).unwrap(),
+        redis::Value::Int(0)
+    );
     assert!(server.is_alive());
 }

@@ -52,10 +52,14 @@ pub fn admit(ctx: &Context, args: &[RedisString], ticket: Ticket) -> Result<(), 
     }
     acl_check(ctx, args, key)?;
     if flags.contains(ContextFlags::READONLY) {
-        return Err(RedisError::Str("READONLY You can't write against a read only replica."));
+        return Err(RedisError::Str(
+            "READONLY You can't write against a read only replica.",
+        ));
     }
     if flags.contains(ContextFlags::OOM) {
-        return Err(RedisError::Str("OOM command not allowed when used memory > 'maxmemory'."));
+        return Err(RedisError::Str(
+            "OOM command not allowed when used memory > 'maxmemory'.",
+        ));
     }
     Ok(())
 }
@@ -68,7 +72,9 @@ fn acl_check(ctx: &Context, args: &[RedisString], key: &RedisString) -> Result<(
     // user is gone) is freed below.
     let user = unsafe { raw::RedisModule_GetModuleUserFromUserName.unwrap()(name.inner) };
     if user.is_null() {
-        return Err(RedisError::Str("NOPERM the user of this connection no longer exists"));
+        return Err(RedisError::Str(
+            "NOPERM the user of this connection no longer exists",
+        ));
     }
     let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
     // Only the logical flags (ACCESS, INSERT, DELETE, UPDATE) are accepted here.
@@ -76,17 +82,25 @@ fn acl_check(ctx: &Context, args: &[RedisString], key: &RedisString) -> Result<(
     // SAFETY: user is a live module user; argv holds the command's own
     // strings, valid for this call; the user is freed exactly once.
     let (command_ok, key_ok) = unsafe {
-        let command_ok = raw::RedisModule_ACLCheckCommandPermissions.unwrap()(user, argv.as_mut_ptr(), argv.len() as i32)
+        let command_ok = raw::RedisModule_ACLCheckCommandPermissions.unwrap()(
+            user,
+            argv.as_mut_ptr(),
+            argv.len() as i32,
+        ) == raw::REDISMODULE_OK as i32;
+        let key_ok = raw::RedisModule_ACLCheckKeyPermissions.unwrap()(user, key.inner, flags)
             == raw::REDISMODULE_OK as i32;
-        let key_ok = raw::RedisModule_ACLCheckKeyPermissions.unwrap()(user, key.inner, flags) == raw::REDISMODULE_OK as i32;
         raw::RedisModule_FreeModuleUser.unwrap()(user);
         (command_ok, key_ok)
     };
     if !command_ok {
-        return Err(RedisError::Str("NOPERM this user has no permissions to run this command"));
+        return Err(RedisError::Str(
+            "NOPERM this user has no permissions to run this command",
+        ));
     }
     if !key_ok {
-        return Err(RedisError::Str("NOPERM this user has no permissions to access one of the keys used as arguments"));
+        return Err(RedisError::Str(
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+        ));
     }
     Ok(())
 }

@@ -32,10 +32,15 @@ impl<'a> Options<'a> {
                 i += 1;
                 (name, None)
             } else {
-                return Err(err(format!("ERR syntax error, unknown option '{}'", printable(&given))));
+                return Err(err(format!(
+                    "ERR syntax error, unknown option '{}'",
+                    printable(&given)
+                )));
             };
             if values.iter().any(|(n, _)| *n == name) {
-                return Err(err(format!("ERR syntax error, option '{name}' given more than once")));
+                return Err(err(format!(
+                    "ERR syntax error, option '{name}' given more than once"
+                )));
             }
             values.push((name, value));
         }
@@ -47,7 +52,10 @@ impl<'a> Options<'a> {
     }
 
     pub fn get(&self, name: &str) -> Option<&'a RedisString> {
-        self.values.iter().find(|(n, _)| *n == name).and_then(|(_, v)| *v)
+        self.values
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, v)| *v)
     }
 
     /// A non-negative integer option, at least `min`.
@@ -68,7 +76,13 @@ impl<'a> Options<'a> {
 
     /// A non-negative integer option in `min..=max`, `max` being the setting
     /// `limit` (named in the error).
-    pub fn u64_at_most(&self, name: &str, min: u64, max: u64, limit: &str) -> Result<Option<u64>, RedisError> {
+    pub fn u64_at_most(
+        &self,
+        name: &str,
+        min: u64,
+        max: u64,
+        limit: &str,
+    ) -> Result<Option<u64>, RedisError> {
         match self.u64(name, min)? {
             Some(n) if n > max => Err(err(format!("ERR {name} must be at most {max} ({limit})"))),
             n => Ok(n),
@@ -144,7 +158,9 @@ pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
 
 /// The error of [`check_size`].
 pub fn too_large(what: &str, len: usize, max: u64) -> RedisError {
-    err(format!("ERR {what} is {len} bytes, above mem.max-message-bytes ({max})"))
+    err(format!(
+        "ERR {what} is {len} bytes, above mem.max-message-bytes ({max})"
+    ))
 }
 
 /// META must be a JSON object that `FORMAT JSON` can give back to

@@ -19,8 +19,8 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisStr
 
 use super::admission::{self, Ticket};
 use crate::config::Config;
-use crate::stats;
 use crate::session::{Recounted, Snapshot};
+use crate::stats;
 use crate::tokenizer::Encoding;
 
 /// What a worker made of a message's content, for MEM.APPEND resumed.
@@ -79,7 +79,11 @@ pub fn can_block(ctx: &Context) -> bool {
 /// Large texts are counted off the main thread; MULTI/EXEC, scripts and
 /// other callers that cannot block cannot wait for that, and counting inline
 /// would hold every other client: they are refused, naming the way out.
-pub fn refuse_where_blocking_is_impossible(ctx: &Context, what: &str, len: usize) -> Result<(), RedisError> {
+pub fn refuse_where_blocking_is_impossible(
+    ctx: &Context,
+    what: &str,
+    len: usize,
+) -> Result<(), RedisError> {
     let cannot = ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING;
     if ctx.get_flags().intersects(cannot) {
         return Err(RedisError::String(format!(
@@ -111,7 +115,12 @@ pub fn count_off_thread(
         });
         let recounted = snapshot.map(|s| s.count(encoding, &stats::count_message));
         let meta_checked = meta.map(|m| crate::session::check_meta(&m));
-        Box::new(Counted { encoding, content, recounted, meta_checked })
+        Box::new(Counted {
+            encoding,
+            content,
+            recounted,
+            meta_checked,
+        })
     })
 }
 
@@ -130,7 +139,13 @@ pub fn off_thread(
     // SAFETY: ctx is the context of the running command; the callbacks match
     // the signatures Redis expects; no timeout (0).
     let bc = unsafe {
-        raw::RedisModule_BlockClient.unwrap()(ctx.ctx, Some(on_counted), None, Some(free_pending), 0)
+        raw::RedisModule_BlockClient.unwrap()(
+            ctx.ctx,
+            Some(on_counted),
+            None,
+            Some(free_pending),
+            0,
+        )
     };
     if bc.is_null() {
         return None;
@@ -151,7 +166,12 @@ pub fn off_thread(
         let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
         // A panic leaves no output: the resumed command then works inline.
         let output = crate::guard::or(None, || Some(work(bytes)));
-        let pending = Box::new(Pending { output, resume, ticket, held });
+        let pending = Box::new(Pending {
+            output,
+            resume,
+            ticket,
+            held,
+        });
         crate::pool::job_done();
         finished(Finished { client, pending });
     };
@@ -188,7 +208,9 @@ pub fn register(ctx: &Context) -> bool {
     };
     // SAFETY: called once from OnLoad with the module's context; the
     // callback has the signature Redis expects.
-    let status = unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_event_loop)) };
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_event_loop))
+    };
     status == raw::REDISMODULE_OK as c_int
 }
 
@@ -198,7 +220,9 @@ extern "C" fn on_event_loop(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP && FINISHED_LEN.load(Ordering::Acquire) > 0 {
+    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP
+        && FINISHED_LEN.load(Ordering::Acquire) > 0
+    {
         crate::guard::or((), hand_back);
     }
 }
@@ -226,7 +250,10 @@ fn hand_back() {
         // and unblocked exactly once, here; ownership of `pending` passes to
         // Redis, which hands it to on_counted and then free_pending.
         unsafe {
-            raw::RedisModule_UnblockClient.unwrap()(f.client as *mut raw::RedisModuleBlockedClient, pending);
+            raw::RedisModule_UnblockClient.unwrap()(
+                f.client as *mut raw::RedisModuleBlockedClient,
+                pending,
+            );
         }
     }
 }
@@ -253,16 +280,13 @@ extern "C" fn on_counted(
     let args = redis_module::decode_args(ctx, argv, argc);
     let output = pending.output.take();
     let (resume, ticket) = (pending.resume, pending.ticket);
-    let result = crate::guard::or(
-        Err(super::error::internal()),
-        || {
-            if let Err(e) = admission::admit(&context, &args, ticket) {
-                stats::add(&stats::RESUMED_REFUSED, 1);
-                return Err(e);
-            }
-            resume(&context, args, Some(output.unwrap_or_else(|| Box::new(()))))
-        },
-    )
+    let result = crate::guard::or(Err(super::error::internal()), || {
+        if let Err(e) = admission::admit(&context, &args, ticket) {
+            stats::add(&stats::RESUMED_REFUSED, 1);
+            return Err(e);
+        }
+        resume(&context, args, Some(output.unwrap_or_else(|| Box::new(()))))
+    })
     .map_err(super::error::ascii);
     context.reply(result) as c_int
 }

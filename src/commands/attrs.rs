@@ -57,10 +57,15 @@ fn attr_set_checked(ctx: &Context, args: Vec<RedisString>, output: Option<Output
     let resumed = output.is_some();
     match output.and_then(|o| o.downcast::<Checked>().ok()) {
         Some(checked) => checked.0.map_err(error::bad_attr_value)?,
-        None if !resumed && value.len() >= MAX_INLINE_JSON_BYTES && can_offload_json(ctx, args[3].len())? => {
+        None if !resumed
+            && value.len() >= MAX_INLINE_JSON_BYTES
+            && can_offload_json(ctx, args[3].len())? =>
+        {
             // Checked by a worker; the command runs again with the verdict.
             if let Some(reply) = off_thread(ctx, keyname, &args[3], attr_set_checked, |bytes| {
-                let verdict = std::str::from_utf8(bytes).map_err(|_| "json is not valid UTF-8".to_owned()).and_then(check_attr_value);
+                let verdict = std::str::from_utf8(bytes)
+                    .map_err(|_| "json is not valid UTF-8".to_owned())
+                    .and_then(check_attr_value);
                 Box::new(Checked(verdict))
             }) {
                 return reply;
@@ -75,14 +80,21 @@ fn attr_set_checked(ctx: &Context, args: Vec<RedisString>, output: Option<Output
     // stays cheap whatever a client does.
     if let Some(s) = key.session() {
         if s.attr(name).is_none() && s.attr_count() >= MAX_ATTRS {
-            return Err(error::err(format!("ERR a session holds at most {MAX_ATTRS} attributes")));
+            return Err(error::err(format!(
+                "ERR a session holds at most {MAX_ATTRS} attributes"
+            )));
         }
     }
     let now = now_ms();
     let settings = SettingsOptions::none().merge(key.session(), &cfg);
     // Stored as the client wrote it (numbers, key order and all), without
     // the whitespace around it.
-    let op = Op::AttrSet { now, settings, name: name.to_owned(), value: value.trim().to_owned() };
+    let op = Op::AttrSet {
+        now,
+        settings,
+        name: name.to_owned(),
+        value: value.trim().to_owned(),
+    };
     let header = op.header();
     let session = key.session_or_create(|| op.new_session())?;
     let outcome = session.apply(op).map_err(error::session)?;
@@ -90,7 +102,15 @@ fn attr_set_checked(ctx: &Context, args: Vec<RedisString>, output: Option<Output
     let expiry = session.key_expiry(now);
     let mut events = Events::default();
     events.add(Write::AttrSet, outcome.trimmed, false);
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    finish_write(
+        ctx,
+        keyname,
+        &key,
+        Propagate::Op(header, None),
+        expiry,
+        now,
+        &events,
+    );
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
@@ -134,12 +154,23 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     };
     let now = now_ms();
-    let op = Op::AttrDel { now, name: name.to_owned() };
+    let op = Op::AttrDel {
+        now,
+        name: name.to_owned(),
+    };
     let header = op.header();
     let outcome = session.apply(op).map_err(error::session)?;
     let expiry = session.key_expiry(now);
     let mut events = Events::default();
     events.add(Write::AttrDel, outcome.trimmed, false);
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, &events);
+    finish_write(
+        ctx,
+        keyname,
+        &key,
+        Propagate::Op(header, None),
+        expiry,
+        now,
+        &events,
+    );
     Ok(RedisValue::Integer(1))
 }

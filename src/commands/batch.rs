@@ -12,13 +12,18 @@ use serde_json::value::RawValue;
 
 use super::args::{err, Options};
 use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
-use super::reply::Reply;
 use super::model_switch;
-use super::{finish_write, Events, now_ms, session_thresholds, settings_thresholds, write_outcome, Propagate, SettingsOptions};
+use super::reply::Reply;
+use super::{
+    finish_write, now_ms, session_thresholds, settings_thresholds, write_outcome, Events,
+    Propagate, SettingsOptions,
+};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::persistence;
-use crate::session::{MAX_MESSAGE_TOKENS, next_id, Message, Op, Recounted, Session, Settings, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{
+    next_id, Message, Op, Recounted, Session, Settings, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
+};
 use crate::stats::{self, count_message};
 use crate::tokenizer::Encoding;
 
@@ -85,15 +90,24 @@ struct Limits {
 
 /// `on_worker`: the contents' replication strings are made here too.
 fn parse(bytes: &[u8], encoding: Encoding, limits: Limits, on_worker: bool) -> Parsed {
-    let messages = parse_items(bytes, limits).map(|items| count(items, encoding)).map(|mut items| {
-        if on_worker {
-            for m in &mut items {
-                m.wire = Some(Wire(RedisString::create_from_slice(std::ptr::null_mut(), m.content.as_bytes())));
+    let messages = parse_items(bytes, limits)
+        .map(|items| count(items, encoding))
+        .map(|mut items| {
+            if on_worker {
+                for m in &mut items {
+                    m.wire = Some(Wire(RedisString::create_from_slice(
+                        std::ptr::null_mut(),
+                        m.content.as_bytes(),
+                    )));
+                }
             }
-        }
-        items
-    });
-    Parsed { encoding, messages, recounted: None }
+            items
+        });
+    Parsed {
+        encoding,
+        messages,
+        recounted: None,
+    }
 }
 
 fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
@@ -114,16 +128,24 @@ fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
 fn check(item: Item, limits: Limits) -> Result<Counted, String> {
     let max_message_bytes = limits.message_bytes;
     if item.tokens.is_some_and(|n| n > limits.tokens) {
-        return Err(format!("tokens must be at most {} (mem.max-tokens-limit)", limits.tokens));
+        return Err(format!(
+            "tokens must be at most {} (mem.max-tokens-limit)",
+            limits.tokens
+        ));
     }
     if item.role.is_empty() || item.role.len() > MAX_ROLE_BYTES {
         return Err(format!("role must be 1 to {MAX_ROLE_BYTES} bytes"));
     }
     if item.content.len() as u64 > max_message_bytes {
-        return Err(format!("content is {} bytes, above mem.max-message-bytes ({max_message_bytes})", item.content.len()));
+        return Err(format!(
+            "content is {} bytes, above mem.max-message-bytes ({max_message_bytes})",
+            item.content.len()
+        ));
     }
     let ts = match item.ts {
-        Some(t) if t > MAX_TS as u64 => return Err(format!("ts must be at most {MAX_TS} (9999-12-31)")),
+        Some(t) if t > MAX_TS as u64 => {
+            return Err(format!("ts must be at most {MAX_TS} (9999-12-31)"))
+        }
         t => t.map(|t| t as i64),
     };
     let meta = match item.meta {
@@ -140,7 +162,16 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
     if let Some(msgid) = &item.msgid {
         crate::session::check_msgid(msgid)?;
     }
-    Ok(Counted { role: item.role, content: Arc::from(item.content), ts, meta, msgid: item.msgid, given: item.tokens, tokens: 0, wire: None })
+    Ok(Counted {
+        role: item.role,
+        content: Arc::from(item.content),
+        ts,
+        meta,
+        msgid: item.msgid,
+        given: item.tokens,
+        tokens: 0,
+        wire: None,
+    })
 }
 
 fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
@@ -161,7 +192,12 @@ enum Step {
 }
 
 /// The steps of a batch: ids from `last_id` up for the new messages.
-fn steps(messages: Vec<Counted>, session: Option<&Session>, settings: &Settings, now: i64) -> Result<Vec<Step>, RedisError> {
+fn steps(
+    messages: Vec<Counted>,
+    session: Option<&Session>,
+    settings: &Settings,
+    now: i64,
+) -> Result<Vec<Step>, RedisError> {
     let mut last_id = session.map_or(0, |s| s.last_id);
     // msgid -> (id, tokens) of the batch's own new messages (a batch holds
     // up to MAX_BATCH: a map, not a scan per item).
@@ -197,7 +233,15 @@ fn steps(messages: Vec<Counted>, session: Option<&Session>, settings: &Settings,
             meta: m.meta.map(Box::from),
         };
         let msgid = m.msgid.map(Box::from);
-        steps.push(Step::New(Op::Append { now, settings: settings.clone(), message, msgid }, m.wire));
+        steps.push(Step::New(
+            Op::Append {
+                now,
+                settings: settings.clone(),
+                message,
+                msgid,
+            },
+            m.wire,
+        ));
     }
     Ok(steps)
 }
@@ -231,10 +275,17 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         super::lazy::require(ctx, encoding)?;
     }
     // A message's tokens are stored in 32 bits, whatever the limit allows.
-    let limits = Limits { message_bytes: cfg.max_message_bytes, tokens: cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS) };
+    let limits = Limits {
+        message_bytes: cfg.max_message_bytes,
+        tokens: cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS),
+    };
 
     let large = raw.len() as u64 >= cfg.inline_limit(encoding);
-    let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
+    let snapshot = if resumed {
+        None
+    } else {
+        model_switch::offload(key.session(), encoding, &cfg)
+    };
     if !resumed && large {
         refuse_where_blocking_is_impossible(ctx, "messages", raw.len())?;
     }
@@ -245,7 +296,10 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         drop(key);
         if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, encoding);
-            Box::new(Parsed { recounted, ..parse(bytes, encoding, limits, true) })
+            Box::new(Parsed {
+                recounted,
+                ..parse(bytes, encoding, limits, true)
+            })
         }) {
             return reply;
         }
@@ -268,11 +322,15 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     // applies whole or not at all (its ops replicate only at the end).
     if let Some(session) = key.session() {
         let added = steps.iter().filter_map(|s| match s {
-            Step::New(Op::Append { message, .. }, _) => Some((&*message.role, message.meta.as_deref(), &*message.content)),
+            Step::New(Op::Append { message, .. }, _) => {
+                Some((&*message.role, message.meta.as_deref(), &*message.content))
+            }
             _ => None,
         });
         if !session.messages.has_room_for(added) {
-            return Err(super::error::session(crate::session::SessionError::SessionFull));
+            return Err(super::error::session(
+                crate::session::SessionError::SessionFull,
+            ));
         }
     }
     let thresholds = settings_thresholds(&settings, &cfg);
@@ -315,7 +373,9 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
         let how = Propagate::Ops(wires);
         for step in steps {
             let outcome = match step {
-                Step::New(op, _) => session.apply_one_of_many(op).map_err(super::error::session)?,
+                Step::New(op, _) => session
+                    .apply_one_of_many(op)
+                    .map_err(super::error::session)?,
                 Step::Duplicate { id, tokens } => {
                     stats::add(&stats::DUPLICATES, 1);
                     session.duplicate_outcome(id, tokens)

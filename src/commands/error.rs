@@ -39,7 +39,13 @@ pub fn ascii(e: RedisError) -> RedisError {
         RedisError::String(s) if !s.bytes().all(|b| b.is_ascii() && !b.is_ascii_control()) => {
             RedisError::String(
                 s.chars()
-                    .map(|c| if c.is_ascii() && !c.is_ascii_control() { c } else { '?' })
+                    .map(|c| {
+                        if c.is_ascii() && !c.is_ascii_control() {
+                            c
+                        } else {
+                            '?'
+                        }
+                    })
                     .collect(),
             )
         }

@@ -22,7 +22,10 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cfg = Config::current();
     args::check_size("system", system.len(), cfg.max_message_bytes)?;
     args::check_size("conversation_id", id.len(), cfg.max_message_bytes)?;
-    let ex = opts.seconds("EX", 1)?.unwrap_or(cfg.ext_ttl).clamp(1, MAX_TTL_SECS);
+    let ex = opts
+        .seconds("EX", 1)?
+        .unwrap_or(cfg.ext_ttl)
+        .clamp(1, MAX_TTL_SECS);
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let now = now_ms();
@@ -50,10 +53,21 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         // A key PEXPIREd further than the documented maximum comes back to
         // it, so the expiry set here never nears what Redis can add its
         // clock to.
-        Some(ms) => Some(now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000)).max(expires_at)),
+        Some(ms) => Some(
+            now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000))
+                .max(expires_at),
+        ),
         None => None,
     };
-    finish_write(ctx, keyname, &key, Propagate::Op(header, None), expiry, now, Events::default().add(Write::ExtSet, outcome.trimmed, false));
+    finish_write(
+        ctx,
+        keyname,
+        &key,
+        Propagate::Op(header, None),
+        expiry,
+        now,
+        Events::default().add(Write::ExtSet, outcome.trimmed, false),
+    );
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -14,14 +14,17 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
 use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
-use super::{error, finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions, Write};
+use super::lazy;
+use super::{
+    error, finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate,
+    SettingsOptions, Write,
+};
 use crate::config::Config;
 use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
 use crate::persistence;
 use crate::stats::count_message;
 use crate::tokenizer::{self, Encoding};
-use super::lazy;
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -60,9 +63,18 @@ struct Plan {
 impl Plan {
     /// Builds the session. On the main thread (`unbuilt` given), an encoding
     /// not built yet stops it there: `unbuilt` then names it.
-    fn build(self, bytes: &[u8], unbuilt: Option<&Cell<Option<Encoding>>>) -> Result<(Imported, Payload), RedisError> {
+    fn build(
+        self,
+        bytes: &[u8],
+        unbuilt: Option<&Cell<Option<Encoding>>>,
+    ) -> Result<(Imported, Payload), RedisError> {
         let text = args::utf8_bytes("json", bytes)?;
-        let Plan { mut changes, cfg, now, restricted } = self;
+        let Plan {
+            mut changes,
+            cfg,
+            now,
+            restricted,
+        } = self;
         let max = cfg.max_message_bytes;
         let settings = |doc: json_format::DocSettings<'_>| {
             // The document's model and settings unless an option names
@@ -80,11 +92,12 @@ impl Plan {
             }
             Ok(settings)
         };
-        let imported = json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
-            ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
-            ImportError::TooLarge(len) => args::too_large("content", len, max),
-            ImportError::Settings(e) => e,
-        })?;
+        let imported =
+            json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
+                ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
+                ImportError::TooLarge(len) => args::too_large("content", len, max),
+                ImportError::Settings(e) => e,
+            })?;
         // Encoded and copied into a string here, on the worker for a large
         // document: the kept session can be as large as the document.
         let encoded = persistence::encode_session(&imported.session);
@@ -116,8 +129,15 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             Err(_) => return Err(error::internal()),
         },
         None => {
-            let restricted = !ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING);
-            let plan = Plan { changes: changes.into_owned(), cfg: cfg.clone(), now, restricted };
+            let restricted = !ctx
+                .get_flags()
+                .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING);
+            let plan = Plan {
+                changes: changes.into_owned(),
+                cfg: cfg.clone(),
+                now,
+                restricted,
+            };
             // The document's encoding is known once parsed: a document that
             // would be large for the most expensive one goes to the pool.
             let large = document.len() as u64 >= cfg.inline_limit_any();
@@ -126,7 +146,8 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             }
             if large && can_block(ctx) {
                 let work = plan.clone();
-                let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
+                let job =
+                    move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
                 if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
                     return reply;
                 }
@@ -140,7 +161,9 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
                 Some(encoding) => {
                     if lazy::must_wait(ctx, encoding)? && can_block(ctx) {
                         let work = plan.clone();
-                        let job = move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
+                        let job = move |bytes: &[u8]| -> Output {
+                            Box::new(Built(work.build(bytes, None)))
+                        };
                         if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
                             return reply;
                         }
@@ -151,7 +174,12 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             }
         }
     };
-    let (Imported { session, trimmed, .. }, payload) = built?;
+    let (
+        Imported {
+            session, trimmed, ..
+        },
+        payload,
+    ) = built?;
     let summarize = session.meets(session_thresholds(&session, &cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,
@@ -165,6 +193,14 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
     key.put(session)?;
     let mut events = Events::default();
     events.add(Write::Import, trimmed, summarize);
-    finish_write(ctx, keyname, &key, Propagate::Encoded(payload.0), expiry, now, &events);
+    finish_write(
+        ctx,
+        keyname,
+        &key,
+        Propagate::Encoded(payload.0),
+        expiry,
+        now,
+        &events,
+    );
     reply_outcome(ctx, &outcome, summarize)
 }

@@ -32,7 +32,8 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(content) = args.get(3) {
         op = op.with_content(super::args::utf8("content", content)?.to_owned());
     }
-    op.validate().map_err(|e| err(format!("ERR invalid op: {e}")))?;
+    op.validate()
+        .map_err(|e| err(format!("ERR invalid op: {e}")))?;
     if let crate::session::Op::Lease { lease, .. } = &op {
         // A promoted replica (or a server after an AOF replay) grants above it.
         super::lease::note_issued(lease.token);

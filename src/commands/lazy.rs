@@ -19,7 +19,8 @@ static QUEUED: AtomicU32 = AtomicU32::new(0);
 
 /// Where `MULTI`, scripts and `CLIENT NO-EVICT`-style contexts cannot block.
 pub fn cannot_wait(ctx: &Context) -> bool {
-    ctx.get_flags().intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
+    ctx.get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
 }
 
 pub fn failed(encoding: Encoding) -> RedisError {
@@ -41,7 +42,9 @@ pub fn busy(encoding: Encoding) -> RedisError {
 /// Starts building `encoding` on the pool, once.
 pub fn build_in_background(encoding: Encoding) {
     let bit = 1u32 << (encoding as u32);
-    if tokenizer::state(encoding) != State::Unloaded || QUEUED.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+    if tokenizer::state(encoding) != State::Unloaded
+        || QUEUED.fetch_or(bit, Ordering::AcqRel) & bit != 0
+    {
         return;
     }
     let job = move || {
@@ -56,7 +59,9 @@ pub fn build_in_background(encoding: Encoding) {
 /// replication stream and AOF loading apply what the master decided).
 pub fn check_allowed(ctx: &Context, encoding: Encoding) -> Result<(), RedisError> {
     if crate::config::ENCODINGS_CONFIG.allows(encoding)
-        || ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+        || ctx
+            .get_flags()
+            .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
     {
         return Ok(());
     }
@@ -98,8 +103,13 @@ pub fn require(ctx: &Context, encoding: Encoding) -> Result<(), RedisError> {
     if tokenizer::is_loaded(encoding) {
         return Ok(());
     }
-    if ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
-        return tokenizer::load(encoding).map(|_| ()).ok_or_else(|| failed(encoding));
+    if ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return tokenizer::load(encoding)
+            .map(|_| ())
+            .ok_or_else(|| failed(encoding));
     }
     build_in_background(encoding);
     Err(RedisError::String(format!(

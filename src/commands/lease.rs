@@ -40,7 +40,9 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 3)?;
     let lease_ms = args::parse_u64("lease-ms", &args[2], 1)?;
     if lease_ms > MAX_LEASE_MS {
-        return Err(err(format!("ERR lease-ms must be at most {MAX_LEASE_MS} (a day)")));
+        return Err(err(format!(
+            "ERR lease-ms must be at most {MAX_LEASE_MS} (a day)"
+        )));
     }
     let opts = Options::parse(&args[3..], &CheckOptions::NAMES, &[])?;
     let cfg = Config::current();
@@ -62,7 +64,11 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         // A missing key: an empty session's answer, and nothing is created.
         None => {
             let empty = Session::new(default_settings(&cfg), now);
-            (empty.summarize_check(options.thresholds(&empty, &cfg), options.keep), None, None)
+            (
+                empty.summarize_check(options.thresholds(&empty, &cfg), options.keep),
+                None,
+                None,
+            )
         }
     };
     let expires = match (lease, held) {

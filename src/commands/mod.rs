@@ -4,16 +4,16 @@
 
 mod admission;
 pub mod args;
-pub mod attrs;
 pub mod async_count;
+pub mod attrs;
 mod batch;
 pub mod error;
 mod ext;
-mod model_switch;
 mod import;
 mod internal;
 mod lazy;
 mod lease;
+mod model_switch;
 mod models;
 mod read;
 pub mod reply;
@@ -47,11 +47,7 @@ pub fn run(
     args: Vec<RedisString>,
     body: fn(&Context, Vec<RedisString>) -> RedisResult,
 ) -> RedisResult {
-    crate::guard::or(
-        Err(error::internal()),
-        || body(ctx, args),
-    )
-    .map_err(error::ascii)
+    crate::guard::or(Err(error::internal()), || body(ctx, args)).map_err(error::ascii)
 }
 
 /// The server's clock in Unix milliseconds.
@@ -89,13 +85,22 @@ impl<'a> SettingsOptions<'a> {
 
     /// No change: the session's settings, or a new session's.
     pub fn none() -> SettingsOptions<'a> {
-        SettingsOptions { model: None, ttl: None, max_tokens: None, max_msgs: None, max_age: None }
+        SettingsOptions {
+            model: None,
+            ttl: None,
+            max_tokens: None,
+            max_msgs: None,
+            max_age: None,
+        }
     }
 
     /// MAXTOKENS/MAXMSGS are bounded by `mem.max-tokens-limit` /
     /// `mem.max-messages-limit`: an operator bounds what one client can make
     /// a session hold.
-    pub fn parse(opts: &args::Options<'a>, cfg: &Config) -> Result<SettingsOptions<'a>, RedisError> {
+    pub fn parse(
+        opts: &args::Options<'a>,
+        cfg: &Config,
+    ) -> Result<SettingsOptions<'a>, RedisError> {
         let model = opts.str("MODEL")?;
         if let Some(model) = model {
             args::check_model(model)?;
@@ -103,8 +108,18 @@ impl<'a> SettingsOptions<'a> {
         Ok(SettingsOptions {
             model: model.map(Cow::Borrowed),
             ttl: opts.seconds("TTL", 0)?,
-            max_tokens: opts.u64_at_most("MAXTOKENS", 1, cfg.max_tokens_limit, "mem.max-tokens-limit")?,
-            max_msgs: opts.u64_at_most("MAXMSGS", 1, cfg.max_messages_limit, "mem.max-messages-limit")?,
+            max_tokens: opts.u64_at_most(
+                "MAXTOKENS",
+                1,
+                cfg.max_tokens_limit,
+                "mem.max-tokens-limit",
+            )?,
+            max_msgs: opts.u64_at_most(
+                "MAXMSGS",
+                1,
+                cfg.max_messages_limit,
+                "mem.max-messages-limit",
+            )?,
             // Bounded like TTL, so now - maxage never nears an overflow.
             max_age: opts.seconds("MAXAGE", 0)?,
         })
@@ -122,7 +137,11 @@ impl<'a> SettingsOptions<'a> {
     /// The settings an imported document carries (its `model`, and those
     /// `FORMAT JSON` wrote), where no option names others; bounded as the
     /// options are.
-    pub fn default_to_document(&mut self, doc: &crate::json_format::DocSettings<'_>, cfg: &Config) -> Result<(), RedisError> {
+    pub fn default_to_document(
+        &mut self,
+        doc: &crate::json_format::DocSettings<'_>,
+        cfg: &Config,
+    ) -> Result<(), RedisError> {
         if let Some(m) = doc.model {
             self.default_model(m)?;
         }
@@ -134,9 +153,23 @@ impl<'a> SettingsOptions<'a> {
         };
         let secs = crate::session::MAX_TTL_SECS;
         self.ttl = self.ttl.or(bounded("ttl", doc.ttl, 0, secs, "100 years")?);
-        self.max_tokens = self.max_tokens.or(bounded("maxtokens", doc.max_tokens, 1, cfg.max_tokens_limit, "mem.max-tokens-limit")?);
-        self.max_msgs = self.max_msgs.or(bounded("maxmsgs", doc.max_msgs, 1, cfg.max_messages_limit, "mem.max-messages-limit")?);
-        self.max_age = self.max_age.or(bounded("maxage", doc.max_age, 0, secs, "100 years")?);
+        self.max_tokens = self.max_tokens.or(bounded(
+            "maxtokens",
+            doc.max_tokens,
+            1,
+            cfg.max_tokens_limit,
+            "mem.max-tokens-limit",
+        )?);
+        self.max_msgs = self.max_msgs.or(bounded(
+            "maxmsgs",
+            doc.max_msgs,
+            1,
+            cfg.max_messages_limit,
+            "mem.max-messages-limit",
+        )?);
+        self.max_age = self
+            .max_age
+            .or(bounded("maxage", doc.max_age, 0, secs, "100 years")?);
         Ok(())
     }
 
@@ -221,7 +254,13 @@ impl Events {
 
 /// The summarization thresholds of `settings` under the current config.
 pub fn thresholds(settings: &Settings, cfg: &Config, window: Option<u64>) -> Thresholds {
-    Thresholds::new(window, cfg.summarize_ratio, cfg.summarize_fallback_tokens, settings, cfg.summarize_headroom)
+    Thresholds::new(
+        window,
+        cfg.summarize_ratio,
+        cfg.summarize_fallback_tokens,
+        settings,
+        cfg.summarize_headroom,
+    )
 }
 
 pub fn session_thresholds(session: &Session, cfg: &Config) -> Thresholds {
@@ -278,7 +317,8 @@ pub fn finish_write(
         }
         Propagate::Session => {
             if let Some(s) = key.session() {
-                let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_session(s));
+                let payload =
+                    RedisString::create_from_slice(ctx.ctx, &persistence::encode_session(s));
                 ctx.replicate("MEM._PUT", &[keyname, &payload]);
             }
         }
@@ -287,7 +327,10 @@ pub fn finish_write(
     key.set_expiry(expiry, now);
     signal_modified(ctx, keyname);
     match expiry {
-        Some(at) => ctx.replicate("PEXPIREAT", &[keyname.as_slice(), at.to_string().as_bytes()]),
+        Some(at) => ctx.replicate(
+            "PEXPIREAT",
+            &[keyname.as_slice(), at.to_string().as_bytes()],
+        ),
         None => ctx.replicate("PERSIST", &[keyname.as_slice()]),
     }
     for event in &events.0 {
@@ -297,7 +340,12 @@ pub fn finish_write(
 
 /// Replicates one op (its [`Op::header`]) and the appended content, if any,
 /// as the client's own argument (not copied).
-pub fn replicate_op(ctx: &Context, keyname: &RedisString, header: &Op, content: Option<&RedisString>) {
+pub fn replicate_op(
+    ctx: &Context,
+    keyname: &RedisString,
+    header: &Op,
+    content: Option<&RedisString>,
+) {
     let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_op(header));
     match content {
         Some(c) => ctx.replicate("MEM._APPLY", &[keyname, &payload, c]),
@@ -307,9 +355,18 @@ pub fn replicate_op(ctx: &Context, keyname: &RedisString, header: &Op, content: 
 
 /// The reply of a write recognised as a retry (`outcome.duplicate`):
 /// nothing changed, so nothing is replicated, notified or refreshed.
-pub fn reply_duplicate(ctx: &Context, session: &Session, outcome: &Outcome, cfg: &Config) -> RedisResult {
+pub fn reply_duplicate(
+    ctx: &Context,
+    session: &Session,
+    outcome: &Outcome,
+    cfg: &Config,
+) -> RedisResult {
     stats::add(&stats::DUPLICATES, 1);
-    reply_outcome(ctx, outcome, session.meets(session_thresholds(session, cfg)))
+    reply_outcome(
+        ctx,
+        outcome,
+        session.meets(session_thresholds(session, cfg)),
+    )
 }
 
 /// The reply of MEM.APPEND, MEM.SUMMARIZE and MEM.IMPORT.

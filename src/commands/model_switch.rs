@@ -13,7 +13,9 @@ use crate::tokenizer::Encoding;
 
 /// Whether a write under `encoding` must re-count `session` first.
 pub fn needed(session: Option<&Session>, encoding: Encoding) -> Option<&Session> {
-    session.filter(|s| s.settings.encoding != encoding && (s.summary.is_some() || !s.messages.is_empty()))
+    session.filter(|s| {
+        s.settings.encoding != encoding && (s.summary.is_some() || !s.messages.is_empty())
+    })
 }
 
 /// The snapshot a worker counts, when the re-count is large enough for one.
@@ -64,7 +66,12 @@ pub fn changed_meanwhile() -> RedisError {
 
 /// Whether a text counted under `counted_as` must be counted again under
 /// `encoding`, refused when it is large (see [`changed_meanwhile`]).
-pub fn recount_inline_allowed(counted_as: Encoding, encoding: Encoding, bytes: usize, cfg: &Config) -> Result<(), RedisError> {
+pub fn recount_inline_allowed(
+    counted_as: Encoding,
+    encoding: Encoding,
+    bytes: usize,
+    cfg: &Config,
+) -> Result<(), RedisError> {
     if counted_as != encoding && bytes as u64 >= cfg.inline_limit(encoding) {
         return Err(changed_meanwhile());
     }

@@ -54,7 +54,9 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         std::thread::sleep(Config::debug_count_delay());
         let result = crate::guard::or(Err(super::error::internal()), || {
             let text = args::utf8_bytes("text", &bytes)?;
-            Ok(RedisValue::Integer(tokens(encoding, role.as_deref(), text) as i64))
+            Ok(RedisValue::Integer(
+                tokens(encoding, role.as_deref(), text) as i64
+            ))
         });
         crate::pool::job_done();
         // Replying needs no lock; dropping the context unblocks the client.
@@ -108,7 +110,9 @@ pub fn models(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 .field_int("context_window", r.window.unwrap_or(0));
             match &r.entry {
                 Some((pattern, mine)) => {
-                    reply.field_str("entry", pattern).field_str("source", if *mine { "config" } else { "builtin" });
+                    reply
+                        .field_str("entry", pattern)
+                        .field_str("source", if *mine { "config" } else { "builtin" });
                 }
                 None => {
                     reply.bulk("entry");

@@ -21,7 +21,10 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         after: opts.u64("AFTER", 0)?,
         budget: opts.u64("BUDGET", 0)?,
     };
-    let json = match opts.get("FORMAT").map(|f| f.as_slice().to_ascii_uppercase()) {
+    let json = match opts
+        .get("FORMAT")
+        .map(|f| f.as_slice().to_ascii_uppercase())
+    {
         None => false,
         Some(f) if f == b"RESP" => false,
         Some(f) if f == b"JSON" => true,
@@ -91,9 +94,14 @@ pub struct CheckOptions<'a> {
 impl<'a> CheckOptions<'a> {
     pub const NAMES: [&'static str; 3] = ["MODEL", "CONTEXT", "KEEP"];
 
-    pub fn parse(opts: &Options<'a>, cfg: &Config) -> Result<CheckOptions<'a>, redis_module::RedisError> {
+    pub fn parse(
+        opts: &Options<'a>,
+        cfg: &Config,
+    ) -> Result<CheckOptions<'a>, redis_module::RedisError> {
         if opts.has("MODEL") && opts.has("CONTEXT") {
-            return Err(err("ERR MODEL and CONTEXT options at the same time are not compatible".to_owned()));
+            return Err(err(
+                "ERR MODEL and CONTEXT options at the same time are not compatible".to_owned(),
+            ));
         }
         let model = opts.str("MODEL")?;
         if let Some(m) = model {
@@ -101,7 +109,11 @@ impl<'a> CheckOptions<'a> {
         }
         let context = opts.u64("CONTEXT", 1)?;
         let keep = opts.u64("KEEP", 0)?.unwrap_or(cfg.summarize_keep);
-        Ok(CheckOptions { model, context, keep })
+        Ok(CheckOptions {
+            model,
+            context,
+            keep,
+        })
     }
 
     /// The thresholds of `session` for the window these options name (the
@@ -180,7 +192,10 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .field_int("total_tokens", s.total_tokens)
         .field_str("model", &s.settings.model)
         .field_str("encoding", s.settings.encoding.name())
-        .field_int("context_window", tokenizer::context_window(&s.settings.model).unwrap_or(0))
+        .field_int(
+            "context_window",
+            tokenizer::context_window(&s.settings.model).unwrap_or(0),
+        )
         .field_int("maxtokens", s.settings.max_tokens)
         .field_int("maxmsgs", s.settings.max_msgs)
         .field_int("ttl", s.settings.ttl)

@@ -41,8 +41,6 @@ impl<'a> Reply<'a> {
         self
     }
 
-
-
     /// A map field with an integer value.
     pub fn field_int(&self, name: &str, n: u64) -> &Self {
         self.bulk(name).int(n)

@@ -5,12 +5,17 @@ use redis_module::{Context, RedisResult, RedisString};
 use super::args::{self, err, Options};
 use std::sync::Arc;
 
+use super::async_count::{
+    can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output,
+};
+use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
 use super::error;
 use super::lazy;
 use super::model_switch;
-use super::{arity, Events, Write, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Propagate, SettingsOptions};
-use super::async_count::{can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output};
-use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
+use super::{
+    arity, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Events,
+    Propagate, SettingsOptions, Write,
+};
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{next_id, Message, Op, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
@@ -32,12 +37,25 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let role = args::utf8("role", &args[2])?;
     args::check_role(role)?;
     let raw_content = &args[3];
-    let opts = Options::parse(&args[4..], &[&["TS", "META", "MSGID", "TOKENS"][..], &SettingsOptions::NAMES].concat(), &[])?;
+    let opts = Options::parse(
+        &args[4..],
+        &[
+            &["TS", "META", "MSGID", "TOKENS"][..],
+            &SettingsOptions::NAMES,
+        ]
+        .concat(),
+        &[],
+    )?;
     let cfg = Config::current();
     // The message's tokens as the client knows them (a provider's usage):
     // not counted. Bounded as a session's cap is.
     // Stored in 32 bits, whatever the limit allows.
-    let given = opts.u64_at_most("TOKENS", 0, cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS), "mem.max-tokens-limit")?;
+    let given = opts.u64_at_most(
+        "TOKENS",
+        0,
+        cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS),
+        "mem.max-tokens-limit",
+    )?;
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
     if ts.is_some_and(|t| t > MAX_TS as u64) {
@@ -56,7 +74,11 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
             None => args::check_meta(meta)?,
         }
     }
-    let meta_for_worker = if meta_on_worker { meta.map(str::to_owned) } else { None };
+    let meta_for_worker = if meta_on_worker {
+        meta.map(str::to_owned)
+    } else {
+        None
+    };
     let changes = SettingsOptions::parse(&opts, &cfg)?;
     let msgid = opts.str("MSGID")?;
     if let Some(msgid) = msgid {
@@ -89,7 +111,11 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     // checked and counted by a worker while the client waits; this command
     // runs again with the counts.
     let large = raw_content.len() as u64 >= cfg.inline_limit(encoding);
-    let snapshot = if resumed { None } else { model_switch::offload(key.session(), encoding, &cfg) };
+    let snapshot = if resumed {
+        None
+    } else {
+        model_switch::offload(key.session(), encoding, &cfg)
+    };
     if !resumed && large {
         refuse_where_blocking_is_impossible(ctx, "content", raw_content.len())?;
     }
@@ -105,12 +131,28 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
                     // The session's re-count needs it (inline when small).
                     let _ = tokenizer::load(encoding);
                 }
-                let content = std::str::from_utf8(bytes).ok().map(|text| (Arc::from(text), n));
+                let content = std::str::from_utf8(bytes)
+                    .ok()
+                    .map(|text| (Arc::from(text), n));
                 let recounted = model_switch::count(snapshot, encoding);
                 let meta_checked = meta_for_worker.map(|m| crate::session::check_meta(&m));
-                Box::new(Counted { encoding, content, recounted, meta_checked })
+                Box::new(Counted {
+                    encoding,
+                    content,
+                    recounted,
+                    meta_checked,
+                })
             }),
-            None => count_off_thread(ctx, keyname, encoding, role.to_owned(), raw_content, snapshot, meta_for_worker, append_counted),
+            None => count_off_thread(
+                ctx,
+                keyname,
+                encoding,
+                role.to_owned(),
+                raw_content,
+                snapshot,
+                meta_for_worker,
+                append_counted,
+            ),
         };
         if let Some(reply) = reply {
             return reply;
@@ -154,7 +196,12 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
         tokens,
         meta: meta.map(Box::from),
     };
-    let op = Op::Append { now, settings, message, msgid: msgid.map(Box::from) };
+    let op = Op::Append {
+        now,
+        settings,
+        message,
+        msgid: msgid.map(Box::from),
+    };
 
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
@@ -206,7 +253,10 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
         error::session(e)
     };
     // Against what a read shows: an upto past maxage is no longer a message.
-    session.live(now_ms()).check_summary_upto(upto).map_err(refused)?;
+    session
+        .live(now_ms())
+        .check_summary_upto(upto)
+        .map_err(refused)?;
     let encoding = session.settings.encoding;
     // A large summary is checked and counted by a worker, as a large
     // message; so is one whose encoding is not built yet (the worker builds it).
@@ -223,12 +273,17 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
             drop(key);
             // The worker checks, copies and counts the text (the main thread
             // touches none of its bytes).
-            if let Some(reply) = off_thread(ctx, keyname, raw_text, summarize_counted, move |bytes| {
-                let text = std::str::from_utf8(bytes).ok().map(|text| {
-                    (text.to_owned(), count_message(encoding, SUMMARY_COUNTED_AS, text))
-                });
-                Box::new(CountedSummary { encoding, text })
-            }) {
+            if let Some(reply) =
+                off_thread(ctx, keyname, raw_text, summarize_counted, move |bytes| {
+                    let text = std::str::from_utf8(bytes).ok().map(|text| {
+                        (
+                            text.to_owned(),
+                            count_message(encoding, SUMMARY_COUNTED_AS, text),
+                        )
+                    });
+                    Box::new(CountedSummary { encoding, text })
+                })
+            {
                 return reply;
             }
             return summarize_counted(ctx, args, Some(Box::new(())));
@@ -245,14 +300,22 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
         }
         None => {
             let text = args::utf8("summary", raw_text)?;
-            (text.to_owned(), count_message(encoding, SUMMARY_COUNTED_AS, text))
+            (
+                text.to_owned(),
+                count_message(encoding, SUMMARY_COUNTED_AS, text),
+            )
         }
     };
     let Some(session) = key.session_mut() else {
         return Err(error::no_such_key());
     };
     let now = now_ms();
-    let summary = Summary { text, tokens, upto, ts: now };
+    let summary = Summary {
+        text,
+        tokens,
+        upto,
+        ts: now,
+    };
     let op = Op::Summarize { now, summary };
     let header = op.header();
     // The core refuses (changing nothing) a summary over maxtokens, and
@@ -263,7 +326,15 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     let mut events = Events::default();
     events.add(Write::Summarize, outcome.trimmed, false);
     // The text travels as the client's own argument (no copy).
-    finish_write(ctx, keyname, &key, Propagate::Op(header, Some(raw_text)), expiry, now, &events);
+    finish_write(
+        ctx,
+        keyname,
+        &key,
+        Propagate::Op(header, Some(raw_text)),
+        expiry,
+        now,
+        &events,
+    );
     reply_outcome(ctx, &outcome, summarize)
 }
 

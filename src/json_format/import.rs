@@ -30,7 +30,10 @@ use serde_json::value::RawValue;
 
 use super::parse_iso8601;
 use super::stored::StoredIn;
-use crate::session::{check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary, MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE};
+use crate::session::{
+    check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary,
+    MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
+};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// What an import made: the session (trimmed, with the document's other
@@ -106,7 +109,11 @@ pub fn import<E>(
     }
     // The attribute limits (SPEC: imported members obey them).
     if root.pairs.len() > MAX_ATTRS {
-        return Err(format!("a session holds at most {MAX_ATTRS} attributes; the document has {} other members", root.pairs.len()).into());
+        return Err(format!(
+            "a session holds at most {MAX_ATTRS} attributes; the document has {} other members",
+            root.pairs.len()
+        )
+        .into());
     }
     for (raw, _) in &root.pairs {
         let name = member_name(raw).unwrap_or_default();
@@ -154,7 +161,9 @@ pub fn import<E>(
         failed: None,
     };
     let mut de = serde_json::Deserializer::from_str(history.get());
-    let streamed = de.deserialize_seq(History(&mut builder)).and_then(|()| de.end());
+    let streamed = de
+        .deserialize_seq(History(&mut builder))
+        .and_then(|()| de.end());
     if let Some(failed) = builder.failed.take() {
         return Err(failed);
     }
@@ -164,11 +173,21 @@ pub fn import<E>(
     let trimmed = builder.trimmed + session.trim_imported();
     session.extra = extra;
     stored.apply(&mut session, now)?;
-    Ok(Imported { session, trimmed, most_held: builder.most_held })
+    Ok(Imported {
+        session,
+        trimmed,
+        most_held: builder.most_held,
+    })
 }
 
 /// Members the module reads; everything else is kept verbatim.
-const KNOWN: [&str; 5] = ["conversation_history", "summary", "total_tokens", "model", super::STORED_MEMBER];
+const KNOWN: [&str; 5] = [
+    "conversation_history",
+    "summary",
+    "total_tokens",
+    "model",
+    super::STORED_MEMBER,
+];
 
 /// The visitor methods of a value that is not an object: the visitor's
 /// `None` (the caller names the shape error), an array skipped whole.
@@ -214,7 +233,9 @@ struct Root<'a> {
 
 fn read_root<E>(text: &str) -> Result<Root<'_>, ImportError<E>> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let root = de.deserialize_any(RootVisitor).and_then(|root| de.end().map(|()| root));
+    let root = de
+        .deserialize_any(RootVisitor)
+        .and_then(|root| de.end().map(|()| root));
     match root {
         Ok(Some(root)) => Ok(root),
         Ok(None) => Err("the document must be a JSON object".to_owned().into()),
@@ -322,7 +343,12 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut values = [None; N];
         while let Some(Key(name)) = map.next_key()? {
-            match self.0.iter().position(|n| *n == name).and_then(|i| values.get_mut(i)) {
+            match self
+                .0
+                .iter()
+                .position(|n| *n == name)
+                .and_then(|i| values.get_mut(i))
+            {
                 Some(slot) => *slot = Some(map.next_value()?),
                 None => {
                     map.next_value::<IgnoredAny>()?;
@@ -364,12 +390,18 @@ impl<E> From<Bad> for ImportError<E> {
 /// parse of the whole document would have reported it.
 fn invalid_json(doc: &str, part: &str, e: &serde_json::Error) -> String {
     let msg = e.to_string();
-    let what = msg.rsplit_once(" at line ").map_or(msg.as_str(), |(what, _)| what);
+    let what = msg
+        .rsplit_once(" at line ")
+        .map_or(msg.as_str(), |(what, _)| what);
     let offset = (part.as_ptr() as usize).checked_sub(doc.as_ptr() as usize);
     match offset.and_then(|o| doc.as_bytes().get(..o)) {
         Some(before) if e.line() > 0 => {
             let lines = before.iter().filter(|b| **b == b'\n').count();
-            let column = before.len() - before.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+            let column = before.len()
+                - before
+                    .iter()
+                    .rposition(|b| *b == b'\n')
+                    .map_or(0, |p| p + 1);
             let (line, column) = match e.line() {
                 1 => (lines + 1, column + e.column()),
                 l => (lines + l, e.column()),
@@ -385,7 +417,9 @@ fn string(doc: &str, raw: &RawValue) -> Result<Option<String>, Bad> {
     if !raw.get().starts_with('"') {
         return Ok(None);
     }
-    serde_json::from_str(raw.get()).map(Some).map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))
+    serde_json::from_str(raw.get())
+        .map(Some)
+        .map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))
 }
 
 fn optional_id(what: &str, raw: Option<&RawValue>) -> Result<Option<u64>, String> {
@@ -399,15 +433,26 @@ fn optional_id(what: &str, raw: Option<&RawValue>) -> Result<Option<u64>, String
 }
 
 /// `ts` (ms) wins over `timestamp` (ISO 8601); neither: None.
-fn time_of(doc: &str, ts: Option<&RawValue>, timestamp: Option<&RawValue>) -> Result<Option<i64>, Bad> {
+fn time_of(
+    doc: &str,
+    ts: Option<&RawValue>,
+    timestamp: Option<&RawValue>,
+) -> Result<Option<i64>, Bad> {
     let ts = if let Some(ts) = ts.filter(|r| r.get() != "null") {
         serde_json::from_str::<i64>(ts.get()).map_err(|_| "ts must be an integer".to_owned())?
     } else {
         match timestamp.filter(|r| r.get() != "null") {
             None => return Ok(None),
             Some(t) => match string(doc, t)? {
-                Some(s) => parse_iso8601(&s).ok_or_else(|| format!("timestamp {s:?} is not ISO 8601"))?,
-                None if t.get().starts_with(|c: char| c == '-' || c.is_ascii_digit()) => unix_time(t.get())?,
+                Some(s) => {
+                    parse_iso8601(&s).ok_or_else(|| format!("timestamp {s:?} is not ISO 8601"))?
+                }
+                None if t
+                    .get()
+                    .starts_with(|c: char| c == '-' || c.is_ascii_digit()) =>
+                {
+                    unix_time(t.get())?
+                }
                 None => return Err("timestamp must be an ISO 8601 string".to_owned().into()),
             },
         }
@@ -443,7 +488,9 @@ struct ImportedSummary {
 
 fn parse_summary(doc: &str, raw: &RawValue) -> Result<ImportedSummary, Bad> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    let fields = Fields(&SUMMARY_FIELDS).deserialize(&mut de).map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))?;
+    let fields = Fields(&SUMMARY_FIELDS)
+        .deserialize(&mut de)
+        .map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))?;
     let Some([content, text, upto, ts, timestamp]) = fields else {
         return Err("summary must be an object or null".to_owned().into());
     };
@@ -454,7 +501,11 @@ fn parse_summary(doc: &str, raw: &RawValue) -> Result<ImportedSummary, Bad> {
     let text = text.ok_or_else(|| "summary.content must be a string".to_owned())?;
     let upto = optional_id("summary.upto", upto)?
         .ok_or_else(|| format!("summary.upto must be an integer from 1 to {MAX_ID}"))?;
-    Ok(ImportedSummary { text, upto, ts: time_of(doc, ts, timestamp)? })
+    Ok(ImportedSummary {
+        text,
+        upto,
+        ts: time_of(doc, ts, timestamp)?,
+    })
 }
 
 struct ImportedMessage {
@@ -496,7 +547,14 @@ fn parse_message(doc: &str, fields: Raw<'_, 7>) -> Result<ImportedMessage, Bad> 
             Some(msgid)
         }
     };
-    Ok(ImportedMessage { id: optional_id("id", id)?, role, content, ts: time_of(doc, ts, timestamp)?, meta, msgid })
+    Ok(ImportedMessage {
+        id: optional_id("id", id)?,
+        role,
+        content,
+        ts: time_of(doc, ts, timestamp)?,
+        meta,
+        msgid,
+    })
 }
 
 /// The session being built as the history streams by.
@@ -529,13 +587,16 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             Bad::Shape(e) => ImportError::Invalid(format!("conversation_history[{i}]: {e}")),
             Bad::Json(e) => ImportError::Invalid(e),
         };
-        let fields = fields.ok_or_else(|| at(Bad::Shape("a message must be an object".to_owned())))?;
+        let fields =
+            fields.ok_or_else(|| at(Bad::Shape("a message must be an object".to_owned())))?;
         let m = parse_message(self.doc, fields).map_err(at)?;
         if m.content.len() as u64 > self.max_message_bytes {
             return Err(ImportError::TooLarge(m.content.len()));
         }
         if *self.with_ids.get_or_insert(m.id.is_some()) != m.id.is_some() {
-            return Err("either every message carries an id or none does".to_owned().into());
+            return Err("either every message carries an id or none does"
+                .to_owned()
+                .into());
         }
         let id = match m.id {
             Some(id) => id,
@@ -550,7 +611,10 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             meta: m.meta.map(Box::from),
         };
         let is_tool = &*message.role == TOOL_ROLE;
-        let old = self.session.age_cutoff(self.now).is_some_and(|c| message.ts < c);
+        let old = self
+            .session
+            .age_cutoff(self.now)
+            .is_some_and(|c| message.ts < c);
         // A msgid names one message: two with the same one would make a
         // retry of either ambiguous (checked against those still held and
         // the last departed: the parse holds no more than the caps).
@@ -563,12 +627,18 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             self.close_group();
         }
         let id = message.id;
-        self.session.push_message(message).map_err(|e| e.to_string())?;
+        self.session
+            .push_message(message)
+            .map_err(|e| e.to_string())?;
         if let Some(msgid) = m.msgid {
             self.session.msgids.attach(id, msgid.into());
         }
         // A message that is not a tool result opened a new group (above).
-        self.open_group_old = if self.open_group == 0 { old } else { self.open_group_old && old };
+        self.open_group_old = if self.open_group == 0 {
+            old
+        } else {
+            self.open_group_old && old
+        };
         self.open_group += 1;
         self.most_held = self.most_held.max(self.session.messages.len());
         Ok(())
@@ -579,7 +649,9 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
     /// would do on the whole list); then the caps, on complete groups only.
     fn close_group(&mut self) {
         self.finish();
-        self.trimmed += self.session.evict_over_caps(self.session.settings.caps(), 0);
+        self.trimmed += self
+            .session
+            .evict_over_caps(self.session.settings.caps(), 0);
         self.session.messages.settle();
     }
 

@@ -8,9 +8,9 @@ use serde::Serialize;
 use crate::session::{MessageRef, Session, Summary};
 
 mod import;
-mod stored;
 #[cfg(test)]
 mod reference;
+mod stored;
 #[cfg(test)]
 mod tests;
 
@@ -29,10 +29,14 @@ pub fn parse_iso8601(s: &str) -> Option<i64> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Some(t.timestamp_millis());
     }
-    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
-        .map(|t| t.and_utc().timestamp_millis())
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+    .map(|t| t.and_utc().timestamp_millis())
 }
 
 /// A message of the document, but its `meta` and `msgid` (written after
@@ -66,7 +70,14 @@ fn push_json(out: &mut Vec<u8>, value: &impl Serialize) {
 /// was stored or loaded, so it is spliced in, not parsed again: a 2 MB META
 /// re-parsed on every FORMAT JSON held the main thread 14 ms), then its msgid.
 fn write_message(out: &mut Vec<u8>, m: &MessageRef<'_>, msgid: Option<&str>) {
-    let head = MessageOut { id: m.id, role: m.role, content: m.content, timestamp: iso8601(m.ts), ts: m.ts, tokens: m.tokens };
+    let head = MessageOut {
+        id: m.id,
+        role: m.role,
+        content: m.content,
+        timestamp: iso8601(m.ts),
+        ts: m.ts,
+        tokens: m.tokens,
+    };
     push_json(out, &head);
     out.pop(); // the closing brace: more members follow
     if let Some(meta) = m.meta {
@@ -100,12 +111,21 @@ pub fn render<'a>(
         write_message(&mut out, &m, session.and_then(|s| s.msgids.of(m.id)));
     }
     out.extend_from_slice(b"],\"summary\":");
-    let summary = summary.map(|s| SummaryOut { content: &s.text, upto: s.upto, tokens: s.tokens, timestamp: iso8601(s.ts), ts: s.ts });
+    let summary = summary.map(|s| SummaryOut {
+        content: &s.text,
+        upto: s.upto,
+        tokens: s.tokens,
+        timestamp: iso8601(s.ts),
+        ts: s.ts,
+    });
     push_json(&mut out, &summary);
     out.extend_from_slice(b",\"total_tokens\":");
     push_json(&mut out, &session.map_or(0, |s| s.total_tokens));
     out.extend_from_slice(b",\"model\":");
-    push_json(&mut out, &session.map_or(default_model, |s| s.settings.model.as_str()));
+    push_json(
+        &mut out,
+        &session.map_or(default_model, |s| s.settings.model.as_str()),
+    );
     if let Some(s) = session {
         out.extend_from_slice(b",\"redis_mem\":");
         push_json(&mut out, &stored::StoredOut::of(s));
@@ -118,4 +138,3 @@ pub fn render<'a>(
     out.push('}');
     out
 }
-

@@ -5,7 +5,10 @@
 use serde_json::{Map, Value};
 
 use super::parse_iso8601;
-use crate::session::{check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID, MAX_ROLE_BYTES, MAX_TS};
+use crate::session::{
+    check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID,
+    MAX_ROLE_BYTES, MAX_TS,
+};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// MEM.IMPORT as it was: parse everything, check sizes, settings from the
@@ -18,7 +21,11 @@ pub fn import(
     count: impl Fn(Encoding, &str, &str) -> u64,
 ) -> Result<(Session, u64), String> {
     let doc = parse_import(text)?;
-    if doc.messages.iter().any(|m| m.content.len() as u64 > max_message_bytes) {
+    if doc
+        .messages
+        .iter()
+        .any(|m| m.content.len() as u64 > max_message_bytes)
+    {
         return Err("too large".to_owned());
     }
     let settings = settings(doc.model.as_deref());
@@ -26,7 +33,6 @@ pub fn import(
     let trimmed = session.trim_imported();
     Ok((session, trimmed))
 }
-
 
 /// A document parsed for MEM.IMPORT, before tokens are counted.
 #[derive(Debug, PartialEq)]
@@ -104,7 +110,11 @@ fn parse_message(item: Value) -> Result<ImportedMessage, String> {
     };
     let role = match m.remove("role") {
         Some(Value::String(r)) if !r.is_empty() && r.len() <= MAX_ROLE_BYTES => r,
-        _ => return Err(format!("role must be a string of 1 to {MAX_ROLE_BYTES} bytes")),
+        _ => {
+            return Err(format!(
+                "role must be a string of 1 to {MAX_ROLE_BYTES} bytes"
+            ))
+        }
     };
     let content = match m.remove("content") {
         Some(Value::String(c)) => c,
@@ -155,7 +165,8 @@ fn optional_id(what: &str, v: Option<&Value>) -> Result<Option<u64>, String> {
 /// `ts` (ms) wins over `timestamp` (ISO 8601); neither: None.
 fn time_of(m: &Map<String, Value>) -> Result<Option<i64>, String> {
     let ts = if let Some(ts) = m.get("ts").filter(|v| !v.is_null()) {
-        ts.as_i64().ok_or_else(|| "ts must be an integer".to_owned())?
+        ts.as_i64()
+            .ok_or_else(|| "ts must be an integer".to_owned())?
     } else {
         match m.get("timestamp") {
             None | Some(Value::Null) => return Ok(None),

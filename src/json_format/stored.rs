@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::session::{check_msgid, Departed, ExternalId, Session, MAX_DEPARTED, MAX_EXPIRY_MS, MAX_ID};
+use crate::session::{
+    check_msgid, Departed, ExternalId, Session, MAX_DEPARTED, MAX_EXPIRY_MS, MAX_ID,
+};
 
 /// The member's name in the document.
 pub const STORED_MEMBER: &str = "redis_mem";
@@ -51,13 +53,25 @@ impl<'a> StoredOut<'a> {
             external: s
                 .external
                 .iter()
-                .map(|(system, e)| (system.as_str(), ExternalOut { id: &e.id, expires: e.expires_at }))
+                .map(|(system, e)| {
+                    (
+                        system.as_str(),
+                        ExternalOut {
+                            id: &e.id,
+                            expires: e.expires_at,
+                        },
+                    )
+                })
                 .collect(),
             departed_msgids: s
                 .msgids
                 .departed
                 .iter()
-                .map(|d| DepartedOut { msgid: &d.msgid, id: d.id, tokens: d.tokens })
+                .map(|d| DepartedOut {
+                    msgid: &d.msgid,
+                    id: d.id,
+                    tokens: d.tokens,
+                })
                 .collect(),
         }
     }
@@ -101,7 +115,9 @@ impl StoredIn {
     /// the departed msgids (checked as a loaded session's are).
     pub fn apply(self, session: &mut Session, now: i64) -> Result<(), String> {
         match self.last_id {
-            Some(id) if id > MAX_ID => return Err(format!("{STORED_MEMBER}.last_id {id} is above {MAX_ID}")),
+            Some(id) if id > MAX_ID => {
+                return Err(format!("{STORED_MEMBER}.last_id {id} is above {MAX_ID}"))
+            }
             Some(id) => session.last_id = session.last_id.max(id),
             None => {}
         }
@@ -111,23 +127,37 @@ impl StoredIn {
             }
             if e.expires > now {
                 let expires_at = e.expires.min(MAX_EXPIRY_MS);
-                session.external.insert(system, ExternalId { id: e.id, expires_at });
+                session.external.insert(
+                    system,
+                    ExternalId {
+                        id: e.id,
+                        expires_at,
+                    },
+                );
             }
         }
         if self.departed_msgids.len() > MAX_DEPARTED {
-            return Err(format!("{STORED_MEMBER}.departed_msgids holds more than {MAX_DEPARTED}"));
+            return Err(format!(
+                "{STORED_MEMBER}.departed_msgids holds more than {MAX_DEPARTED}"
+            ));
         }
         let mut previous = 0;
         for d in self.departed_msgids {
             check_msgid(&d.msgid).map_err(|e| format!("{STORED_MEMBER}.departed_msgids: {e}"))?;
-            if d.id <= previous || d.id > session.last_id || session.messages.position(d.id).is_some() {
+            if d.id <= previous
+                || d.id > session.last_id
+                || session.messages.position(d.id).is_some()
+            {
                 return Err(format!(
                     "{STORED_MEMBER}.departed_msgids: id {} is not a departed id of the history, in order",
                     d.id
                 ));
             }
             if session.find_msgid(&d.msgid).is_some() {
-                return Err(format!("{STORED_MEMBER}.departed_msgids: msgid {:?} is named twice", d.msgid));
+                return Err(format!(
+                    "{STORED_MEMBER}.departed_msgids: msgid {:?} is named twice",
+                    d.msgid
+                ));
             }
             previous = d.id;
             // Beside those the import's own trimming made departed, in id
@@ -135,9 +165,19 @@ impl StoredIn {
             let departed = &mut session.msgids.departed;
             let at = departed.partition_point(|x| x.id < d.id);
             if departed.get(at).is_some_and(|x| x.id == d.id) {
-                return Err(format!("{STORED_MEMBER}.departed_msgids: id {} is named twice", d.id));
+                return Err(format!(
+                    "{STORED_MEMBER}.departed_msgids: id {} is named twice",
+                    d.id
+                ));
             }
-            departed.insert(at, Departed { msgid: d.msgid.into(), id: d.id, tokens: d.tokens });
+            departed.insert(
+                at,
+                Departed {
+                    msgid: d.msgid.into(),
+                    id: d.id,
+                    tokens: d.tokens,
+                },
+            );
             if departed.len() > MAX_DEPARTED {
                 departed.pop_front();
             }

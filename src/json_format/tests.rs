@@ -40,7 +40,10 @@ fn iso8601_round_trips_and_accepts_zoneless_times() {
     assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
     assert_eq!(parse_iso8601("1970-01-01T00:00:01.500Z"), Some(1500));
     assert_eq!(parse_iso8601("1970-01-01T01:00:00+01:00"), Some(0));
-    assert_eq!(parse_iso8601("2024-05-01T10:00:00.123456"), Some(1714557600123));
+    assert_eq!(
+        parse_iso8601("2024-05-01T10:00:00.123456"),
+        Some(1714557600123)
+    );
     assert_eq!(parse_iso8601("2024-05-01 10:00:00"), Some(1714557600000));
     assert_eq!(parse_iso8601("yesterday"), None);
 }
@@ -48,7 +51,9 @@ fn iso8601_round_trips_and_accepts_zoneless_times() {
 #[test]
 fn numeric_timestamps_are_unix_seconds_or_milliseconds() {
     let ts = |t: &str| {
-        let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x","timestamp":{t}}}]}}"#);
+        let doc = format!(
+            r#"{{"conversation_history":[{{"role":"user","content":"x","timestamp":{t}}}]}}"#
+        );
         parse(&doc).map(|i| i.session.messages.get(0).unwrap().ts)
     };
     // The seed's numeric timestamps: seconds, as an integer or time.time().
@@ -118,8 +123,14 @@ const BAD: &[&str] = &[
 /// Refused before by the whole document's parse, now by the check of what
 /// is kept raw (META, the other members), which names the part.
 const BAD_IN_KEPT_JSON: &[(&str, &str)] = &[
-    (r#"{"conversation_history":[],"p":{"\udfff":1}}"#, "imported members is not valid JSON: lone leading surrogate"),
-    (r#"{"conversation_history":[],"p":1e400}"#, "imported members is not valid JSON: number out of range"),
+    (
+        r#"{"conversation_history":[],"p":{"\udfff":1}}"#,
+        "imported members is not valid JSON: lone leading surrogate",
+    ),
+    (
+        r#"{"conversation_history":[],"p":1e400}"#,
+        "imported members is not valid JSON: number out of range",
+    ),
     (
         r#"{"conversation_history":[{"role":"user","content":"x","meta":{"n":1e400}}]}"#,
         "conversation_history[0]: META is not valid JSON: number out of range",
@@ -136,7 +147,8 @@ fn shape_errors_are_reported_as_before() {
     let mut changed = Vec::new();
     for bad in BAD {
         let new = parse(bad).expect_err(bad);
-        let old = reference::import(bad, 9, 1 << 30, |m| settings_for(ROOMY, m), count).expect_err(bad);
+        let old =
+            reference::import(bad, 9, 1 << 30, |m| settings_for(ROOMY, m), count).expect_err(bad);
         if new != old {
             changed.push(format!("{bad}\n  old: {old}\n  new: {new}"));
         }
@@ -147,7 +159,10 @@ fn shape_errors_are_reported_as_before() {
 #[test]
 fn ids_must_be_all_or_none_and_increasing() {
     let mixed = r#"{"conversation_history":[{"id":1,"role":"user","content":"a"},{"role":"user","content":"b"}]}"#;
-    assert_eq!(parse(mixed).unwrap_err(), "either every message carries an id or none does");
+    assert_eq!(
+        parse(mixed).unwrap_err(),
+        "either every message carries an id or none does"
+    );
     let down = r#"{"conversation_history":[{"id":5,"role":"user","content":"a"},{"id":4,"role":"user","content":"b"}]}"#;
     assert!(parse(down).unwrap_err().contains("not above"));
     let ok = import_with(r#"{"conversation_history":[{"role":"user","content":"ab"}],"summary":{"content":"s","upto":7}}"#, (5, 1000))
@@ -155,15 +170,22 @@ fn ids_must_be_all_or_none_and_increasing() {
         .session;
     assert_eq!(ok.messages.get(0).unwrap().id, 8);
     assert_eq!(ok.last_id, 8);
-    assert_eq!(ok.total_tokens, count(Encoding::O200kBase, "user", "ab") + count(Encoding::O200kBase, "system", "s"));
+    assert_eq!(
+        ok.total_tokens,
+        count(Encoding::O200kBase, "user", "ab") + count(Encoding::O200kBase, "system", "s")
+    );
     assert!(ok.validate().is_ok());
 }
 
 #[test]
 fn render_puts_extra_members_at_the_top_level() {
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = crate::session::Attrs::from_text(Some(&String::from(r#"{"user_profile":{"a":1}}"#.to_owned()))).unwrap();
-    let out: Value = serde_json::from_str(&render(Some(&s), None, std::iter::empty(), "m")).unwrap();
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(
+        r#"{"user_profile":{"a":1}}"#.to_owned(),
+    )))
+    .unwrap();
+    let out: Value =
+        serde_json::from_str(&render(Some(&s), None, std::iter::empty(), "m")).unwrap();
     assert_eq!(out["user_profile"]["a"], 1);
     assert_eq!(out["summary"], Value::Null);
     assert_eq!(out["conversation_history"], Value::Array(vec![]));
@@ -171,12 +193,23 @@ fn render_puts_extra_members_at_the_top_level() {
 
 /// An object nested `depth` deep (`{}` is 1).
 fn nested(depth: usize) -> String {
-    format!("{}{{}}{}", r#"{"a":"#.repeat(depth - 1), "}".repeat(depth - 1))
+    format!(
+        "{}{{}}{}",
+        r#"{"a":"#.repeat(depth - 1),
+        "}".repeat(depth - 1)
+    )
 }
 
 fn session_with_meta(meta: &str) -> Session {
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    let message = Message { id: 1, role: "user".into(), content: "x".into(), ts: 0, tokens: 5, meta: Some(meta.into()) };
+    let message = Message {
+        id: 1,
+        role: "user".into(),
+        content: "x".into(),
+        ts: 0,
+        tokens: 5,
+        meta: Some(meta.into()),
+    };
     s.push_message(message).unwrap();
     s
 }
@@ -191,7 +224,10 @@ fn meta_at_the_deepest_allowed_level_comes_back_through_import() {
     assert!(crate::session::check_meta(&deepest).is_ok());
     let doc = rendered(&session_with_meta(&deepest));
     let back = parse(&doc).expect("FORMAT JSON with META at the deepest level imports");
-    assert_eq!(back.session.messages.get(0).unwrap().meta.as_deref(), Some(deepest.as_str()));
+    assert_eq!(
+        back.session.messages.get(0).unwrap().meta.as_deref(),
+        Some(deepest.as_str())
+    );
     // One level more is refused at append time, and rightly: the document
     // it would render is beyond serde_json's limit (the parse-all import
     // hit that limit; the streaming one checks META's own depth).
@@ -201,8 +237,13 @@ fn meta_at_the_deepest_allowed_level_comes_back_through_import() {
     let e = parse(&rendered(&session_with_meta(&deeper))).unwrap_err();
     assert!(e.contains("nested deeper"), "{e}");
     // Far deeper: refused without recursing (serde_json's own limit).
-    assert!(crate::session::check_meta(&nested(100_000)).unwrap_err().contains("nested deeper"));
-    let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x","meta":{}}}]}}"#, nested(100_000));
+    assert!(crate::session::check_meta(&nested(100_000))
+        .unwrap_err()
+        .contains("nested deeper"));
+    let doc = format!(
+        r#"{{"conversation_history":[{{"role":"user","content":"x","meta":{}}}]}}"#,
+        nested(100_000)
+    );
     assert!(parse(&doc).unwrap_err().contains("nested deeper"));
 }
 
@@ -226,12 +267,24 @@ fn imported_members_at_the_deepest_allowed_level_come_back() {
 
 #[test]
 fn meta_that_would_not_round_trip_is_refused() {
-    for bad in [r#"{"a":"\ud800"}"#, r#"{"\udfff":1}"#, r#"{"n":1e400}"#, r#"{"n":-1e400}"#, r#"{"a":1} x"#, "[]", "1"] {
+    for bad in [
+        r#"{"a":"\ud800"}"#,
+        r#"{"\udfff":1}"#,
+        r#"{"n":1e400}"#,
+        r#"{"n":-1e400}"#,
+        r#"{"a":1} x"#,
+        "[]",
+        "1",
+    ] {
         assert!(crate::session::check_meta(bad).is_err(), "{bad}");
-        let doc = format!(r#"{{"conversation_history":[{{"role":"user","content":"x","meta":{bad}}}]}}"#);
+        let doc =
+            format!(r#"{{"conversation_history":[{{"role":"user","content":"x","meta":{bad}}}]}}"#);
         assert!(parse(&doc).is_err(), "{doc}");
     }
-    for good in [r#"{"a":"\ud83d\ude80","n":1e308,"m":-0,"big":123456789012345678901234567890}"#, "{}"] {
+    for good in [
+        r#"{"a":"\ud83d\ude80","n":1e308,"m":-0,"big":123456789012345678901234567890}"#,
+        "{}",
+    ] {
         assert!(crate::session::check_meta(good).is_ok(), "{good}");
         let doc = rendered(&session_with_meta(good));
         assert!(parse(&doc).is_ok(), "{doc}");
@@ -241,13 +294,25 @@ fn meta_that_would_not_round_trip_is_refused() {
 
 #[test]
 fn ids_and_upto_are_bounded_by_max_id() {
-    let doc = |id: u64| format!(r#"{{"conversation_history":[{{"id":{id},"role":"user","content":"x"}}]}}"#);
-    assert_eq!(parse(&doc(MAX_ID)).unwrap().session.messages.get(0).unwrap().id, MAX_ID);
+    let doc = |id: u64| {
+        format!(r#"{{"conversation_history":[{{"id":{id},"role":"user","content":"x"}}]}}"#)
+    };
+    assert_eq!(
+        parse(&doc(MAX_ID))
+            .unwrap()
+            .session
+            .messages
+            .get(0)
+            .unwrap()
+            .id,
+        MAX_ID
+    );
     for id in [MAX_ID + 1, i64::MAX as u64, u64::MAX] {
         let e = parse(&doc(id)).unwrap_err();
         assert!(e.contains("9007199254740991"), "{e}");
     }
-    let upto = |u: u64| format!(r#"{{"conversation_history":[],"summary":{{"content":"s","upto":{u}}}}}"#);
+    let upto =
+        |u: u64| format!(r#"{{"conversation_history":[],"summary":{{"content":"s","upto":{u}}}}}"#);
     assert!(parse(&upto(MAX_ID)).is_ok());
     assert!(parse(&upto(MAX_ID + 1)).is_err());
     // A summary up to MAX_ID leaves no id for a message without one.
@@ -258,10 +323,28 @@ fn ids_and_upto_are_bounded_by_max_id() {
 #[test]
 fn content_above_the_limit_and_a_refused_model_are_their_own_errors() {
     let doc = r#"{"conversation_history":[{"role":"user","content":"12345"},{"role":"user","content":"123456"}]}"#;
-    let r = import(doc, 0, 5, |d| Ok::<_, ()>(settings_for(ROOMY, d.model)), count);
+    let r = import(
+        doc,
+        0,
+        5,
+        |d| Ok::<_, ()>(settings_for(ROOMY, d.model)),
+        count,
+    );
     assert_eq!(r.unwrap_err(), ImportError::TooLarge(6));
     let doc = r#"{"conversation_history":[],"model":"m"}"#;
-    let r = import(doc, 0, 5, |d| if d.model == Some("m") { Err("refused") } else { Ok(settings_for(ROOMY, d.model)) }, count);
+    let r = import(
+        doc,
+        0,
+        5,
+        |d| {
+            if d.model == Some("m") {
+                Err("refused")
+            } else {
+                Ok(settings_for(ROOMY, d.model))
+            }
+        },
+        count,
+    );
     assert_eq!(r.unwrap_err(), ImportError::Settings("refused"));
 }
 
@@ -275,14 +358,21 @@ fn meta_and_members_are_kept_verbatim() {
     let s = parse(&doc).unwrap().session;
     assert_eq!(s.messages.get(0).unwrap().meta.as_deref(), Some(meta));
     let extra = format!(r#"{{"p":1,"user_profile":{profile},"p":[ 2 ],"n":-9223372036854775809}}"#);
-    assert_eq!(s.extra.text().as_deref(), Some(extra.as_str()), "in order, duplicates kept, known members left out");
+    assert_eq!(
+        s.extra.text().as_deref(),
+        Some(extra.as_str()),
+        "in order, duplicates kept, known members left out"
+    );
     let out = rendered(&s);
     assert!(out.contains(&format!(r#""meta":{meta}"#)), "{out}");
     assert!(out.ends_with(r#","p":1,"user_profile":{"n":12345678901234567890123,"a":1,"a":2},"p":[ 2 ],"n":-9223372036854775809}"#), "{out}");
     // And again through FORMAT JSON -> import: unchanged.
     let again = parse(&out).unwrap().session;
     assert_eq!(again.extra, s.extra);
-    assert_eq!(again.messages.get(0).unwrap().meta, s.messages.get(0).unwrap().meta);
+    assert_eq!(
+        again.messages.get(0).unwrap().meta,
+        s.messages.get(0).unwrap().meta
+    );
 }
 
 #[test]
@@ -296,9 +386,19 @@ fn ids_and_counts_do_not_depend_on_member_order() {
         format!("{{{model},{history},{summary}}}"),
     ];
     let sessions: Vec<Session> = orders.iter().map(|d| parse(d).unwrap().session).collect();
-    assert_eq!(sessions[0].messages.iter().map(|m| m.id).collect::<Vec<_>>(), [42, 43]);
+    assert_eq!(
+        sessions[0]
+            .messages
+            .iter()
+            .map(|m| m.id)
+            .collect::<Vec<_>>(),
+        [42, 43]
+    );
     assert_eq!(sessions[0].settings.encoding, Encoding::Cl100kBase);
-    assert_eq!(sessions[0].messages.get(0).unwrap().tokens, count(Encoding::Cl100kBase, "user", "hello"));
+    assert_eq!(
+        sessions[0].messages.get(0).unwrap().tokens,
+        count(Encoding::Cl100kBase, "user", "hello")
+    );
     assert!(sessions.iter().all(|s| *s == sessions[0]), "{sessions:#?}");
 }
 
@@ -322,7 +422,11 @@ fn a_long_history_is_trimmed_as_it_streams() {
     let fit = (100 / count(Encoding::O200kBase, "u", "hi")) as usize;
     let r = import_with(&doc, (1_000_000, 100)).unwrap();
     assert_eq!(r.session.messages.len(), fit);
-    assert!(r.most_held <= fit + 1, "held {} messages at once", r.most_held);
+    assert!(
+        r.most_held <= fit + 1,
+        "held {} messages at once",
+        r.most_held
+    );
     assert!(r.session.validate().is_ok());
 }
 
@@ -337,7 +441,10 @@ fn random_doc(rng: &mut StdRng) -> String {
         members.push(format!(r#""summary":{{"content":"{text}","upto":{upto}}}"#));
     }
     if rng.gen_bool(0.3) {
-        members.push(format!(r#""model":"{}""#, ["gpt-4", "gpt-4o", "claude"][rng.gen_range(0..3)]));
+        members.push(format!(
+            r#""model":"{}""#,
+            ["gpt-4", "gpt-4o", "claude"][rng.gen_range(0..3)]
+        ));
     }
     if rng.gen_bool(0.3) {
         members.push(format!(r#""profile":{{"k":{}}}"#, rng.gen::<u16>()));
@@ -361,7 +468,11 @@ fn random_doc(rng: &mut StdRng) -> String {
                 1 => format!(r#","ts":{}"#, rng.gen_range(0..2_000_000_000_000i64)),
                 _ => r#","timestamp":"2024-05-01T10:00:00Z""#.to_owned(),
             };
-            let meta = if rng.gen_bool(0.2) { r#","meta":{"x":[1,2]}"# } else { "" };
+            let meta = if rng.gen_bool(0.2) {
+                r#","meta":{"x":[1,2]}"#
+            } else {
+                ""
+            };
             match rng.gen_range(0..60) {
                 0 => r#"{"role":"","content":"x"}"#.to_owned(),
                 1 => "7".to_owned(),
@@ -369,7 +480,10 @@ fn random_doc(rng: &mut StdRng) -> String {
             }
         })
         .collect();
-    members.push(format!(r#""conversation_history":[{}]"#, messages.join(",")));
+    members.push(format!(
+        r#""conversation_history":[{}]"#,
+        messages.join(",")
+    ));
     let at = rng.gen_range(0..members.len());
     let last = members.len() - 1;
     members.swap(at, last);
@@ -380,10 +494,17 @@ fn random_doc(rng: &mut StdRng) -> String {
 /// right after it) in `doc`'s history.
 fn longest_group(doc: &str) -> u64 {
     let v: Value = serde_json::from_str(doc).unwrap_or(Value::Null);
-    let roles = v["conversation_history"].as_array().cloned().unwrap_or_default();
+    let roles = v["conversation_history"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let (mut longest, mut run) = (0, 0);
     for m in &roles {
-        run = if m["role"] == "tool" && run > 0 { run + 1 } else { 1 };
+        run = if m["role"] == "tool" && run > 0 {
+            run + 1
+        } else {
+            1
+        };
         longest = longest.max(run);
     }
     longest
@@ -406,12 +527,18 @@ fn streaming_equals_parse_all_then_trim_on_random_documents() {
                 assert_eq!(new.trimmed, trimmed, "{doc} caps {caps:?}");
                 // The caps, plus the tool group still open (its age is known
                 // once it is complete).
-                assert!(new.most_held as u64 <= caps.0 + longest_group(&doc), "{doc}");
+                assert!(
+                    new.most_held as u64 <= caps.0 + longest_group(&doc),
+                    "{doc}"
+                );
                 compared += 1;
             }
             (Err(_), Err(_)) => refused += 1,
             (old, new) => panic!("{doc} caps {caps:?}: parse-all {old:?}, streaming {new:?}"),
         }
     }
-    assert!(compared > 3_000 && refused > 300, "{compared} compared, {refused} refused");
+    assert!(
+        compared > 3_000 && refused > 300,
+        "{compared} compared, {refused} refused"
+    );
 }

@@ -33,8 +33,18 @@ fn message(id: u64, role: &str, content: &str, meta: Option<&str>) -> Message {
 fn sample() -> Session {
     let mut s = sample_0_1();
     s.msgids.attach(4, "c-4".into());
-    s.leases = Leases { current: Some(Lease { token: 3, expires_at: 1_700_000_060_000 }), last_token: 3 };
-    s.msgids.departed.push_back(Departed { msgid: "c-2".into(), id: 2, tokens: 7 });
+    s.leases = Leases {
+        current: Some(Lease {
+            token: 3,
+            expires_at: 1_700_000_060_000,
+        }),
+        last_token: 3,
+    };
+    s.msgids.departed.push_back(Departed {
+        msgid: "c-2".into(),
+        id: 2,
+        tokens: 7,
+    });
     s
 }
 
@@ -55,8 +65,20 @@ fn sample_0_1() -> Session {
     };
     let total_tokens = summary.tokens + messages.iter().map(|m| m.tokens).sum::<u64>();
     let external = BTreeMap::from([
-        ("dify".to_owned(), ExternalId { id: "conv-1".into(), expires_at: 1_900_000_000_000 }),
-        ("n8n".to_owned(), ExternalId { id: "exec-9".into(), expires_at: -5 }),
+        (
+            "dify".to_owned(),
+            ExternalId {
+                id: "conv-1".into(),
+                expires_at: 1_900_000_000_000,
+            },
+        ),
+        (
+            "n8n".to_owned(),
+            ExternalId {
+                id: "exec-9".into(),
+                expires_at: -5,
+            },
+        ),
     ]);
     Session {
         messages: MessageLog::from_messages(messages).unwrap(),
@@ -67,7 +89,8 @@ fn sample_0_1() -> Session {
         total_tokens,
         created: 1_699_999_999_000,
         updated: 1_700_000_000_007,
-        extra: crate::session::Attrs::from_text(Some(r#"{"user_profile":{"name":"Ann"}}"#)).unwrap(),
+        extra: crate::session::Attrs::from_text(Some(r#"{"user_profile":{"name":"Ann"}}"#))
+            .unwrap(),
         leases: Leases::default(),
         msgids: Default::default(),
     }
@@ -88,13 +111,21 @@ fn sample_ops() -> Vec<Op> {
         },
         Op::Summarize {
             now: 1_700_000_000_010,
-            summary: Summary { text: "sum".into(), tokens: 7, upto: 9, ts: 1_700_000_000_010 },
+            summary: Summary {
+                text: "sum".into(),
+                tokens: 7,
+                upto: 9,
+                ts: 1_700_000_000_010,
+            },
         },
         Op::ExtSet {
             now: 1_700_000_000_011,
             settings: settings(Encoding::Cl100kBase),
             system: "dify".into(),
-            external: ExternalId { id: "c1".into(), expires_at: 1_700_000_600_011 },
+            external: ExternalId {
+                id: "c1".into(),
+                expires_at: 1_700_000_600_011,
+            },
         },
     ]
 }
@@ -103,7 +134,13 @@ fn sample_ops() -> Vec<Op> {
 /// msgid.
 fn sample_ops_v2() -> Vec<Op> {
     vec![
-        Op::Lease { now: 1_700_000_000_012, lease: Lease { token: 4, expires_at: 1_700_000_060_000 } },
+        Op::Lease {
+            now: 1_700_000_000_012,
+            lease: Lease {
+                token: 4,
+                expires_at: 1_700_000_060_000,
+            },
+        },
         Op::Append {
             now: 1_700_000_000_012,
             settings: settings(Encoding::O200kBase),
@@ -119,7 +156,10 @@ fn hex(bytes: &[u8]) -> String {
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 // ---- golden bytes: these fail whenever the format drifts ----------------
@@ -188,7 +228,10 @@ const V3_SAMPLE: &str = "03
 fn format_3_golden_bytes() {
     assert_eq!(hex(&encode_session(&sample())), hex(&unhex(V3_SAMPLE)));
     // The same session as format 2 wrote it.
-    assert_eq!(decode_session(&unhex(V3_SAMPLE)).unwrap(), decode_session(&unhex(V2_SAMPLE)).unwrap());
+    assert_eq!(
+        decode_session(&unhex(V3_SAMPLE)).unwrap(),
+        decode_session(&unhex(V2_SAMPLE)).unwrap()
+    );
 }
 
 #[test]
@@ -225,11 +268,17 @@ fn sample_attr_ops() -> [Op; 2] {
     [
         Op::AttrSet {
             now: 1_700_000_000_009,
-            settings: Settings { max_age: 604_800, ..settings(Encoding::O200kBase) },
+            settings: Settings {
+                max_age: 604_800,
+                ..settings(Encoding::O200kBase)
+            },
             name: "context".into(),
             value: r#"{"topic":1}"#.into(),
         },
-        Op::AttrDel { now: 1_700_000_000_010, name: "context".into() },
+        Op::AttrDel {
+            now: 1_700_000_000_010,
+            name: "context".into(),
+        },
     ]
 }
 
@@ -249,14 +298,24 @@ fn format_2_golden_bytes_of_attribute_ops_and_max_age() {
 const V2_RECOUNT: &str = "02 04 92a0abfef962 02 01 09 02 04 07 05 0c";
 
 fn sample_recount() -> Op {
-    Op::Recount { now: 1_700_000_000_009, encoding: Encoding::Cl100kBase, summary_tokens: Some(9), counts: vec![(4, 7), (5, 12)] }
+    Op::Recount {
+        now: 1_700_000_000_009,
+        encoding: Encoding::Cl100kBase,
+        summary_tokens: Some(9),
+        counts: vec![(4, 7), (5, 12)],
+    }
 }
 
 #[test]
 fn format_2_golden_bytes_of_a_recount() {
     assert_eq!(hex(&encode_op(&sample_recount())), hex(&unhex(V2_RECOUNT)));
     assert_eq!(decode_op(&unhex(V2_RECOUNT)).unwrap(), sample_recount());
-    let none = Op::Recount { now: 1_700_000_000_009, encoding: Encoding::O200kBase, summary_tokens: None, counts: vec![] };
+    let none = Op::Recount {
+        now: 1_700_000_000_009,
+        encoding: Encoding::O200kBase,
+        summary_tokens: None,
+        counts: vec![],
+    };
     assert_eq!(decode_op(&encode_op(&none)).unwrap(), none);
     let bytes = unhex(V2_RECOUNT);
     for len in 0..bytes.len() {
@@ -282,12 +341,32 @@ fn lived_in() -> Session {
     for id in 9..20 {
         let role = if id % 3 == 0 { "tool" } else { "user" };
         let msgid = (id % 2 == 0).then(|| format!("m{id}").into());
-        let op = Op::Append { now: 1_700_000_001_000 + id as i64, settings: s.settings.clone(), message: message(id, role, &format!("m{id}"), None), msgid };
+        let op = Op::Append {
+            now: 1_700_000_001_000 + id as i64,
+            settings: s.settings.clone(),
+            message: message(id, role, &format!("m{id}"), None),
+            msgid,
+        };
         s.apply(op).unwrap();
     }
     // Cover up to a message whose successor is not a tool result.
-    let upto = s.messages.iter().zip(s.messages.iter().skip(1)).find(|(_, next)| &*next.role != "tool").map(|(m, _)| m.id).unwrap();
-    s.apply(Op::Summarize { now: 1_700_000_002_000, summary: Summary { text: "so far".into(), tokens: 5, upto, ts: 1_700_000_002_000 } }).unwrap();
+    let upto = s
+        .messages
+        .iter()
+        .zip(s.messages.iter().skip(1))
+        .find(|(_, next)| &*next.role != "tool")
+        .map(|(m, _)| m.id)
+        .unwrap();
+    s.apply(Op::Summarize {
+        now: 1_700_000_002_000,
+        summary: Summary {
+            text: "so far".into(),
+            tokens: 5,
+            upto,
+            ts: 1_700_000_002_000,
+        },
+    })
+    .unwrap();
     s
 }
 
@@ -303,14 +382,38 @@ fn sessions_round_trip() {
 fn ops_round_trip_with_extreme_values() {
     let mut ops = sample_ops();
     ops.extend(sample_ops_v2());
-    ops.push(Op::Lease { now: i64::MIN, lease: Lease { token: u64::MAX, expires_at: i64::MAX } });
+    ops.push(Op::Lease {
+        now: i64::MIN,
+        lease: Lease {
+            token: u64::MAX,
+            expires_at: i64::MAX,
+        },
+    });
     ops.push(Op::Append {
         now: i64::MIN,
-        settings: Settings { ttl: u64::MAX, max_tokens: u64::MAX, max_msgs: 1, ..settings(Encoding::Cl100kBase) },
-        message: Message { id: u64::MAX, ts: i64::MAX, tokens: u64::MAX, ..message(1, "r", "", None) },
+        settings: Settings {
+            ttl: u64::MAX,
+            max_tokens: u64::MAX,
+            max_msgs: 1,
+            ..settings(Encoding::Cl100kBase)
+        },
+        message: Message {
+            id: u64::MAX,
+            ts: i64::MAX,
+            tokens: u64::MAX,
+            ..message(1, "r", "", None)
+        },
         msgid: Some("m".repeat(128).into()),
     });
-    ops.push(Op::ExtSet { now: i64::MAX, settings: settings(Encoding::O200kBase), system: "s".into(), external: ExternalId { id: String::new(), expires_at: i64::MIN } });
+    ops.push(Op::ExtSet {
+        now: i64::MAX,
+        settings: settings(Encoding::O200kBase),
+        system: "s".into(),
+        external: ExternalId {
+            id: String::new(),
+            expires_at: i64::MIN,
+        },
+    });
     for op in ops {
         assert_eq!(decode_op(&encode_op(&op)).unwrap(), op);
         // What MEM._APPLY receives: the header, then the text put back.
@@ -319,7 +422,12 @@ fn ops_round_trip_with_extreme_values() {
             Op::Summarize { summary, .. } => summary.text.clone(),
             _ => String::new(),
         };
-        assert_eq!(decode_op(&encode_op(&op.header())).unwrap().with_content(content), op);
+        assert_eq!(
+            decode_op(&encode_op(&op.header()))
+                .unwrap()
+                .with_content(content),
+            op
+        );
     }
 }
 
@@ -328,9 +436,17 @@ fn ops_round_trip_with_extreme_values() {
 fn all_payloads() -> Vec<(String, Vec<u8>, bool)> {
     let mut out = vec![
         ("v2 session".into(), encode_session_v2(&sample()), true),
-        ("v2 lived-in session".into(), encode_session_v2(&lived_in()), true),
+        (
+            "v2 lived-in session".into(),
+            encode_session_v2(&lived_in()),
+            true,
+        ),
         ("v3 session".into(), encode_session(&sample()), true),
-        ("v3 lived-in session".into(), encode_session(&lived_in()), true),
+        (
+            "v3 lived-in session".into(),
+            encode_session(&lived_in()),
+            true,
+        ),
         ("v1 session".into(), unhex(V1_SAMPLE), true),
     ];
     for (i, op) in sample_ops().iter().enumerate() {
@@ -356,7 +472,10 @@ fn every_truncation_is_refused() {
     for (what, bytes, is_session) in all_payloads() {
         assert!(decodes(&bytes, is_session), "{what}");
         for len in 0..bytes.len() {
-            assert!(!decodes(&bytes[..len], is_session), "{what} truncated at {len}");
+            assert!(
+                !decodes(&bytes[..len], is_session),
+                "{what} truncated at {len}"
+            );
         }
     }
 }
@@ -365,7 +484,11 @@ fn every_truncation_is_refused() {
 fn trailing_bytes_are_refused() {
     for (what, mut bytes, is_session) in all_payloads() {
         bytes.push(0);
-        let e = if is_session { decode_session(&bytes).unwrap_err() } else { decode_op(&bytes).unwrap_err() };
+        let e = if is_session {
+            decode_session(&bytes).unwrap_err()
+        } else {
+            decode_op(&bytes).unwrap_err()
+        };
         assert!(e.contains("trailing"), "{what}: {e}");
     }
 }
@@ -406,15 +529,24 @@ fn unknown_formats_are_refused() {
         for format in [0u8, 4, 9, 255] {
             let mut b = bytes.clone();
             b[0] = format;
-            let e = if is_session { decode_session(&b).unwrap_err() } else { decode_op(&b).unwrap_err() };
-            assert!(e.contains(&format!("unknown payload format {format}")), "{what}: {e}");
+            let e = if is_session {
+                decode_session(&b).unwrap_err()
+            } else {
+                decode_op(&b).unwrap_err()
+            };
+            assert!(
+                e.contains(&format!("unknown payload format {format}")),
+                "{what}: {e}"
+            );
         }
     }
     assert_eq!(decode_session(&[]).unwrap_err(), "empty payload");
     assert_eq!(decode_op(&[]).unwrap_err(), "empty payload");
     let mut op = encode_op(&sample_ops()[0]);
     op[0] = 3;
-    assert!(decode_op(&op).unwrap_err().contains("format 3 carries sessions"));
+    assert!(decode_op(&op)
+        .unwrap_err()
+        .contains("format 3 carries sessions"));
 }
 
 #[test]
@@ -426,7 +558,9 @@ fn rdb_values_need_the_format_of_their_encoding_version() {
     assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample_0_1());
     assert_eq!(decode_rdb_session(2, &v2).unwrap(), sample());
     assert_eq!(decode_rdb_session(3, &v3).unwrap(), sample());
-    assert!(decode_rdb_session(1, &v2).unwrap_err().contains("format 2 in a value of encoding version 1"));
+    assert!(decode_rdb_session(1, &v2)
+        .unwrap_err()
+        .contains("format 2 in a value of encoding version 1"));
     assert!(decode_rdb_session(2, &v1).is_err());
     assert!(decode_rdb_session(3, &v2).is_err());
     assert!(decode_rdb_session(2, &v3).is_err());
@@ -439,7 +573,10 @@ fn impossible_counts_are_refused_before_allocating() {
     // A bare session whose message count is 2^62 (the rest: 7 bytes).
     let mut b = unhex(V2_BARE);
     let at = b.len() - 7;
-    b.splice(at..at + 1, [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+    b.splice(
+        at..at + 1,
+        [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40],
+    );
     assert!(decode_session(&b).unwrap_err().contains("messages count"));
     // Format 1: the message count comes first.
     let mut b = unhex(V1_BARE);
@@ -470,7 +607,7 @@ fn format_2_refuses_what_its_encoder_never_writes() {
         let s = bare();
         w.str(&s.settings.model);
         w.u8(1); // o200k_base
-        // ttl, caps, max_age, last_id, total, created, updated
+                 // ttl, caps, max_age, last_id, total, created, updated
         for v in [3600u64, 80_000, 30, 0, 0, 0, 0, 0] {
             w.u64(v);
         }
@@ -487,7 +624,12 @@ fn format_2_refuses_what_its_encoder_never_writes() {
         w.u64(0); // last lease token
         w.u64(0); // held msgids
         w.u64(0); // departed msgids
-        assert!(decode_session(&w.into_bytes()).unwrap_err().contains("out of order"), "{systems:?}");
+        assert!(
+            decode_session(&w.into_bytes())
+                .unwrap_err()
+                .contains("out of order"),
+            "{systems:?}"
+        );
     }
     // Op kinds no format-2 encoder writes.
     for kind in [0u8, 200] {
@@ -501,7 +643,9 @@ fn format_2_refuses_what_its_encoder_never_writes() {
 fn decoded_sessions_are_validated() {
     let mut s = sample();
     s.total_tokens += 1;
-    assert!(decode_session(&encode_session(&s)).unwrap_err().contains("total_tokens"));
+    assert!(decode_session(&encode_session(&s))
+        .unwrap_err()
+        .contains("total_tokens"));
     let mut s = sample();
     s.settings.max_msgs = 0;
     assert!(decode_session(&encode_session(&s)).is_err());
@@ -534,7 +678,11 @@ impl V1 {
         self
     }
     fn settings(&mut self, model: &str, encoding_variant: u64) -> &mut Self {
-        self.str(model).varint(encoding_variant).varint(60).varint(1000).varint(10)
+        self.str(model)
+            .varint(encoding_variant)
+            .varint(60)
+            .varint(1000)
+            .varint(10)
     }
 }
 
@@ -542,31 +690,129 @@ impl V1 {
 fn format_1_built_by_hand_decodes() {
     let mut b = V1(vec![1]);
     b.varint(2) // two messages
-        .varint(6).str("user").str("hello").zigzag(1_000).varint(4).raw(&[0])
-        .varint(7).str("assistant").str("hi!").zigzag(2_000).varint(5).raw(&[1]).str(r#"{"a":1}"#)
-        .raw(&[1]).str("before").varint(3).varint(5).zigzag(900) // summary
+        .varint(6)
+        .str("user")
+        .str("hello")
+        .zigzag(1_000)
+        .varint(4)
+        .raw(&[0])
+        .varint(7)
+        .str("assistant")
+        .str("hi!")
+        .zigzag(2_000)
+        .varint(5)
+        .raw(&[1])
+        .str(r#"{"a":1}"#)
+        .raw(&[1])
+        .str("before")
+        .varint(3)
+        .varint(5)
+        .zigzag(900) // summary
         .settings("gpt-4", 1)
-        .varint(1).str("dify").str("conv").zigzag(-1) // external ids
-        .varint(9).varint(12).zigzag(-7).zigzag(3_000) // last_id, total, created, updated
+        .varint(1)
+        .str("dify")
+        .str("conv")
+        .zigzag(-1) // external ids
+        .varint(9)
+        .varint(12)
+        .zigzag(-7)
+        .zigzag(3_000) // last_id, total, created, updated
         .raw(&[0]); // extra
     let s = decode_session(&b.0).unwrap();
     assert_eq!(s.messages.len(), 2);
-    assert_eq!(s.messages.get(1).unwrap().to_message(), Message { id: 7, role: "assistant".into(), content: "hi!".into(), ts: 2_000, tokens: 5, meta: Some(r#"{"a":1}"#.into()) });
-    assert_eq!(s.summary, Some(Summary { text: "before".into(), tokens: 3, upto: 5, ts: 900 }));
-    assert_eq!(s.settings, Settings { model: "gpt-4".into(), encoding: Encoding::Cl100kBase, ttl: 60, max_tokens: 1000, max_msgs: 10, max_age: 0 });
-    assert_eq!(s.external["dify"], ExternalId { id: "conv".into(), expires_at: -1 });
-    assert_eq!((s.last_id, s.total_tokens, s.created, s.updated, s.extra.text()), (9, 12, -7, 3_000, None));
+    assert_eq!(
+        s.messages.get(1).unwrap().to_message(),
+        Message {
+            id: 7,
+            role: "assistant".into(),
+            content: "hi!".into(),
+            ts: 2_000,
+            tokens: 5,
+            meta: Some(r#"{"a":1}"#.into())
+        }
+    );
+    assert_eq!(
+        s.summary,
+        Some(Summary {
+            text: "before".into(),
+            tokens: 3,
+            upto: 5,
+            ts: 900
+        })
+    );
+    assert_eq!(
+        s.settings,
+        Settings {
+            model: "gpt-4".into(),
+            encoding: Encoding::Cl100kBase,
+            ttl: 60,
+            max_tokens: 1000,
+            max_msgs: 10,
+            max_age: 0
+        }
+    );
+    assert_eq!(
+        s.external["dify"],
+        ExternalId {
+            id: "conv".into(),
+            expires_at: -1
+        }
+    );
+    assert_eq!(
+        (
+            s.last_id,
+            s.total_tokens,
+            s.created,
+            s.updated,
+            s.extra.text()
+        ),
+        (9, 12, -7, 3_000, None)
+    );
 
     // Each op variant, with a needlessly long varint postcard accepted.
     let mut b = V1(vec![1]);
-    b.varint(0).zigzag(5).settings("m", 0).raw(&[0x87, 0x00]).str("user").str("").zigzag(1).varint(3).raw(&[0]);
-    let Op::Append { now: 5, message, .. } = decode_op(&b.0).unwrap() else { panic!("not an append") };
+    b.varint(0)
+        .zigzag(5)
+        .settings("m", 0)
+        .raw(&[0x87, 0x00])
+        .str("user")
+        .str("")
+        .zigzag(1)
+        .varint(3)
+        .raw(&[0]);
+    let Op::Append {
+        now: 5, message, ..
+    } = decode_op(&b.0).unwrap()
+    else {
+        panic!("not an append")
+    };
     assert_eq!((message.id, &*message.role), (7, "user"));
     let mut b = V1(vec![1]);
-    b.varint(1).zigzag(5).str("sum").varint(2).varint(4).zigzag(6);
-    assert_eq!(decode_op(&b.0).unwrap(), Op::Summarize { now: 5, summary: Summary { text: "sum".into(), tokens: 2, upto: 4, ts: 6 } });
+    b.varint(1)
+        .zigzag(5)
+        .str("sum")
+        .varint(2)
+        .varint(4)
+        .zigzag(6);
+    assert_eq!(
+        decode_op(&b.0).unwrap(),
+        Op::Summarize {
+            now: 5,
+            summary: Summary {
+                text: "sum".into(),
+                tokens: 2,
+                upto: 4,
+                ts: 6
+            }
+        }
+    );
     let mut b = V1(vec![1]);
-    b.varint(2).zigzag(5).settings("m", 1).str("n8n").str("x").zigzag(99);
+    b.varint(2)
+        .zigzag(5)
+        .settings("m", 1)
+        .str("n8n")
+        .str("x")
+        .zigzag(99);
     assert!(matches!(decode_op(&b.0).unwrap(), Op::ExtSet { system, .. } if system == "n8n"));
     // Variant indexes beyond the 0.1 enums are refused.
     let mut b = V1(vec![1]);
@@ -581,6 +827,14 @@ fn format_1_built_by_hand_decodes() {
 fn every_encoding_has_a_stored_code_that_round_trips() {
     for e in Encoding::ALL {
         let s = Session::new(settings(e), 0);
-        assert_eq!(decode_session(&encode_session(&s)).unwrap().settings.encoding, e, "{}", e.name());
+        assert_eq!(
+            decode_session(&encode_session(&s))
+                .unwrap()
+                .settings
+                .encoding,
+            e,
+            "{}",
+            e.name()
+        );
     }
 }

@@ -49,7 +49,8 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         total_tokens: r.u64("total_tokens")?,
         created: r.i64("created")?,
         updated: r.i64("updated")?,
-        extra: Attrs::from_text(r.option("extra", |r| r.str("extra"))?).map_err(|e| format!("corrupt payload: {e}"))?,
+        extra: Attrs::from_text(r.option("extra", |r| r.str("extra"))?)
+            .map_err(|e| format!("corrupt payload: {e}"))?,
         leases: Default::default(),
         msgids: Default::default(),
     })

@@ -13,7 +13,10 @@
 use std::collections::BTreeMap;
 
 use super::wire::{Reader, Result, Writer};
-use crate::session::{Attrs, Departed, ExternalId, Lease, Leases, Message, MessageLog, Msgids, Op, Session, Settings, Summary, MAX_DEPARTED};
+use crate::session::{
+    Attrs, Departed, ExternalId, Lease, Leases, Message, MessageLog, Msgids, Op, Session, Settings,
+    Summary, MAX_DEPARTED,
+};
 use crate::tokenizer::Encoding;
 
 pub const FORMAT: u8 = 2;
@@ -170,7 +173,12 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
                 w.u64(*tokens);
             }
         }
-        Op::AttrSet { now, settings, name, value } => {
+        Op::AttrSet {
+            now,
+            settings,
+            name,
+            value,
+        } => {
             w.u8(OP_ATTRSET);
             w.i64(*now);
             put_settings(&mut w, settings);
@@ -209,10 +217,26 @@ fn put_summary(w: &mut Writer, s: &Summary) {
 }
 
 fn put_message(w: &mut Writer, m: &Message) {
-    put_message_parts(w, m.id, &m.role, &m.content, m.ts, m.tokens, m.meta.as_deref());
+    put_message_parts(
+        w,
+        m.id,
+        &m.role,
+        &m.content,
+        m.ts,
+        m.tokens,
+        m.meta.as_deref(),
+    );
 }
 
-fn put_message_parts(w: &mut Writer, id: u64, role: &str, content: &str, ts: i64, tokens: u64, meta: Option<&str>) {
+fn put_message_parts(
+    w: &mut Writer,
+    id: u64,
+    role: &str,
+    content: &str,
+    ts: i64,
+    tokens: u64,
+    meta: Option<&str>,
+) {
     w.u64(id);
     w.str(role);
     w.str(content);
@@ -283,7 +307,10 @@ pub(super) fn session_tail(r: &mut Reader, session: &mut Session) -> Result<()> 
     session.external = external;
     let extra = r.option("extra", |r| r.str("extra"))?;
     session.extra = Attrs::from_text(extra).map_err(|e| format!("corrupt payload: {e}"))?;
-    session.leases = Leases { current: r.option("lease", lease)?, last_token: r.u64("last lease token")? };
+    session.leases = Leases {
+        current: r.option("lease", lease)?,
+        last_token: r.u64("last lease token")?,
+    };
     session.msgids = msgids(r)?;
     Ok(())
 }
@@ -292,7 +319,8 @@ fn msgids(r: &mut Reader) -> Result<Msgids> {
     let mut out = Msgids::default();
     let count = r.count(MIN_HELD_MSGID_BYTES, "held msgids")?;
     for _ in 0..count {
-        out.held.push_back((r.u64("msgid's message id")?, r.boxed_str("msgid")?));
+        out.held
+            .push_back((r.u64("msgid's message id")?, r.boxed_str("msgid")?));
     }
     let count = r.count(MIN_DEPARTED_BYTES, "departed msgids")?;
     if count > MAX_DEPARTED {
@@ -309,7 +337,10 @@ fn msgids(r: &mut Reader) -> Result<Msgids> {
 }
 
 fn lease(r: &mut Reader) -> Result<Lease> {
-    Ok(Lease { token: r.u64("lease token")?, expires_at: r.i64("lease expiry")? })
+    Ok(Lease {
+        token: r.u64("lease token")?,
+        expires_at: r.i64("lease expiry")?,
+    })
 }
 
 pub fn op(r: &mut Reader) -> Result<Op> {
@@ -340,7 +371,12 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             for _ in 0..n {
                 counts.push((r.u64("count id")?, r.u64("count tokens")?));
             }
-            Ok(Op::Recount { now, encoding, summary_tokens, counts })
+            Ok(Op::Recount {
+                now,
+                encoding,
+                summary_tokens,
+                counts,
+            })
         }
         OP_ATTRSET => Ok(Op::AttrSet {
             now,
@@ -348,8 +384,14 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             name: r.string("attribute name")?,
             value: r.string("attribute value")?,
         }),
-        OP_ATTRDEL => Ok(Op::AttrDel { now, name: r.string("attribute name")? }),
-        OP_LEASE => Ok(Op::Lease { now, lease: lease(r)? }),
+        OP_ATTRDEL => Ok(Op::AttrDel {
+            now,
+            name: r.string("attribute name")?,
+        }),
+        OP_LEASE => Ok(Op::Lease {
+            now,
+            lease: lease(r)?,
+        }),
         k => Err(format!("corrupt payload: unknown op kind {k}")),
     }
 }

@@ -51,10 +51,13 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         if delta == 0 {
             return Err("corrupt payload: message ids not increasing".to_owned());
         }
-        id = id.checked_add(delta).ok_or("corrupt payload: message id overflows")?;
+        id = id
+            .checked_add(delta)
+            .ok_or("corrupt payload: message id overflows")?;
         ts = ts.wrapping_add(r.i64("message ts")?);
         let tokens = r.u64("message tokens")?;
-        let len = usize::try_from(r.u64("message length")?).map_err(|_| "corrupt payload: message length")?;
+        let len = usize::try_from(r.u64("message length")?)
+            .map_err(|_| "corrupt payload: message length")?;
         heads.push((id, ts, tokens, len));
     }
     let total = r.u64("message bytes")?;

@@ -20,7 +20,9 @@ impl Session {
         }
         // max_age is bounded (100 years from clients; loaded values are
         // clamped here), so the product cannot overflow.
-        let age_ms = i64::try_from(self.settings.max_age).unwrap_or(i64::MAX).saturating_mul(1000);
+        let age_ms = i64::try_from(self.settings.max_age)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
         Some(now.saturating_sub(age_ms))
     }
 
@@ -38,7 +40,11 @@ impl Session {
             return None;
         }
         let len = self.messages.len();
-        let spared_from = if protect_newest { len - self.newest_group_len() } else { len };
+        let spared_from = if protect_newest {
+            len - self.newest_group_len()
+        } else {
+            len
+        };
         let old: Vec<bool> = self.messages.heads().map(|h| h.ts < cutoff).collect();
         let mut gone = vec![false; len];
         let mut i = 0;
@@ -106,7 +112,10 @@ impl Session {
         }
         // The view shares the stored bytes (nothing is copied); the rest of
         // the session is small beside them.
-        let mut view = Session { messages: MessageLog::new(), ..self.clone() };
+        let mut view = Session {
+            messages: MessageLog::new(),
+            ..self.clone()
+        };
         view.messages = self.messages.view_without(&gone);
         for (h, _) in self.messages.heads().zip(&gone).filter(|(_, g)| **g) {
             view.total_tokens -= u64::from(h.tokens);

@@ -7,12 +7,23 @@ const NOW: i64 = 1_700_000_000_000;
 const DAY_MS: i64 = 86_400_000;
 
 fn msg(id: u64, role: &str, ts: i64) -> Message {
-    Message { id, role: role.into(), content: "x".into(), ts, tokens: 4, meta: None }
+    Message {
+        id,
+        role: role.into(),
+        content: "x".into(),
+        ts,
+        tokens: 4,
+        meta: None,
+    }
 }
 
 /// A session of a seven-day limit holding `(role, ts)` messages, ids from 1.
 fn session(messages: &[(&str, i64)]) -> Session {
-    let cfg = Settings { max_age: 7 * 86_400, max_msgs: 100, ..settings() };
+    let cfg = Settings {
+        max_age: 7 * 86_400,
+        max_msgs: 100,
+        ..settings()
+    };
     let mut s = Session::new(cfg, 0);
     for (i, (role, ts)) in messages.iter().enumerate() {
         s.push_message(msg(i as u64 + 1, role, *ts)).unwrap();
@@ -26,14 +37,25 @@ fn ids(s: &Session) -> Vec<u64> {
 
 fn append(s: &mut Session, role: &str, ts: i64, now: i64) -> Outcome {
     let message = msg(s.last_id + 1, role, ts);
-    s.apply(Op::Append { now, settings: s.settings.clone(), message, msgid: None }).unwrap()
+    s.apply(Op::Append {
+        now,
+        settings: s.settings.clone(),
+        message,
+        msgid: None,
+    })
+    .unwrap()
 }
 
 #[test]
 fn an_append_evicts_old_messages_wherever_they_are() {
     // Mixed timestamps (TS option): old ones in the middle go too.
     let old = NOW - 8 * DAY_MS;
-    let mut s = session(&[("user", old), ("assistant", NOW - DAY_MS), ("user", old), ("assistant", NOW)]);
+    let mut s = session(&[
+        ("user", old),
+        ("assistant", NOW - DAY_MS),
+        ("user", old),
+        ("assistant", NOW),
+    ]);
     let out = append(&mut s, "user", NOW, NOW);
     assert_eq!(ids(&s), vec![2, 4, 5]);
     assert_eq!((out.trimmed, out.messages, out.total_tokens), (2, 3, 12));
@@ -55,13 +77,24 @@ fn the_cutoff_is_exclusive_and_zero_means_none() {
 fn a_tool_group_ages_out_only_as_a_whole() {
     let old = NOW - 8 * DAY_MS;
     // A call and its results, all old: they go together.
-    let mut s = session(&[("user", NOW), ("assistant", old), ("tool", old), ("tool", old), ("assistant", NOW)]);
+    let mut s = session(&[
+        ("user", NOW),
+        ("assistant", old),
+        ("tool", old),
+        ("tool", old),
+        ("assistant", NOW),
+    ]);
     let out = append(&mut s, "user", NOW, NOW);
     assert_eq!(ids(&s), vec![1, 5, 6]);
     assert_eq!(out.trimmed, 3);
     // One result still young: the call and both results stay (a result
     // never ages out on its own while its call is held, nor the call).
-    let mut s = session(&[("user", NOW), ("assistant", NOW), ("tool", old), ("tool", NOW)]);
+    let mut s = session(&[
+        ("user", NOW),
+        ("assistant", NOW),
+        ("tool", old),
+        ("tool", NOW),
+    ]);
     assert_eq!(ids(&s.live(NOW)), vec![1, 2, 3, 4]);
     assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 0);
     assert_eq!(ids(&s), vec![1, 2, 3, 4, 5]);
@@ -70,9 +103,17 @@ fn a_tool_group_ages_out_only_as_a_whole() {
     assert_eq!(ids(&s), vec![1, 2, 3, 4]);
     // The call's group leaves whole once all of it is old; no tool result
     // is left first.
-    let mut s = session(&[("assistant", old), ("tool", old), ("tool", NOW), ("user", NOW)]);
+    let mut s = session(&[
+        ("assistant", old),
+        ("tool", old),
+        ("tool", NOW),
+        ("user", NOW),
+    ]);
     assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 0);
-    assert_eq!(append(&mut s, "user", NOW + 8 * DAY_MS, NOW + 8 * DAY_MS).trimmed, 5);
+    assert_eq!(
+        append(&mut s, "user", NOW + 8 * DAY_MS, NOW + 8 * DAY_MS).trimmed,
+        5
+    );
     assert_eq!(ids(&s), vec![6]);
 }
 
@@ -108,16 +149,28 @@ fn a_read_hides_old_messages_without_changing_the_session() {
     assert!(matches!(s.live(NOW), std::borrow::Cow::Borrowed(_)));
     let later = NOW + 6 * DAY_MS + 1;
     let view = s.live(later);
-    assert_eq!((ids(&view), view.total_tokens, view.first_id()), (vec![2], 4, 2));
+    assert_eq!(
+        (ids(&view), view.total_tokens, view.first_id()),
+        (vec![2], 4, 2)
+    );
     assert_eq!(s, before);
-    let check = view.summarize_check(Thresholds { tokens: 1, messages: 1 }, 0);
+    let check = view.summarize_check(
+        Thresholds {
+            tokens: 1,
+            messages: 1,
+        },
+        0,
+    );
     assert_eq!((check.messages, check.upto), (1, 2));
     // A write at that time evicts what the read hid.
     s.apply(Op::ExtSet {
         now: later,
         settings: s.settings.clone(),
         system: "dify".into(),
-        external: ExternalId { id: "c".into(), expires_at: later + 1 },
+        external: ExternalId {
+            id: "c".into(),
+            expires_at: later + 1,
+        },
     })
     .unwrap();
     assert_eq!(ids(&s), vec![2]);
@@ -128,11 +181,26 @@ fn a_summary_cannot_cover_an_evicted_message_and_changes_nothing() {
     let old = NOW - 8 * DAY_MS;
     let mut s = session(&[("user", old), ("assistant", NOW), ("user", NOW)]);
     let before = s.clone();
-    let summary = |upto| Summary { text: "s".into(), tokens: 5, upto, ts: NOW };
-    let e = s.apply(Op::Summarize { now: NOW, summary: summary(1) }).unwrap_err();
+    let summary = |upto| Summary {
+        text: "s".into(),
+        tokens: 5,
+        upto,
+        ts: NOW,
+    };
+    let e = s
+        .apply(Op::Summarize {
+            now: NOW,
+            summary: summary(1),
+        })
+        .unwrap_err();
     assert_eq!(e, SessionError::UnknownUpto(1));
     assert_eq!(s, before);
-    let out = s.apply(Op::Summarize { now: NOW, summary: summary(2) }).unwrap();
+    let out = s
+        .apply(Op::Summarize {
+            now: NOW,
+            summary: summary(2),
+        })
+        .unwrap();
     assert_eq!((ids(&s), out.trimmed, s.total_tokens), (vec![3], 1, 9));
 }
 
@@ -146,9 +214,15 @@ fn attributes_are_set_replaced_and_deleted_member_by_member() {
     assert_eq!((s.attr("a"), s.attrs()), (None, vec![]));
     s.attr_set("user_profile", raw(r#"{"name": "Ann", "z": 1.0}"#));
     s.attr_set("context", raw("[1,2]"));
-    assert_eq!(s.extra.text().as_deref(), Some(r#"{"user_profile":{"name": "Ann", "z": 1.0},"context":[1,2]}"#));
+    assert_eq!(
+        s.extra.text().as_deref(),
+        Some(r#"{"user_profile":{"name": "Ann", "z": 1.0},"context":[1,2]}"#)
+    );
     s.attr_set("user_profile", raw("null"));
-    assert_eq!(s.extra.text().as_deref(), Some(r#"{"user_profile":null,"context":[1,2]}"#));
+    assert_eq!(
+        s.extra.text().as_deref(),
+        Some(r#"{"user_profile":null,"context":[1,2]}"#)
+    );
     assert_eq!(s.attr("context").as_deref(), Some("[1,2]"));
     assert!(s.attr_del("user_profile"));
     assert!(!s.attr_del("user_profile"));
@@ -160,13 +234,27 @@ fn attributes_are_set_replaced_and_deleted_member_by_member() {
 #[test]
 fn duplicate_members_of_an_import_read_as_the_last_and_are_replaced_at_the_first() {
     let mut s = Session::new(settings(), 0);
-    s.extra = crate::session::Attrs::from_text(Some(&String::from(r#"{"a":1,"b":2,"a":3,"c":"\u00e9"}"#))).unwrap();
+    s.extra = crate::session::Attrs::from_text(Some(&String::from(
+        r#"{"a":1,"b":2,"a":3,"c":"\u00e9"}"#,
+    )))
+    .unwrap();
     assert_eq!(s.attr("a").as_deref(), Some("3"));
     let all = s.attrs();
-    assert_eq!(all, vec![("a".into(), "3".into()), ("b".into(), "2".into()), ("c".into(), r#""\u00e9""#.into())]);
+    assert_eq!(
+        all,
+        vec![
+            ("a".into(), "3".into()),
+            ("b".into(), "2".into()),
+            ("c".into(), r#""\u00e9""#.into())
+        ]
+    );
     s.attr_set("a", raw("4"));
-    assert_eq!(s.extra.text().as_deref(), Some(r#"{"a":4,"b":2,"c":"\u00e9"}"#));
-    s.extra = crate::session::Attrs::from_text(Some(&String::from(r#"{"a":1,"b":2,"a":3}"#))).unwrap();
+    assert_eq!(
+        s.extra.text().as_deref(),
+        Some(r#"{"a":4,"b":2,"c":"\u00e9"}"#)
+    );
+    s.extra =
+        crate::session::Attrs::from_text(Some(&String::from(r#"{"a":1,"b":2,"a":3}"#))).unwrap();
     assert!(s.attr_del("a"));
     assert_eq!(s.extra.text().as_deref(), Some(r#"{"b":2}"#));
 }
@@ -174,7 +262,13 @@ fn duplicate_members_of_an_import_read_as_the_last_and_are_replaced_at_the_first
 #[test]
 fn attribute_names_and_values_are_checked() {
     assert!(check_attr_name("user_profile").is_ok());
-    for bad in ["", "conversation_history", "summary", "total_tokens", "model"] {
+    for bad in [
+        "",
+        "conversation_history",
+        "summary",
+        "total_tokens",
+        "model",
+    ] {
         assert!(check_attr_name(bad).is_err(), "{bad}");
     }
     assert!(check_attr_name(&"n".repeat(MAX_ATTR_NAME_BYTES)).is_ok());
@@ -194,18 +288,38 @@ fn attribute_names_and_values_are_checked() {
 fn attribute_ops_evict_by_age_and_create_the_session() {
     let old = NOW - 8 * DAY_MS;
     let mut s = session(&[("user", old), ("user", NOW)]);
-    let set = Op::AttrSet { now: NOW, settings: s.settings.clone(), name: "p".into(), value: "1".into() };
+    let set = Op::AttrSet {
+        now: NOW,
+        settings: s.settings.clone(),
+        name: "p".into(),
+        value: "1".into(),
+    };
     assert!(set.new_session().is_some());
     assert_eq!(s.apply(set).unwrap().trimmed, 1);
     assert_eq!(s.attr("p").as_deref(), Some("1"));
-    let out = s.apply(Op::AttrDel { now: NOW, name: "p".into() }).unwrap();
+    let out = s
+        .apply(Op::AttrDel {
+            now: NOW,
+            name: "p".into(),
+        })
+        .unwrap();
     assert_eq!(out.id, 1);
-    assert!(Op::AttrDel { now: NOW, name: "p".into() }.new_session().is_none());
+    assert!(Op::AttrDel {
+        now: NOW,
+        name: "p".into()
+    }
+    .new_session()
+    .is_none());
     // A value that is not JSON is refused before it reaches the session:
     // by the command (or its worker) on the master, by Op::validate for a
     // replicated op; the core stores what it is given without parsing it
     // again.
-    let bad = Op::AttrSet { now: NOW, settings: s.settings.clone(), name: "p".into(), value: "{".into() };
+    let bad = Op::AttrSet {
+        now: NOW,
+        settings: s.settings.clone(),
+        name: "p".into(),
+        value: "{".into(),
+    };
     assert!(bad.validate().is_err());
 }
 
@@ -223,14 +337,29 @@ fn a_read_view_equals_the_eviction_and_copies_no_byte() {
     };
     let roles = ["user", "assistant", "tool", "tool", "system", "critic"];
     for _ in 0..300 {
-        let cfg = Settings { max_age: 7 * 86_400, max_msgs: 1000, ..settings() };
+        let cfg = Settings {
+            max_age: 7 * 86_400,
+            max_msgs: 1000,
+            ..settings()
+        };
         let mut s = Session::new(cfg, 0);
         let n = 1 + next(25);
         for i in 0..n {
-            let ts = if next(3) == 0 { NOW - 8 * DAY_MS } else { NOW - DAY_MS };
+            let ts = if next(3) == 0 {
+                NOW - 8 * DAY_MS
+            } else {
+                NOW - DAY_MS
+            };
             let content = "c".repeat(next(3000) as usize);
             let meta = (next(4) == 0).then(|| format!("{{\"k\":{}}}", next(99)));
-            let m = Message { id: i + 1, role: roles[next(6) as usize].into(), content: content.into(), ts, tokens: 1 + next(50), meta: meta.map(Into::into) };
+            let m = Message {
+                id: i + 1,
+                role: roles[next(6) as usize].into(),
+                content: content.into(),
+                ts,
+                tokens: 1 + next(50),
+                meta: meta.map(Into::into),
+            };
             s.push_message(m).unwrap();
             if next(3) == 0 {
                 s.msgids.attach(i + 1, format!("m{i}").into());
@@ -244,7 +373,10 @@ fn a_read_view_equals_the_eviction_and_copies_no_byte() {
         assert_eq!(view.total_tokens, evicted.total_tokens);
         assert_eq!(view.msgids, evicted.msgids);
         if let std::borrow::Cow::Owned(v) = &view {
-            assert!(v.messages.shares_bytes_with(&s.messages), "the view copied bytes");
+            assert!(
+                v.messages.shares_bytes_with(&s.messages),
+                "the view copied bytes"
+            );
         }
     }
 }

@@ -22,7 +22,13 @@ pub const MAX_ATTRS: usize = 1024;
 /// names would collide with them (and an import reads them as the session's).
 /// `redis_mem`: what else the session holds, in `FORMAT JSON` (its settings,
 /// external ids, departed msgids), so the document imports back whole.
-pub const RESERVED_ATTR_NAMES: [&str; 5] = ["conversation_history", "summary", "total_tokens", "model", "redis_mem"];
+pub const RESERVED_ATTR_NAMES: [&str; 5] = [
+    "conversation_history",
+    "summary",
+    "total_tokens",
+    "model",
+    "redis_mem",
+];
 /// Deepest attribute value: it sits inside the document, one container.
 pub const MAX_ATTR_DEPTH: usize = JSON_MAX_NESTING - 1;
 
@@ -30,10 +36,14 @@ pub const MAX_ATTR_DEPTH: usize = JSON_MAX_NESTING - 1;
 /// document already has.
 pub fn check_attr_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_ATTR_NAME_BYTES {
-        return Err(format!("attribute name must be 1 to {MAX_ATTR_NAME_BYTES} bytes"));
+        return Err(format!(
+            "attribute name must be 1 to {MAX_ATTR_NAME_BYTES} bytes"
+        ));
     }
     if RESERVED_ATTR_NAMES.contains(&name) {
-        return Err(format!("'{name}' is a member of the session document itself, not an attribute"));
+        return Err(format!(
+            "'{name}' is a member of the session document itself, not an attribute"
+        ));
     }
     Ok(())
 }
@@ -120,7 +130,11 @@ impl Attrs {
 
     pub fn mem_usage(&self) -> usize {
         self.pairs.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>()
-            + self.pairs.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>()
+            + self
+                .pairs
+                .iter()
+                .map(|(n, v)| n.len() + v.len())
+                .sum::<usize>()
     }
 
     /// The decoded name of a member (a raw name that is not a JSON string
@@ -140,7 +154,9 @@ impl Session {
         // (a linear search per member held 20,000 imported members 170-210 ms).
         let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         for (raw, value) in &self.extra.pairs {
-            let Some(name) = Attrs::name(raw) else { continue };
+            let Some(name) = Attrs::name(raw) else {
+                continue;
+            };
             match at.get(&name) {
                 Some(&i) => out[i].1 = value.to_string(),
                 None => {
@@ -187,7 +203,12 @@ impl Session {
                 }
             }
             // A String always serializes.
-            None => pairs.push((serde_json::to_string(name).unwrap_or_default().into_boxed_str(), value)),
+            None => pairs.push((
+                serde_json::to_string(name)
+                    .unwrap_or_default()
+                    .into_boxed_str(),
+                value,
+            )),
         }
     }
 
@@ -201,7 +222,12 @@ impl Session {
 
     /// `Op::AttrSet`: age eviction at `now`, then the member set. The only
     /// failure (a value that is not JSON) comes before any change.
-    pub(super) fn apply_attr_set(&mut self, now: i64, name: &str, value: String) -> Result<Outcome, SessionError> {
+    pub(super) fn apply_attr_set(
+        &mut self,
+        now: i64,
+        name: &str,
+        value: String,
+    ) -> Result<Outcome, SessionError> {
         let aged = self.evict_aged(now, false);
         self.attr_set(name, value.into_boxed_str());
         self.touch(now);

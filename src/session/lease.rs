@@ -44,7 +44,10 @@ const TOKENS_PER_MS: u64 = 32;
 
 /// The least token a lease granted at `now` can have.
 fn lease_floor(now: i64) -> u64 {
-    u64::try_from(now).unwrap_or(0).saturating_mul(TOKENS_PER_MS).min(MAX_ID)
+    u64::try_from(now)
+        .unwrap_or(0)
+        .saturating_mul(TOKENS_PER_MS)
+        .min(MAX_ID)
 }
 
 impl Session {
@@ -95,9 +98,15 @@ impl Session {
     /// every earlier one. On error nothing changes.
     pub(super) fn grant(&mut self, lease: Lease) -> Result<(), SessionError> {
         if lease.token <= self.leases.last_token {
-            return Err(SessionError::LeaseNotIncreasing { token: lease.token, last: self.leases.last_token });
+            return Err(SessionError::LeaseNotIncreasing {
+                token: lease.token,
+                last: self.leases.last_token,
+            });
         }
-        self.leases = Leases { current: Some(lease), last_token: lease.token };
+        self.leases = Leases {
+            current: Some(lease),
+            last_token: lease.token,
+        };
         Ok(())
     }
 }

@@ -23,7 +23,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Roles stored as a code; others are written out.
-const ROLES: [&str; 6] = ["user", "assistant", "system", "tool", "developer", "function"];
+const ROLES: [&str; 6] = [
+    "user",
+    "assistant",
+    "system",
+    "tool",
+    "developer",
+    "function",
+];
 const ROLE_INLINE: u8 = 7;
 const ROLE_MASK: u8 = 7;
 const HAS_META: u8 = 8;
@@ -107,13 +114,20 @@ pub struct MessageLog {
 
 /// The stored bytes of a message: tag, role, meta, content.
 pub fn encode_data(role: &str, meta: Option<&str>, content: &str, out: &mut Vec<u8>) {
-    let code = ROLES.iter().position(|r| *r == role).map_or(ROLE_INLINE, |c| c as u8);
+    let code = ROLES
+        .iter()
+        .position(|r| *r == role)
+        .map_or(ROLE_INLINE, |c| c as u8);
     let tag = code | if meta.is_some() { HAS_META } else { 0 };
     out.push(tag);
     if code == ROLE_INLINE {
         // Roles are at most MAX_ROLE_BYTES (64), checked by every path in.
         out.push(u8::try_from(role.len()).unwrap_or(u8::MAX));
-        out.extend_from_slice(role.as_bytes().get(..usize::from(u8::MAX)).unwrap_or(role.as_bytes()));
+        out.extend_from_slice(
+            role.as_bytes()
+                .get(..usize::from(u8::MAX))
+                .unwrap_or(role.as_bytes()),
+        );
     }
     if let Some(meta) = meta {
         let mut n = meta.len() as u64;
@@ -132,7 +146,11 @@ pub fn encode_data(role: &str, meta: Option<&str>, content: &str, out: &mut Vec<
 }
 
 fn data_len(role: &str, meta: Option<&str>, content: &str) -> usize {
-    let role_bytes = if ROLES.contains(&role) { 0 } else { 1 + role.len() };
+    let role_bytes = if ROLES.contains(&role) {
+        0
+    } else {
+        1 + role.len()
+    };
     let meta_bytes = meta.map_or(0, |m| {
         let mut n = m.len() as u64;
         let mut width = 1;
@@ -157,7 +175,10 @@ fn decode_stored(data: &[u8]) -> (&str, Option<&str>, &str) {
     fn trusted(bytes: &[u8]) -> Option<&str> {
         // The unit tests check what release builds take on trust.
         #[cfg(test)]
-        assert!(std::str::from_utf8(bytes).is_ok(), "stored bytes split inside a character");
+        assert!(
+            std::str::from_utf8(bytes).is_ok(),
+            "stored bytes split inside a character"
+        );
         // SAFETY: the log holds only bytes `encode_data` wrote from `&str`s
         // (`push`) or that `check_data` decoded as UTF-8 (`push_data`,
         // `from_stored`), split at the boundaries they were written with: every
@@ -168,7 +189,10 @@ fn decode_stored(data: &[u8]) -> (&str, Option<&str>, &str) {
 }
 
 /// The layout of a message's stored bytes, its strings made by `text`.
-fn decode_with<'a>(data: &'a [u8], text: fn(&'a [u8]) -> Option<&'a str>) -> Option<(&'a str, Option<&'a str>, &'a str)> {
+fn decode_with<'a>(
+    data: &'a [u8],
+    text: fn(&'a [u8]) -> Option<&'a str>,
+) -> Option<(&'a str, Option<&'a str>, &'a str)> {
     let (&tag, mut rest) = data.split_first()?;
     if tag & !(ROLE_MASK | HAS_META) != 0 {
         return None;
@@ -252,8 +276,13 @@ impl MessageLog {
     /// Whether messages of `sizes` (role, meta, content) can all be pushed,
     /// before any trimming frees room: a multi-message write checks this
     /// first, so it never fails halfway through ([`LogError::Full`]).
-    pub fn has_room_for<'m>(&self, sizes: impl Iterator<Item = (&'m str, Option<&'m str>, &'m str)>) -> bool {
-        let added = sizes.fold(0usize, |sum, (role, meta, content)| sum.saturating_add(data_len(role, meta, content)));
+    pub fn has_room_for<'m>(
+        &self,
+        sizes: impl Iterator<Item = (&'m str, Option<&'m str>, &'m str)>,
+    ) -> bool {
+        let added = sizes.fold(0usize, |sum, (role, meta, content)| {
+            sum.saturating_add(data_len(role, meta, content))
+        });
         self.live_bytes().saturating_add(added) <= MAX_LOG_BYTES
     }
 
@@ -351,7 +380,14 @@ impl MessageLog {
     pub fn get(&self, i: usize) -> Option<MessageRef<'_>> {
         let h = self.heads.get(i)?;
         let (role, meta, content) = decode_stored(self.data(i));
-        Some(MessageRef { id: h.id, ts: h.ts, tokens: u64::from(h.tokens), role, content, meta })
+        Some(MessageRef {
+            id: h.id,
+            ts: h.ts,
+            tokens: u64::from(h.tokens),
+            role,
+            content,
+            meta,
+        })
     }
 
     pub fn front(&self) -> Option<MessageRef<'_>> {
@@ -365,16 +401,26 @@ impl MessageLog {
     /// Whether message `i` is a tool result (reads only its tag: "tool" is
     /// always stored as its code).
     pub fn is_tool(&self, i: usize) -> bool {
-        self.data(i).first().is_some_and(|tag| tag & ROLE_MASK == TOOL_CODE)
+        self.data(i)
+            .first()
+            .is_some_and(|tag| tag & ROLE_MASK == TOOL_CODE)
     }
 
     pub fn iter(&self) -> Iter<'_> {
-        Iter { log: self, front: 0, back: self.len() }
+        Iter {
+            log: self,
+            front: 0,
+            back: self.len(),
+        }
     }
 
     /// Messages from index `from` on.
     pub fn iter_from(&self, from: usize) -> Iter<'_> {
-        Iter { log: self, front: from.min(self.len()), back: self.len() }
+        Iter {
+            log: self,
+            front: from.min(self.len()),
+            back: self.len(),
+        }
     }
 
     /// Index of the first message whose id is above `id` (ids increase).
@@ -394,7 +440,15 @@ impl MessageLog {
     }
 
     /// Appends a message. The caller keeps ids increasing.
-    pub fn push(&mut self, id: u64, ts: i64, tokens: u64, role: &str, meta: Option<&str>, content: &str) -> Result<(), LogError> {
+    pub fn push(
+        &mut self,
+        id: u64,
+        ts: i64,
+        tokens: u64,
+        role: &str,
+        meta: Option<&str>,
+        content: &str,
+    ) -> Result<(), LogError> {
         let len = data_len(role, meta, content);
         self.reserve_position(len, tokens)?;
         let target = self.target(len);
@@ -407,7 +461,8 @@ impl MessageLog {
     /// checked to be well formed.
     pub fn push_data(&mut self, id: u64, ts: i64, tokens: u64, data: &[u8]) -> Result<(), String> {
         check_data(data)?;
-        self.reserve_position(data.len(), tokens).map_err(|e| format!("{e:?}"))?;
+        self.reserve_position(data.len(), tokens)
+            .map_err(|e| format!("{e:?}"))?;
         self.target(data.len()).extend_from_slice(data);
         self.finish_push(id, ts, tokens);
         Ok(())
@@ -456,7 +511,12 @@ impl MessageLog {
     /// Records the message whose bytes were just written (they end the span).
     fn finish_push(&mut self, id: u64, ts: i64, tokens: u64) {
         let end = self.start.wrapping_add(self.span() as u32);
-        self.heads.push_back(Head { id, ts, end, tokens: tokens as u32 });
+        self.heads.push_back(Head {
+            id,
+            ts,
+            end,
+            tokens: tokens as u32,
+        });
     }
 
     /// Removes the oldest message: its `(id, tokens)`.
@@ -517,16 +577,26 @@ impl MessageLog {
         if self.retain_in_place(&kept) {
             return;
         }
-        let bytes: usize = (0..self.len()).filter(|&i| kept[i]).map(|i| self.data(i).len()).sum();
+        let bytes: usize = (0..self.len())
+            .filter(|&i| kept[i])
+            .map(|i| self.data(i).len())
+            .sum();
         let mut buf = Vec::with_capacity(size_class(bytes));
         let mut heads = VecDeque::with_capacity(self.len() - kept.iter().filter(|k| !**k).count());
         for (i, h) in self.heads.iter().enumerate() {
             if kept[i] {
                 buf.extend_from_slice(self.data(i));
-                heads.push_back(Head { end: buf.len() as u32, ..*h });
+                heads.push_back(Head {
+                    end: buf.len() as u32,
+                    ..*h
+                });
             }
         }
-        *self = MessageLog { heads, buf: Arc::new(buf), ..MessageLog::default() };
+        *self = MessageLog {
+            heads,
+            buf: Arc::new(buf),
+            ..MessageLog::default()
+        };
     }
 
     /// [`MessageLog::retain`] in the buffer itself when no one shares it and
@@ -538,15 +608,22 @@ impl MessageLog {
         if !self.extra.is_empty() || self.view_starts.is_some() {
             return false;
         }
-        let Some(first_gone) = kept.iter().position(|k| !*k) else { return true };
+        let Some(first_gone) = kept.iter().position(|k| !*k) else {
+            return true;
+        };
         let start = self.start;
         let ranges: Vec<(usize, usize)> = (0..self.len())
             .map(|i| {
                 let end = self.heads.get(i).map_or(start, |h| h.end);
-                (self.begin(i).wrapping_sub(start) as usize, end.wrapping_sub(start) as usize)
+                (
+                    self.begin(i).wrapping_sub(start) as usize,
+                    end.wrapping_sub(start) as usize,
+                )
             })
             .collect();
-        let Some(buf) = Arc::get_mut(&mut self.buf) else { return false };
+        let Some(buf) = Arc::get_mut(&mut self.buf) else {
+            return false;
+        };
         let mut write = ranges[first_gone].0;
         for (i, &(from, to)) in ranges.iter().enumerate().skip(first_gone) {
             if !kept[i] {
@@ -617,7 +694,9 @@ impl MessageLog {
         let slack = if live > SMALL_LOG_BYTES { live / 8 } else { 0 };
         if !self.extra.is_empty() {
             self.compact();
-            let Some(buf) = Arc::get_mut(&mut self.buf) else { return };
+            let Some(buf) = Arc::get_mut(&mut self.buf) else {
+                return;
+            };
             if buf.is_empty() {
                 *buf = std::mem::take(&mut self.extra);
             } else if !self.extra.is_empty() {
@@ -635,7 +714,9 @@ impl MessageLog {
             }
         }
         // Give back what a summary or a large eviction freed.
-        let Some(buf) = Arc::get_mut(&mut self.buf) else { return };
+        let Some(buf) = Arc::get_mut(&mut self.buf) else {
+            return;
+        };
         let fits = size_class(live + slack);
         if buf.capacity() > 4096 && buf.capacity() > 2 * fits {
             self.compact();
@@ -705,7 +786,10 @@ impl MessageLog {
 
     /// Heads and stored bytes of every message in order, for RDB format 3.
     pub fn stored(&self) -> impl Iterator<Item = (&Head, &[u8])> + '_ {
-        self.heads.iter().enumerate().map(|(i, h)| (h, self.data(i)))
+        self.heads
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h, self.data(i)))
     }
 
     /// The stored bytes of every message, as one or two slices.
@@ -718,8 +802,14 @@ impl MessageLog {
 
     /// A log from RDB format 3: heads as stored (each message's length in
     /// bytes instead of its position) and the concatenated bytes.
-    pub fn from_stored(heads: Vec<(u64, i64, u64, usize)>, bytes: &[u8]) -> Result<MessageLog, String> {
-        let mut log = MessageLog { heads: VecDeque::with_capacity(heads.len()), ..MessageLog::default() };
+    pub fn from_stored(
+        heads: Vec<(u64, i64, u64, usize)>,
+        bytes: &[u8],
+    ) -> Result<MessageLog, String> {
+        let mut log = MessageLog {
+            heads: VecDeque::with_capacity(heads.len()),
+            ..MessageLog::default()
+        };
         let mut at = 0usize;
         for (id, ts, tokens, len) in heads {
             let data = bytes
@@ -730,7 +820,12 @@ impl MessageLog {
                 return Err(format!("corrupt payload: message tokens {tokens}"));
             }
             at += len;
-            log.heads.push_back(Head { id, ts, end: at as u32, tokens: tokens as u32 });
+            log.heads.push_back(Head {
+                id,
+                ts,
+                end: at as u32,
+                tokens: tokens as u32,
+            });
         }
         if at != bytes.len() {
             return Err("corrupt payload: message bytes left over".to_owned());

@@ -3,15 +3,35 @@
 use super::*;
 
 fn push(log: &mut MessageLog, id: u64, role: &str, content: &str) {
-    log.push(id, id as i64 * 10, id, role, (id % 3 == 0).then_some("{\"k\":1}"), content).unwrap();
+    log.push(
+        id,
+        id as i64 * 10,
+        id,
+        role,
+        (id % 3 == 0).then_some("{\"k\":1}"),
+        content,
+    )
+    .unwrap();
 }
 
 #[test]
 fn messages_read_back_as_written() {
     let mut log = MessageLog::new();
-    let roles = ["user", "assistant", "tool", "critic", "system", "x".repeat(64).leak()];
+    let roles = [
+        "user",
+        "assistant",
+        "tool",
+        "critic",
+        "system",
+        "x".repeat(64).leak(),
+    ];
     for id in 1..=200u64 {
-        push(&mut log, id, roles[id as usize % roles.len()], &format!("message {id} {}", "é".repeat(id as usize)));
+        push(
+            &mut log,
+            id,
+            roles[id as usize % roles.len()],
+            &format!("message {id} {}", "é".repeat(id as usize)),
+        );
         if id % 7 == 0 {
             log.pop_front();
         }
@@ -21,12 +41,18 @@ fn messages_read_back_as_written() {
     assert_eq!(held.len(), 200 - 200 / 7);
     for m in log.iter() {
         assert_eq!(m.role, roles[m.id as usize % roles.len()]);
-        assert_eq!(m.content, format!("message {} {}", m.id, "é".repeat(m.id as usize)));
+        assert_eq!(
+            m.content,
+            format!("message {} {}", m.id, "é".repeat(m.id as usize))
+        );
         assert_eq!(m.meta, (m.id % 3 == 0).then_some("{\"k\":1}"));
         assert_eq!((m.ts, m.tokens), (m.id as i64 * 10, m.id));
         assert_eq!(log.is_tool(log.position(m.id).unwrap()), m.role == "tool");
     }
-    assert_eq!(log.iter().rev().map(|m| m.id).collect::<Vec<_>>(), held.iter().rev().copied().collect::<Vec<_>>());
+    assert_eq!(
+        log.iter().rev().map(|m| m.id).collect::<Vec<_>>(),
+        held.iter().rev().copied().collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -83,8 +109,16 @@ fn a_shared_copy_keeps_its_bytes_while_the_log_changes() {
         log.pop_front();
         log.settle();
     }
-    assert_eq!(copy.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(), (1..=10).map(|i| format!("m{i}")).collect::<Vec<_>>());
-    assert_eq!(log.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(), (11..=20).map(|i| format!("m{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        copy.iter()
+            .map(|m| m.content.to_owned())
+            .collect::<Vec<_>>(),
+        (1..=10).map(|i| format!("m{i}")).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        log.iter().map(|m| m.content.to_owned()).collect::<Vec<_>>(),
+        (11..=20).map(|i| format!("m{i}")).collect::<Vec<_>>()
+    );
     drop(copy);
     log.settle();
     assert!(log.extra.is_empty());
@@ -95,15 +129,26 @@ fn a_shared_copy_keeps_its_bytes_while_the_log_changes() {
 fn pop_back_and_retain_keep_the_rest() {
     let mut log = MessageLog::new();
     for id in 1..=10 {
-        push(&mut log, id, if id % 2 == 0 { "tool" } else { "user" }, &format!("m{id}"));
+        push(
+            &mut log,
+            id,
+            if id % 2 == 0 { "tool" } else { "user" },
+            &format!("m{id}"),
+        );
     }
     assert_eq!(log.pop_back(), Some((10, 10)));
     push(&mut log, 11, "user", "m11");
     log.retain(|h| h.id % 2 == 1);
-    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1, 3, 5, 7, 9, 11]);
+    assert_eq!(
+        log.iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![1, 3, 5, 7, 9, 11]
+    );
     // Dropping only the oldest takes the cursor path.
     log.retain(|h| h.id > 3);
-    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), vec![5, 7, 9, 11]);
+    assert_eq!(
+        log.iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![5, 7, 9, 11]
+    );
     assert_eq!(log.get(0).unwrap().content, "m5");
     assert_eq!(log.get(3).unwrap().content, "m11");
     while log.pop_front().is_some() {}
@@ -121,7 +166,10 @@ fn stored_form_round_trips_and_refuses_corruption() {
     log.pop_front();
     let (a, b) = log.stored_bytes();
     let bytes = [a, b].concat();
-    let heads: Vec<_> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+    let heads: Vec<_> = log
+        .stored()
+        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len()))
+        .collect();
     let back = MessageLog::from_stored(heads.clone(), &bytes).unwrap();
     assert_eq!(back, log);
     let mut short = heads.clone();
@@ -149,14 +197,28 @@ fn random_operations_agree_with_a_plain_deque() {
             match rng.gen_range(0..100) {
                 0..=54 => {
                     id += rng.gen_range(1..3);
-                    let len = if rng.gen_bool(0.05) { rng.gen_range(10_000..40_000) } else { rng.gen_range(0..700) };
-                    let content: String = (0..len).map(|i| if i % 7 == 0 { 'é' } else { 'a' }).collect();
+                    let len = if rng.gen_bool(0.05) {
+                        rng.gen_range(10_000..40_000)
+                    } else {
+                        rng.gen_range(0..700)
+                    };
+                    let content: String = (0..len)
+                        .map(|i| if i % 7 == 0 { 'é' } else { 'a' })
+                        .collect();
                     let meta = rng.gen_bool(0.3).then(|| format!("{{\"n\":{id}}}"));
                     let role = roles[rng.gen_range(0..roles.len())];
                     let ts = rng.gen_range(-5_000i64..5_000_000);
                     let tokens = rng.gen_range(0..100_000u64);
-                    log.push(id, ts, tokens, role, meta.as_deref(), &content).unwrap();
-                    model.push_back(super::super::Message { id, role: role.into(), content: content.into(), ts, tokens, meta: meta.map(Box::from) });
+                    log.push(id, ts, tokens, role, meta.as_deref(), &content)
+                        .unwrap();
+                    model.push_back(super::super::Message {
+                        id,
+                        role: role.into(),
+                        content: content.into(),
+                        ts,
+                        tokens,
+                        meta: meta.map(Box::from),
+                    });
                 }
                 55..=79 => {
                     assert_eq!(log.pop_front(), model.pop_front().map(|m| (m.id, m.tokens)));
@@ -187,17 +249,31 @@ fn random_operations_agree_with_a_plain_deque() {
             assert_eq!(log.len(), model.len());
         }
         let owned: Vec<_> = log.iter().map(|m| m.to_message()).collect();
-        assert_eq!(owned, model.iter().cloned().collect::<Vec<_>>(), "round {round}");
+        assert_eq!(
+            owned,
+            model.iter().cloned().collect::<Vec<_>>(),
+            "round {round}"
+        );
         for (i, m) in model.iter().enumerate() {
             assert_eq!(log.is_tool(i), &*m.role == "tool");
             assert_eq!(log.position(m.id), Some(i));
         }
         for (copy, then) in &copies {
-            assert_eq!(&copy.iter().map(|m| m.to_message()).collect::<Vec<_>>(), then, "round {round}: a copy changed");
+            assert_eq!(
+                &copy.iter().map(|m| m.to_message()).collect::<Vec<_>>(),
+                then,
+                "round {round}: a copy changed"
+            );
         }
         let (a, b) = log.stored_bytes();
-        let heads: Vec<_> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
-        assert_eq!(MessageLog::from_stored(heads, &[a, b].concat()).unwrap(), log);
+        let heads: Vec<_> = log
+            .stored()
+            .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len()))
+            .collect();
+        assert_eq!(
+            MessageLog::from_stored(heads, &[a, b].concat()).unwrap(),
+            log
+        );
     }
 }
 
@@ -226,12 +302,24 @@ fn a_log_at_its_cap_with_its_buffer_shared_stays_bounded() {
         push(&mut log, id, "assistant", &text);
         log.pop_front();
         log.settle();
-        assert!(log.mem_usage() < 3 * usage, "at {id}: {} B (was {usage})", log.mem_usage());
+        assert!(
+            log.mem_usage() < 3 * usage,
+            "at {id}: {} B (was {usage})",
+            log.mem_usage()
+        );
     }
-    assert_eq!(log.iter().map(|m| m.id).collect::<Vec<_>>(), (2971..=3000).collect::<Vec<_>>());
-    assert!(log.iter().all(|m| m.content == text && m.role == "assistant"));
+    assert_eq!(
+        log.iter().map(|m| m.id).collect::<Vec<_>>(),
+        (2971..=3000).collect::<Vec<_>>()
+    );
+    assert!(log
+        .iter()
+        .all(|m| m.content == text && m.role == "assistant"));
     // The copy still reads what it held.
-    assert_eq!(held.iter().map(|m| m.id).collect::<Vec<_>>(), (1..=30).collect::<Vec<_>>());
+    assert_eq!(
+        held.iter().map(|m| m.id).collect::<Vec<_>>(),
+        (1..=30).collect::<Vec<_>>()
+    );
     assert!(held.iter().all(|m| m.content == text && m.role == "user"));
     let detached = log.detached();
     assert_eq!(detached, log);
@@ -242,11 +330,19 @@ fn a_log_at_its_cap_with_its_buffer_shared_stays_bounded() {
 fn positions_wrap_past_four_gib_of_appends() {
     // A session at its caps that has taken more than 4 GiB over its life:
     // logical positions wrap. Start just before the wrap.
-    let mut log = MessageLog { start: u32::MAX - 50_000, ..MessageLog::default() };
+    let mut log = MessageLog {
+        start: u32::MAX - 50_000,
+        ..MessageLog::default()
+    };
     let text = |id: u64| format!("{id} {}", "w".repeat((id as usize * 37) % 9000));
     let mut held = None;
     for id in 1..=400u64 {
-        push(&mut log, id, if id % 5 == 0 { "tool" } else { "user" }, &text(id));
+        push(
+            &mut log,
+            id,
+            if id % 5 == 0 { "tool" } else { "user" },
+            &text(id),
+        );
         if log.len() > 12 {
             log.pop_front();
         }
@@ -266,7 +362,10 @@ fn positions_wrap_past_four_gib_of_appends() {
     let held = held.unwrap();
     assert!(held.iter().all(|m| m.content == text(m.id)));
     let (a, b) = log.stored_bytes();
-    let heads: Vec<(u64, i64, u64, usize)> = log.stored().map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len())).collect();
+    let heads: Vec<(u64, i64, u64, usize)> = log
+        .stored()
+        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len()))
+        .collect();
     let loaded = MessageLog::from_stored(heads, &[a, b].concat()).unwrap();
     assert_eq!(loaded, log);
 }
@@ -283,7 +382,11 @@ fn heads_give_back_their_ring_after_a_large_drop() {
         log.pop_front();
     }
     log.settle();
-    assert!(log.mem_usage() < full / 100, "{} B held for 100 messages (was {full})", log.mem_usage());
+    assert!(
+        log.mem_usage() < full / 100,
+        "{} B held for 100 messages (was {full})",
+        log.mem_usage()
+    );
     assert_eq!(log.front().unwrap().id, 99_901);
     push(&mut log, 100_001, "user", "after");
     log.settle();
@@ -313,8 +416,15 @@ fn a_log_at_its_caps_moves_its_bytes_at_most_once_per_eighth_appended() {
         }
         let live = log.live_bytes();
         let most = (appends as usize * 2008).div_ceil(live / 8) + 1;
-        assert!(moves <= most, "n {n}: {moves} moves in {appends} appends (at most {most})");
-        assert!(log.buf.capacity() <= size_class(live + live / 8 + 2008), "n {n}: capacity {} for {live}", log.buf.capacity());
+        assert!(
+            moves <= most,
+            "n {n}: {moves} moves in {appends} appends (at most {most})"
+        );
+        assert!(
+            log.buf.capacity() <= size_class(live + live / 8 + 2008),
+            "n {n}: capacity {} for {live}",
+            log.buf.capacity()
+        );
         assert!(log.iter().all(|m| m.content == text));
     }
 }
@@ -335,7 +445,12 @@ fn retain_in_place_equals_a_rebuild_and_keeps_the_log_writable() {
         let mut log = MessageLog::new();
         let n = 1 + next(40);
         for id in 1..=n {
-            push(&mut log, id, ["user", "tool", "assistant", "critic"][next(4) as usize], &"b".repeat(next(900) as usize));
+            push(
+                &mut log,
+                id,
+                ["user", "tool", "assistant", "critic"][next(4) as usize],
+                &"b".repeat(next(900) as usize),
+            );
             if next(5) == 0 {
                 log.pop_front();
             }
@@ -353,7 +468,12 @@ fn retain_in_place_equals_a_rebuild_and_keeps_the_log_writable() {
         let mut k = keep.iter();
         rebuilt.retain(|_| *k.next().unwrap());
         assert_eq!(in_place, rebuilt, "round {round}");
-        let want: Vec<u64> = log.iter().zip(&keep).filter(|(_, k)| **k).map(|(m, _)| m.id).collect();
+        let want: Vec<u64> = log
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(m, _)| m.id)
+            .collect();
         assert_eq!(in_place.iter().map(|m| m.id).collect::<Vec<_>>(), want);
         for log in [&mut in_place, &mut rebuilt] {
             push(log, 1000, "user", "after");

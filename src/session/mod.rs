@@ -190,7 +190,12 @@ impl Op {
     /// string, so a large text is not copied again to replicate it.
     pub fn header(&self) -> Op {
         match self {
-            Op::Append { now, settings, message, msgid } => Op::Append {
+            Op::Append {
+                now,
+                settings,
+                message,
+                msgid,
+            } => Op::Append {
                 now: *now,
                 settings: settings.clone(),
                 message: Message {
@@ -203,7 +208,10 @@ impl Op {
             },
             Op::Summarize { now, summary } => Op::Summarize {
                 now: *now,
-                summary: Summary { text: String::new(), ..*summary },
+                summary: Summary {
+                    text: String::new(),
+                    ..*summary
+                },
             },
             other => other.clone(),
         }
@@ -234,7 +242,9 @@ impl Op {
             Op::Append { now, settings, .. }
             | Op::ExtSet { now, settings, .. }
             | Op::AttrSet { now, settings, .. } => Some(Session::new(settings.clone(), *now)),
-            Op::Summarize { .. } | Op::Recount { .. } | Op::AttrDel { .. } | Op::Lease { .. } => None,
+            Op::Summarize { .. } | Op::Recount { .. } | Op::AttrDel { .. } | Op::Lease { .. } => {
+                None
+            }
         }
     }
 }
@@ -261,7 +271,11 @@ pub enum SessionError {
     /// The first message a summary would keep is a tool result.
     KeepsToolResult { upto: u64, id: u64 },
     /// The summary plus the messages it keeps exceed `maxtokens`.
-    SummaryOverCap { tokens: u64, kept: u64, max_tokens: u64 },
+    SummaryOverCap {
+        tokens: u64,
+        kept: u64,
+        max_tokens: u64,
+    },
     /// A message id (or summary upto) above [`MAX_ID`].
     IdAboveMax(u64),
     /// The session's last id is [`MAX_ID`]: no id is left for a message.
@@ -410,7 +424,12 @@ impl Session {
                 self.ext_set(now, system, external);
                 Ok(self.outcome(0, 0, aged))
             }
-            Op::AttrSet { now, settings: _, name, value } => self.apply_attr_set(now, &name, value),
+            Op::AttrSet {
+                now,
+                settings: _,
+                name,
+                value,
+            } => self.apply_attr_set(now, &name, value),
             Op::AttrDel { now, name } => Ok(self.apply_attr_del(now, &name)),
             Op::Recount {
                 now: _,
@@ -474,7 +493,14 @@ impl Session {
             return Err(SessionError::IdAboveMax(message.id));
         }
         self.messages
-            .push(message.id, message.ts, message.tokens, &message.role, message.meta.as_deref(), &message.content)
+            .push(
+                message.id,
+                message.ts,
+                message.tokens,
+                &message.role,
+                message.meta.as_deref(),
+                &message.content,
+            )
             .map_err(|e| match e {
                 LogError::Full => SessionError::SessionFull,
                 LogError::Tokens => SessionError::TokensAboveMax(message.tokens),
@@ -513,7 +539,11 @@ impl Session {
     pub fn trim(&mut self, caps: Caps, protect_newest: bool) -> u64 {
         // The newest message and, when it is a tool result, the rest of its
         // tool group: a group alone over a cap is held until a later write.
-        let spared = if protect_newest { self.newest_group_len() } else { 0 };
+        let spared = if protect_newest {
+            self.newest_group_len()
+        } else {
+            0
+        };
         let mut evicted = self.evict_over_caps(caps, spared);
         if evicted > 0 {
             evicted += self.drop_orphan_tool_results(spared);
@@ -588,9 +618,7 @@ impl Session {
     /// newest `spared` messages.
     fn drop_orphan_tool_results(&mut self, spared: usize) -> u64 {
         let mut evicted = 0;
-        while self.messages.len() > spared
-            && self.messages.is_tool(0)
-        {
+        while self.messages.len() > spared && self.messages.is_tool(0) {
             self.evict_oldest();
             evicted += 1;
         }
@@ -609,7 +637,10 @@ impl Session {
     /// the index of the `upto` message.
     pub fn check_summary_upto(&self, upto: u64) -> Result<usize, SessionError> {
         if let Some(current) = self.summary.as_ref().filter(|c| upto < c.upto) {
-            return Err(SessionError::UptoBelowSummary { upto, current: current.upto });
+            return Err(SessionError::UptoBelowSummary {
+                upto,
+                current: current.upto,
+            });
         }
         let Some(pos) = self.messages.position(upto) else {
             return Err(SessionError::UnknownUpto(upto));
@@ -663,7 +694,7 @@ impl Session {
         }
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
-        // The work a lease was granted for is done: the session is free.
+                                    // The work a lease was granted for is done: the session is free.
         self.leases.current = None;
         self.updated = now;
         self.purge_external(now);
@@ -701,7 +732,11 @@ impl Session {
         // clock to; min() only guards values that skipped validation.
         let ttl_ms = self.settings.ttl.min(MAX_TTL_SECS) as i64 * 1000;
         let sliding = now.saturating_add(ttl_ms);
-        let latest_ext = self.external.values().map(|e| e.expires_at.min(MAX_EXPIRY_MS)).max();
+        let latest_ext = self
+            .external
+            .values()
+            .map(|e| e.expires_at.min(MAX_EXPIRY_MS))
+            .max();
         Some(latest_ext.map_or(sliding, |ext| ext.max(sliding)))
     }
 
@@ -733,15 +768,19 @@ mod retry;
 mod validate;
 pub use attrs::{check_attr_name, Attrs, MAX_ATTRS, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{Lease, Leases, MAX_LEASE_MS};
-pub use log::{decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS};
+pub use log::{
+    decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS,
+};
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Recounted, Snapshot};
 pub use retry::{check_msgid, Departed, Msgids, MAX_DEPARTED, MAX_MSGID_BYTES};
-pub use validate::{check_attr_value, check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH};
+pub use validate::{
+    check_attr_value, check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH,
+};
 
 #[cfg(test)]
-pub(crate) mod tests;
-#[cfg(test)]
 mod age_tests;
+#[cfg(test)]
+pub(crate) mod tests;
 #[cfg(test)]
 mod tests_retry;

@@ -79,9 +79,7 @@ impl Session {
         // Index of the first kept message; a kept part never starts with a
         // tool result, so the boundary moves back past tool messages.
         let mut first_kept = messages.saturating_sub(keep) as usize;
-        while first_kept > 0
-            && self.messages.is_tool(first_kept)
-        {
+        while first_kept > 0 && self.messages.is_tool(first_kept) {
             first_kept -= 1;
         }
         let (upto, covered_tokens) = if first_kept == 0 {

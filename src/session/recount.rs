@@ -33,7 +33,10 @@ pub struct Recounted {
 impl Recounted {
     /// A cursor over the counts, for ids asked in increasing order.
     fn cursor(&self) -> Cursor<'_> {
-        Cursor { counts: &self.messages, at: 0 }
+        Cursor {
+            counts: &self.messages,
+            at: 0,
+        }
     }
 }
 
@@ -48,7 +51,10 @@ impl Cursor<'_> {
         while self.counts.get(self.at).is_some_and(|(i, _)| *i < id) {
             self.at += 1;
         }
-        self.counts.get(self.at).filter(|(i, _)| *i == id).map(|(_, t)| *t)
+        self.counts
+            .get(self.at)
+            .filter(|(i, _)| *i == id)
+            .map(|(_, t)| *t)
     }
 }
 
@@ -80,7 +86,10 @@ impl Snapshot {
 impl Session {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
-            summary: self.summary.as_ref().map(|s| (s.upto, s.ts, s.text.clone())),
+            summary: self
+                .summary
+                .as_ref()
+                .map(|s| (s.upto, s.ts, s.text.clone())),
             messages: self.messages.clone(),
         }
     }
@@ -106,17 +115,29 @@ impl Session {
             let id = self.messages.head(i).map_or(0, |h| h.id);
             counted.as_mut().and_then(|c| c.get(id)).is_none()
         });
-        summary + uncovered.map(|i| self.messages.stored_len_of(i)).sum::<usize>()
+        summary
+            + uncovered
+                .map(|i| self.messages.stored_len_of(i))
+                .sum::<usize>()
     }
 
     /// The op that gives the session its counts under `encoding`: taken from
     /// `done` (counted off the main thread under the same encoding) where it
     /// covers a message or the summary unchanged, counted with `count`
     /// otherwise (what changed meanwhile).
-    pub fn recount_op(&self, now: i64, encoding: Encoding, done: Option<&Recounted>, count: Count) -> Op {
+    pub fn recount_op(
+        &self,
+        now: i64,
+        encoding: Encoding,
+        done: Option<&Recounted>,
+        count: Count,
+    ) -> Op {
         let done = done.filter(|d| d.encoding == encoding);
         let summary_tokens = self.summary.as_ref().map(|s| {
-            match done.and_then(|d| d.summary).filter(|(upto, ts, _)| *upto == s.upto && *ts == s.ts) {
+            match done
+                .and_then(|d| d.summary)
+                .filter(|(upto, ts, _)| *upto == s.upto && *ts == s.ts)
+            {
                 Some((_, _, tokens)) => tokens,
                 None => count(encoding, SUMMARY_COUNTED_AS, &s.text),
             }
@@ -128,11 +149,21 @@ impl Session {
                 match counted.as_mut().and_then(|c| c.get(id)) {
                     Some(tokens) => (id, tokens),
                     // Appended meanwhile: counted here (small: checked first).
-                    None => (id, self.messages.get(i).map_or(0, |m| count(encoding, m.role, m.content))),
+                    None => (
+                        id,
+                        self.messages
+                            .get(i)
+                            .map_or(0, |m| count(encoding, m.role, m.content)),
+                    ),
                 }
             })
             .collect();
-        Op::Recount { now, encoding, summary_tokens, counts }
+        Op::Recount {
+            now,
+            encoding,
+            summary_tokens,
+            counts,
+        }
     }
 
     /// Applies a re-count: it must cover exactly the summary (if any) and
@@ -155,7 +186,8 @@ impl Session {
         };
         let messages_ok = counts.len() == self.messages.len()
             && counts.iter().enumerate().all(|(i, &(id, tokens))| {
-                self.messages.head(i).is_some_and(|h| h.id == id) && possible(tokens, self.messages.stored_len_of(i))
+                self.messages.head(i).is_some_and(|h| h.id == id)
+                    && possible(tokens, self.messages.stored_len_of(i))
             });
         if !summary_ok || !messages_ok {
             return Err(SessionError::RecountMismatch);

@@ -80,7 +80,10 @@ impl Msgids {
     /// The msgid of held message `id`, if it has one.
     pub fn of(&self, id: u64) -> Option<&str> {
         let at = self.held.partition_point(|(held, _)| *held < id);
-        self.held.get(at).filter(|(held, _)| *held == id).map(|(_, m)| &**m)
+        self.held
+            .get(at)
+            .filter(|(held, _)| *held == id)
+            .map(|(_, m)| &**m)
     }
 
     pub fn mem_usage(&self) -> usize {
@@ -101,19 +104,30 @@ impl Session {
             let at = self.messages.position(*id)?;
             return self.messages.head(at).map(|h| (h.id, u64::from(h.tokens)));
         }
-        self.msgids.departed.iter().rev().find(|d| &*d.msgid == msgid).map(|d| (d.id, d.tokens))
+        self.msgids
+            .departed
+            .iter()
+            .rev()
+            .find(|d| &*d.msgid == msgid)
+            .map(|d| (d.id, d.tokens))
     }
 
     /// Every msgid the session knows -> `(id, tokens)`, as [`Session::find_msgid`]
     /// answers (held ones win over departed ones): for a write that looks up
     /// many (a batch).
     pub fn msgid_index(&self) -> std::collections::HashMap<&str, (u64, u64)> {
-        let mut index = std::collections::HashMap::with_capacity(self.msgids.held.len() + self.msgids.departed.len());
+        let mut index = std::collections::HashMap::with_capacity(
+            self.msgids.held.len() + self.msgids.departed.len(),
+        );
         for d in &self.msgids.departed {
             index.insert(&*d.msgid, (d.id, d.tokens));
         }
         for (id, msgid) in &self.msgids.held {
-            if let Some(h) = self.messages.position(*id).and_then(|at| self.messages.head(at)) {
+            if let Some(h) = self
+                .messages
+                .position(*id)
+                .and_then(|at| self.messages.head(at))
+            {
                 index.insert(&**msgid, (h.id, u64::from(h.tokens)));
             }
         }
@@ -136,7 +150,10 @@ impl Session {
     /// The reply of a MEM.SUMMARIZE retried after it succeeded: the same
     /// summary (same `upto`, same text) is already the session's.
     pub fn summary_retried(&self, upto: u64, text: &[u8]) -> Option<Outcome> {
-        let s = self.summary.as_ref().filter(|s| s.upto == upto && s.text.as_bytes() == text)?;
+        let s = self
+            .summary
+            .as_ref()
+            .filter(|s| s.upto == upto && s.text.as_bytes() == text)?;
         Some(self.duplicate_outcome(s.upto, s.tokens))
     }
 }

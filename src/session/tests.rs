@@ -29,7 +29,13 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
 /// Appends a message with the next id and `tokens`, under `settings`.
 fn push(s: &mut Session, settings: &Settings, role: &str, tokens: u64) -> Outcome {
     let message = msg(s.last_id + 1, role, tokens);
-    s.apply(Op::Append { now: 1, settings: settings.clone(), message, msgid: None }).unwrap()
+    s.apply(Op::Append {
+        now: 1,
+        settings: settings.clone(),
+        message,
+        msgid: None,
+    })
+    .unwrap()
 }
 
 fn ids(s: &Session) -> Vec<u64> {
@@ -37,7 +43,12 @@ fn ids(s: &Session) -> Vec<u64> {
 }
 
 fn summarize(s: &mut Session, upto: u64, tokens: u64) -> Result<Outcome, SessionError> {
-    let summary = Summary { text: "s".repeat(tokens as usize), tokens, upto, ts: 9 };
+    let summary = Summary {
+        text: "s".repeat(tokens as usize),
+        tokens,
+        upto,
+        ts: 9,
+    };
     s.apply(Op::Summarize { now: 9, summary })
 }
 
@@ -46,7 +57,10 @@ fn append_assigns_totals_and_counts() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     let o = push(&mut s, &cfg, "user", 10);
-    assert_eq!((o.id, o.tokens, o.total_tokens, o.messages, o.trimmed), (1, 10, 10, 1, 0));
+    assert_eq!(
+        (o.id, o.tokens, o.total_tokens, o.messages, o.trimmed),
+        (1, 10, 10, 1, 0)
+    );
     push(&mut s, &cfg, "assistant", 5);
     assert_eq!(s.total_tokens, 15);
     assert_eq!(s.last_id, 2);
@@ -58,7 +72,12 @@ fn ids_must_increase() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     push(&mut s, &cfg, "user", 1);
-    let stale = Op::Append { now: 1, settings: cfg, message: msg(1, "user", 1), msgid: None };
+    let stale = Op::Append {
+        now: 1,
+        settings: cfg,
+        message: msg(1, "user", 1),
+        msgid: None,
+    };
     assert_eq!(
         s.apply(stale),
         Err(SessionError::IdNotIncreasing { id: 1, last_id: 1 })
@@ -164,7 +183,11 @@ fn lowering_a_cap_trims_at_once() {
 #[test]
 fn thresholds_follow_the_spec_examples() {
     let cfg = settings();
-    let big = Settings { max_tokens: 80_000, max_msgs: 30, ..cfg };
+    let big = Settings {
+        max_tokens: 80_000,
+        max_msgs: 30,
+        ..cfg
+    };
     let t = |w| Thresholds::new(w, 15, 15_000, &big, 0).tokens;
     assert_eq!(t(Some(128_000)), 19_200);
     assert_eq!(t(Some(200_000)), 30_000);
@@ -181,7 +204,10 @@ fn check_reports_upto_and_moves_back_past_tool_results() {
     for role in ["user", "assistant", "tool", "tool", "assistant", "user"] {
         push(&mut s, &cfg, role, 10);
     }
-    let th = Thresholds { tokens: 60, messages: 100 };
+    let th = Thresholds {
+        tokens: 60,
+        messages: 100,
+    };
     // keep 3: the kept part would start at id 4 (tool), then id 3 (tool):
     // it moves back to start at id 2, the call, so upto is 1.
     let c = s.summarize_check(th, 3);
@@ -193,7 +219,13 @@ fn check_reports_upto_and_moves_back_past_tool_results() {
     assert_eq!((c.upto, c.upto_tokens), (0, 0));
     let c = s.summarize_check(th, 0);
     assert_eq!(c.upto, 6);
-    let c = s.summarize_check(Thresholds { tokens: 61, messages: 7 }, 0);
+    let c = s.summarize_check(
+        Thresholds {
+            tokens: 61,
+            messages: 7,
+        },
+        0,
+    );
     assert!(!c.summarize);
 }
 
@@ -214,7 +246,13 @@ fn summarize_replaces_covered_messages_and_keeps_newer_ones() {
     assert_eq!(s.summary.as_ref().map(|x| x.upto), Some(3));
     // Stale or unknown upto: refused, nothing changed.
     let before = s.clone();
-    assert_eq!(summarize(&mut s, 2, 1), Err(SessionError::UptoBelowSummary { upto: 2, current: 3 }));
+    assert_eq!(
+        summarize(&mut s, 2, 1),
+        Err(SessionError::UptoBelowSummary {
+            upto: 2,
+            current: 3
+        })
+    );
     assert_eq!(summarize(&mut s, 3, 1), Err(SessionError::UnknownUpto(3)));
     assert_eq!(summarize(&mut s, 99, 1), Err(SessionError::UnknownUpto(99)));
     assert_eq!(s, before);
@@ -225,19 +263,40 @@ fn summarize_replaces_covered_messages_and_keeps_newer_ones() {
 fn external_ids_expire_and_purge_deterministically() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
-    let ext = |id: &str, at| ExternalId { id: id.into(), expires_at: at };
-    s.apply(Op::ExtSet { now: 0, settings: cfg.clone(), system: "dify".into(), external: ext("a", 100) })
-        .unwrap();
+    let ext = |id: &str, at| ExternalId {
+        id: id.into(),
+        expires_at: at,
+    };
+    s.apply(Op::ExtSet {
+        now: 0,
+        settings: cfg.clone(),
+        system: "dify".into(),
+        external: ext("a", 100),
+    })
+    .unwrap();
     assert_eq!(s.ext_get("dify", 99), Some("a"));
     assert_eq!(s.ext_get("dify", 100), None);
-    s.apply(Op::ExtSet { now: 150, settings: cfg, system: "n8n".into(), external: ext("b", 5_000) })
-        .unwrap();
-    assert_eq!(s.external.len(), 1, "the expired dify id is purged by the op's clock");
+    s.apply(Op::ExtSet {
+        now: 150,
+        settings: cfg,
+        system: "n8n".into(),
+        external: ext("b", 5_000),
+    })
+    .unwrap();
+    assert_eq!(
+        s.external.len(),
+        1,
+        "the expired dify id is purged by the op's clock"
+    );
     assert_eq!(s.key_expiry(150), Some(150 + 100_000));
     s.settings.ttl = 0;
     assert_eq!(s.key_expiry(150), None);
     s.settings.ttl = 1;
-    assert_eq!(s.key_expiry(150), Some(5_000), "never earlier than a live external id");
+    assert_eq!(
+        s.key_expiry(150),
+        Some(5_000),
+        "never earlier than a live external id"
+    );
 }
 
 #[test]
@@ -251,17 +310,78 @@ fn select_last_after_and_budget() {
     summarize(&mut s, 1, 6).unwrap(); // messages 2..=5 (10, 20, 30, 40), summary 6
     let pick = |s: &Session, sel| {
         let (sum, messages) = s.select(sel);
-        (sum.map(|x| x.upto), messages.map(|m| m.id).collect::<Vec<_>>())
+        (
+            sum.map(|x| x.upto),
+            messages.map(|m| m.id).collect::<Vec<_>>(),
+        )
     };
     assert_eq!(pick(&s, Selection::default()), (Some(1), vec![2, 3, 4, 5]));
-    assert_eq!(pick(&s, Selection { last: Some(2), ..Default::default() }), (Some(1), vec![4, 5]));
-    assert_eq!(pick(&s, Selection { last: Some(0), ..Default::default() }), (Some(1), vec![]));
-    assert_eq!(pick(&s, Selection { after: Some(3), ..Default::default() }), (None, vec![4, 5]));
+    assert_eq!(
+        pick(
+            &s,
+            Selection {
+                last: Some(2),
+                ..Default::default()
+            }
+        ),
+        (Some(1), vec![4, 5])
+    );
+    assert_eq!(
+        pick(
+            &s,
+            Selection {
+                last: Some(0),
+                ..Default::default()
+            }
+        ),
+        (Some(1), vec![])
+    );
+    assert_eq!(
+        pick(
+            &s,
+            Selection {
+                after: Some(3),
+                ..Default::default()
+            }
+        ),
+        (None, vec![4, 5])
+    );
     // 6 + 40 + 30 = 76 fits 80; + 20 would not; contiguous from the newest.
-    assert_eq!(pick(&s, Selection { budget: Some(80), ..Default::default() }), (Some(1), vec![4, 5]));
-    assert_eq!(pick(&s, Selection { budget: Some(6), ..Default::default() }), (Some(1), vec![]));
-    assert_eq!(pick(&s, Selection { budget: Some(5), ..Default::default() }), (None, vec![]));
-    let both = Selection { last: Some(1), budget: Some(1000), ..Default::default() };
+    assert_eq!(
+        pick(
+            &s,
+            Selection {
+                budget: Some(80),
+                ..Default::default()
+            }
+        ),
+        (Some(1), vec![4, 5])
+    );
+    assert_eq!(
+        pick(
+            &s,
+            Selection {
+                budget: Some(6),
+                ..Default::default()
+            }
+        ),
+        (Some(1), vec![])
+    );
+    assert_eq!(
+        pick(
+            &s,
+            Selection {
+                budget: Some(5),
+                ..Default::default()
+            }
+        ),
+        (None, vec![])
+    );
+    let both = Selection {
+        last: Some(1),
+        budget: Some(1000),
+        ..Default::default()
+    };
     assert_eq!(pick(&s, both), (Some(1), vec![5]));
 }
 
@@ -273,7 +393,10 @@ fn select_spans_both_halves_of_the_ring_buffer() {
     for _ in 0..7 {
         push(&mut s, &cfg, "user", 1);
     }
-    let (_, messages) = s.select(Selection { last: Some(2), ..Default::default() });
+    let (_, messages) = s.select(Selection {
+        last: Some(2),
+        ..Default::default()
+    });
     let got: Vec<u64> = messages.map(|m| m.id).collect();
     assert_eq!(got, vec![6, 7]);
 }
@@ -297,7 +420,10 @@ fn recount_replaces_every_count() {
 
 #[test]
 fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
-    let cfg = Settings { max_msgs: 3, ..settings() };
+    let cfg = Settings {
+        max_msgs: 3,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     for _ in 0..3 {
         push(&mut s, &cfg, "user", 2);
@@ -308,18 +434,34 @@ fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
     // Meanwhile: one more message (evicting the first one).
     push(&mut s, &cfg, "user", 2);
     // Measured in stored bytes (tag, coded role, content: 3 here).
-    assert_eq!(s.uncovered_bytes(Encoding::Cl100kBase, Some(&done)), s.messages.stored_len_of(2));
+    assert_eq!(
+        s.uncovered_bytes(Encoding::Cl100kBase, Some(&done)),
+        s.messages.stored_len_of(2)
+    );
     assert_eq!(s.messages.stored_len_of(2), 3);
-    assert_eq!(s.uncovered_bytes(Encoding::O200kBase, Some(&done)), s.text_bytes(), "another encoding covers nothing");
+    assert_eq!(
+        s.uncovered_bytes(Encoding::O200kBase, Some(&done)),
+        s.text_bytes(),
+        "another encoding covers nothing"
+    );
     let counted = std::cell::Cell::new(0);
     let counting = |e: Encoding, role: &str, content: &str| {
         counted.set(counted.get() + 1);
         count(e, role, content)
     };
     let op = s.recount_op(9, Encoding::Cl100kBase, Some(&done), &counting);
-    assert_eq!(counted.get(), 1, "only the message appended meanwhile is counted again");
-    let Op::Recount { counts, .. } = &op else { panic!("{op:?}") };
-    assert_eq!(counts.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![2, 3, 4]);
+    assert_eq!(
+        counted.get(),
+        1,
+        "only the message appended meanwhile is counted again"
+    );
+    let Op::Recount { counts, .. } = &op else {
+        panic!("{op:?}")
+    };
+    assert_eq!(
+        counts.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
     s.apply(op).unwrap();
     assert_eq!(s.total_tokens, 3 * 6);
     assert!(s.validate().is_ok());
@@ -332,7 +474,12 @@ fn a_recount_that_does_not_match_the_session_changes_nothing() {
     push(&mut s, &cfg, "user", 2);
     push(&mut s, &cfg, "user", 2);
     let before = s.clone();
-    let recount = |summary_tokens, counts: Vec<(u64, u64)>| Op::Recount { now: 1, encoding: Encoding::Cl100kBase, summary_tokens, counts };
+    let recount = |summary_tokens, counts: Vec<(u64, u64)>| Op::Recount {
+        now: 1,
+        encoding: Encoding::Cl100kBase,
+        summary_tokens,
+        counts,
+    };
     for bad in [
         recount(None, vec![(1, 3)]),
         recount(None, vec![(1, 3), (3, 3)]),
@@ -373,10 +520,20 @@ fn budget_never_starts_with_a_tool_result() {
     push(&mut s, &cfg, "assistant", 4); // the tool call
     push(&mut s, &cfg, "tool", 8);
     push(&mut s, &cfg, "assistant", 8);
-    let (_, messages) = s.select(Selection { budget: Some(16), ..Default::default() });
+    let (_, messages) = s.select(Selection {
+        budget: Some(16),
+        ..Default::default()
+    });
     let got: Vec<u64> = messages.map(|m| m.id).collect();
-    assert_eq!(got, vec![4], "the tool result (3) fits, but its call (2) does not");
-    let (_, messages) = s.select(Selection { budget: Some(20), ..Default::default() });
+    assert_eq!(
+        got,
+        vec![4],
+        "the tool result (3) fits, but its call (2) does not"
+    );
+    let (_, messages) = s.select(Selection {
+        budget: Some(20),
+        ..Default::default()
+    });
     let got: Vec<u64> = messages.map(|m| m.id).collect();
     assert_eq!(got, vec![2, 3, 4]);
 }
@@ -385,7 +542,11 @@ fn budget_never_starts_with_a_tool_result() {
 fn a_summary_over_maxtokens_is_refused_and_evicts_nothing() {
     // The defect: MAXTOKENS 5000, 20 messages, a 6000-token summary of the
     // first 5 used to succeed and evict the 15 newer ones.
-    let cfg = Settings { max_tokens: 5_000, max_msgs: 100, ..settings() };
+    let cfg = Settings {
+        max_tokens: 5_000,
+        max_msgs: 100,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     for _ in 0..20 {
         push(&mut s, &cfg, "user", 100);
@@ -393,7 +554,11 @@ fn a_summary_over_maxtokens_is_refused_and_evicts_nothing() {
     let before = s.clone();
     assert_eq!(
         summarize(&mut s, 5, 6_000),
-        Err(SessionError::SummaryOverCap { tokens: 6_000, kept: 1_500, max_tokens: 5_000 })
+        Err(SessionError::SummaryOverCap {
+            tokens: 6_000,
+            kept: 1_500,
+            max_tokens: 5_000
+        })
     );
     assert_eq!(s, before);
     // 3500 + the 1500 kept = 5000: fits exactly, and nothing is trimmed.
@@ -405,14 +570,23 @@ fn a_summary_over_maxtokens_is_refused_and_evicts_nothing() {
 
 #[test]
 fn a_summary_never_separates_a_tool_result_from_its_call() {
-    let cfg = Settings { max_msgs: 100, ..settings() };
+    let cfg = Settings {
+        max_msgs: 100,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     for role in ["user", "assistant", "tool", "tool", "assistant"] {
         push(&mut s, &cfg, role, 10);
     }
     let before = s.clone();
-    assert_eq!(summarize(&mut s, 2, 5), Err(SessionError::KeepsToolResult { upto: 2, id: 3 }));
-    assert_eq!(summarize(&mut s, 3, 5), Err(SessionError::KeepsToolResult { upto: 3, id: 4 }));
+    assert_eq!(
+        summarize(&mut s, 2, 5),
+        Err(SessionError::KeepsToolResult { upto: 2, id: 3 })
+    );
+    assert_eq!(
+        summarize(&mut s, 3, 5),
+        Err(SessionError::KeepsToolResult { upto: 3, id: 4 })
+    );
     assert_eq!(s, before);
     // Before the call, or after the last result: fine.
     summarize(&mut s, 1, 5).unwrap();
@@ -422,15 +596,33 @@ fn a_summary_never_separates_a_tool_result_from_its_call() {
 
 #[test]
 fn trim_takes_its_caps_as_arguments() {
-    let cfg = Settings { max_msgs: 100, ..settings() };
+    let cfg = Settings {
+        max_msgs: 100,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     for _ in 0..6 {
         push(&mut s, &cfg, "user", 10);
     }
-    let trimmed = s.trim(Caps { messages: 100, tokens: 35 }, false);
+    let trimmed = s.trim(
+        Caps {
+            messages: 100,
+            tokens: 35,
+        },
+        false,
+    );
     assert_eq!((trimmed, s.total_tokens), (3, 30));
     assert_eq!(s.settings, cfg, "the session's own caps are untouched");
-    assert_eq!(s.trim(Caps { messages: 1, tokens: 1_000 }, true), 2);
+    assert_eq!(
+        s.trim(
+            Caps {
+                messages: 1,
+                tokens: 1_000
+            },
+            true
+        ),
+        2
+    );
     assert_eq!(ids(&s), vec![6]);
 }
 
@@ -443,17 +635,43 @@ fn ids_stop_at_max_id() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     let before = s.clone();
-    let too_big = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1), msgid: None };
-    assert_eq!(s.apply(too_big), Err(SessionError::IdAboveMax(MAX_STORED_ID + 1)));
+    let too_big = Op::Append {
+        now: 1,
+        settings: cfg.clone(),
+        message: msg(MAX_STORED_ID + 1, "user", 1),
+        msgid: None,
+    };
+    assert_eq!(
+        s.apply(too_big),
+        Err(SessionError::IdAboveMax(MAX_STORED_ID + 1))
+    );
     assert_eq!(s, before);
-    let last = Message { ts: 1, ..msg(MAX_ID, "user", 1) };
-    s.apply(Op::Append { now: 1, settings: cfg.clone(), message: last, msgid: None }).unwrap();
+    let last = Message {
+        ts: 1,
+        ..msg(MAX_ID, "user", 1)
+    };
+    s.apply(Op::Append {
+        now: 1,
+        settings: cfg.clone(),
+        message: last,
+        msgid: None,
+    })
+    .unwrap();
     assert_eq!(s.last_id, MAX_ID);
     assert!(s.validate().is_ok());
     // An earlier release imported ids up to 2^63-1: such a session loads and
     // replicates, and it takes no new id.
-    let old = Message { ts: 1, ..msg(MAX_STORED_ID, "user", 1) };
-    s.apply(Op::Append { now: 1, settings: cfg, message: old, msgid: None }).unwrap();
+    let old = Message {
+        ts: 1,
+        ..msg(MAX_STORED_ID, "user", 1)
+    };
+    s.apply(Op::Append {
+        now: 1,
+        settings: cfg,
+        message: old,
+        msgid: None,
+    })
+    .unwrap();
     assert!(s.validate().is_ok());
     assert_eq!(next_id(s.last_id), Err(SessionError::IdsExhausted));
 }
@@ -461,21 +679,35 @@ fn ids_stop_at_max_id() {
 #[test]
 fn push_message_and_set_summary_keep_the_totals() {
     let mut s = Session::new(settings(), 0);
-    let summary = Summary { text: "s".into(), tokens: 4, upto: 7, ts: 0 };
+    let summary = Summary {
+        text: "s".into(),
+        tokens: 4,
+        upto: 7,
+        ts: 0,
+    };
     s.set_summary(summary.clone()).unwrap();
     assert_eq!((s.last_id, s.total_tokens), (7, 4));
-    assert_eq!(s.push_message(msg(7, "user", 2)), Err(SessionError::IdNotIncreasing { id: 7, last_id: 7 }));
+    assert_eq!(
+        s.push_message(msg(7, "user", 2)),
+        Err(SessionError::IdNotIncreasing { id: 7, last_id: 7 })
+    );
     s.push_message(msg(8, "user", 2)).unwrap();
     assert_eq!((s.last_id, s.total_tokens), (8, 6));
     // A summary cannot be put over a message it covers.
     let over = Summary { upto: 8, ..summary };
-    assert_eq!(s.set_summary(over), Err(SessionError::SummaryOverMessages { upto: 8 }));
+    assert_eq!(
+        s.set_summary(over),
+        Err(SessionError::SummaryOverMessages { upto: 8 })
+    );
     assert!(s.validate().is_ok());
 }
 
 #[test]
 fn an_import_drops_tool_results_left_first() {
-    let cfg = Settings { max_msgs: 3, ..settings() };
+    let cfg = Settings {
+        max_msgs: 3,
+        ..settings()
+    };
     // The document starts with tool results: no call in the session.
     let mut s = Session::new(cfg.clone(), 0);
     for (id, role) in [(1, "tool"), (2, "tool"), (3, "user")] {
@@ -500,7 +732,13 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     push(&mut s, &cfg, "user", 3);
-    s.external.insert("dify".into(), ExternalId { id: "c".into(), expires_at: MAX_EXPIRY_MS });
+    s.external.insert(
+        "dify".into(),
+        ExternalId {
+            id: "c".into(),
+            expires_at: MAX_EXPIRY_MS,
+        },
+    );
     s.settings.ttl = MAX_TTL_SECS;
     assert!(s.validate().is_ok());
     type Change = fn(&mut Session);
@@ -508,13 +746,23 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
     // (the commands now refuse them as input).
     let stored_by_0_1: [(&str, Change); 6] = [
         ("ttl above 100 years", |s| s.settings.ttl = i64::MAX as u64),
-        ("external expiry at i64::MAX", |s| s.external.get_mut("dify").unwrap().expires_at = i64::MAX),
-        ("lone surrogate in meta", |s| s.messages.edit(0, |m| m.meta = Some(r#"{"a":"\ud800"}"#.into()))),
+        ("external expiry at i64::MAX", |s| {
+            s.external.get_mut("dify").unwrap().expires_at = i64::MAX
+        }),
+        ("lone surrogate in meta", |s| {
+            s.messages
+                .edit(0, |m| m.meta = Some(r#"{"a":"\ud800"}"#.into()))
+        }),
         ("meta deeper than a document allows", |s| {
             let d = MAX_META_DEPTH + 1;
-            s.messages.edit(0, |m| m.meta = Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into()))
+            s.messages.edit(0, |m| {
+                m.meta =
+                    Some(format!("{}{{}}{}", r#"{"a":"#.repeat(d - 1), "}".repeat(d - 1)).into())
+            })
         }),
-        ("members with 1e400", |s| s.extra = crate::session::Attrs::from_text(Some(r#"{"n":1e400}"#)).unwrap()),
+        ("members with 1e400", |s| {
+            s.extra = crate::session::Attrs::from_text(Some(r#"{"n":1e400}"#)).unwrap()
+        }),
         ("last id above 2^53-1", |s| s.last_id = MAX_STORED_ID),
     ];
     for (what, change) in stored_by_0_1 {
@@ -525,8 +773,12 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
     let corrupt: [(&str, Change); 5] = [
         ("cap above i64::MAX", |s| s.settings.max_tokens = 1 << 63),
         ("ttl above i64::MAX", |s| s.settings.ttl = u64::MAX),
-        ("model too long", |s| s.settings.model = "m".repeat(MAX_MODEL_BYTES + 1)),
-        ("meta not JSON", |s| s.messages.edit(0, |m| m.meta = Some("{nope".into()))),
+        ("model too long", |s| {
+            s.settings.model = "m".repeat(MAX_MODEL_BYTES + 1)
+        }),
+        ("meta not JSON", |s| {
+            s.messages.edit(0, |m| m.meta = Some("{nope".into()))
+        }),
         ("last id above i64::MAX", |s| s.last_id = MAX_STORED_ID + 1),
     ];
     for (what, breaks) in corrupt {
@@ -537,18 +789,51 @@ fn validate_accepts_what_earlier_releases_stored_and_refuses_corruption() {
     // Ops (from an older master, or an old AOF) are held to the same rules.
     let mut huge_ttl = cfg.clone();
     huge_ttl.ttl = i64::MAX as u64;
-    assert!(Op::Append { now: 1, settings: huge_ttl, message: msg(9, "user", 1), msgid: None }.validate().is_ok());
-    let op = Op::Append { now: 1, settings: cfg.clone(), message: msg(MAX_STORED_ID + 1, "user", 1), msgid: None };
+    assert!(Op::Append {
+        now: 1,
+        settings: huge_ttl,
+        message: msg(9, "user", 1),
+        msgid: None
+    }
+    .validate()
+    .is_ok());
+    let op = Op::Append {
+        now: 1,
+        settings: cfg.clone(),
+        message: msg(MAX_STORED_ID + 1, "user", 1),
+        msgid: None,
+    };
     assert!(op.validate().is_err());
-    let summary = Summary { text: "s".into(), tokens: 1, upto: MAX_STORED_ID + 1, ts: 0 };
+    let summary = Summary {
+        text: "s".into(),
+        tokens: 1,
+        upto: MAX_STORED_ID + 1,
+        ts: 0,
+    };
     assert!(Op::Summarize { now: 1, summary }.validate().is_err());
-    let external = ExternalId { id: "c".into(), expires_at: i64::MAX };
-    assert!(Op::ExtSet { now: 1, settings: cfg, system: "dify".into(), external }.validate().is_ok());
+    let external = ExternalId {
+        id: "c".into(),
+        expires_at: i64::MAX,
+    };
+    assert!(Op::ExtSet {
+        now: 1,
+        settings: cfg,
+        system: "dify".into(),
+        external
+    }
+    .validate()
+    .is_ok());
 }
 
 #[test]
 fn key_expiry_at_the_largest_ttl_stays_far_from_overflow() {
-    let mut s = Session::new(Settings { ttl: MAX_TTL_SECS, ..settings() }, 0);
+    let mut s = Session::new(
+        Settings {
+            ttl: MAX_TTL_SECS,
+            ..settings()
+        },
+        0,
+    );
     let now = MAX_TS;
     assert_eq!(s.key_expiry(now), Some(now + MAX_TTL_SECS as i64 * 1000));
     s.settings.ttl = u64::MAX; // not valid; still no overflow
@@ -560,7 +845,10 @@ const _: () = assert!(MAX_EXPIRY_MS < i64::MAX / 1000);
 
 #[test]
 fn last_never_starts_with_a_tool_result_but_after_alone_is_exact() {
-    let cfg = Settings { max_msgs: 100, ..settings() };
+    let cfg = Settings {
+        max_msgs: 100,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     for role in ["user", "assistant", "tool", "tool", "assistant"] {
         push(&mut s, &cfg, role, 10);
@@ -569,12 +857,45 @@ fn last_never_starts_with_a_tool_result_but_after_alone_is_exact() {
         let (_, messages) = s.select(sel);
         messages.map(|m| m.id).collect::<Vec<_>>()
     };
-    let last = |n| Selection { last: Some(n), ..Default::default() };
-    assert_eq!(pick(last(2)), vec![5], "LAST 2 would start with the tool result 4");
+    let last = |n| Selection {
+        last: Some(n),
+        ..Default::default()
+    };
+    assert_eq!(
+        pick(last(2)),
+        vec![5],
+        "LAST 2 would start with the tool result 4"
+    );
     assert_eq!(pick(last(3)), vec![5]);
     assert_eq!(pick(last(4)), vec![2, 3, 4, 5]);
-    assert_eq!(pick(Selection { after: Some(2), ..Default::default() }), vec![3, 4, 5]);
-    assert_eq!(pick(Selection { after: Some(2), last: Some(10), ..Default::default() }), vec![5]);
-    assert_eq!(pick(Selection { after: Some(2), budget: Some(1_000), ..Default::default() }), vec![5]);
-    assert_eq!(pick(Selection { budget: Some(30), ..Default::default() }), vec![5]);
+    assert_eq!(
+        pick(Selection {
+            after: Some(2),
+            ..Default::default()
+        }),
+        vec![3, 4, 5]
+    );
+    assert_eq!(
+        pick(Selection {
+            after: Some(2),
+            last: Some(10),
+            ..Default::default()
+        }),
+        vec![5]
+    );
+    assert_eq!(
+        pick(Selection {
+            after: Some(2),
+            budget: Some(1_000),
+            ..Default::default()
+        }),
+        vec![5]
+    );
+    assert_eq!(
+        pick(Selection {
+            budget: Some(30),
+            ..Default::default()
+        }),
+        vec![5]
+    );
 }

@@ -19,11 +19,25 @@ fn msg(id: u64, role: &str, tokens: u64) -> Message {
 
 fn push(s: &mut Session, cfg: &Settings, tokens: u64, msgid: Option<&str>) -> Outcome {
     let message = msg(s.last_id + 1, "user", tokens);
-    s.apply(Op::Append { now: 1, settings: cfg.clone(), message, msgid: msgid.map(Into::into) }).unwrap()
+    s.apply(Op::Append {
+        now: 1,
+        settings: cfg.clone(),
+        message,
+        msgid: msgid.map(Into::into),
+    })
+    .unwrap()
 }
 
 fn summarize(s: &mut Session, upto: u64) -> Result<Outcome, SessionError> {
-    s.apply(Op::Summarize { now: 9, summary: Summary { text: "s".into(), tokens: 1, upto, ts: 9 } })
+    s.apply(Op::Summarize {
+        now: 9,
+        summary: Summary {
+            text: "s".into(),
+            tokens: 1,
+            upto,
+            ts: 9,
+        },
+    })
 }
 
 // ---- headroom ------------------------------------------------------------
@@ -38,7 +52,11 @@ const MODELS: [(&str, Option<u64>); 4] = [
 
 #[test]
 fn thresholds_per_model_at_the_default_headroom() {
-    let caps = Settings { max_tokens: 80_000, max_msgs: 30, ..settings() };
+    let caps = Settings {
+        max_tokens: 80_000,
+        max_msgs: 30,
+        ..settings()
+    };
     let want = [19_200, 30_000, 64_000, 15_000];
     for ((model, window), want) in MODELS.iter().zip(want) {
         let t = Thresholds::new(*window, 15, 15_000, &caps, 20);
@@ -49,11 +67,25 @@ fn thresholds_per_model_at_the_default_headroom() {
 
 #[test]
 fn thresholds_per_headroom() {
-    let caps = Settings { max_tokens: 80_000, max_msgs: 30, ..settings() };
+    let caps = Settings {
+        max_tokens: 80_000,
+        max_msgs: 30,
+        ..settings()
+    };
     // (headroom, gpt-4.1 tokens, messages): only the capped ones move.
-    for (headroom, tokens, messages) in [(0, 80_000, 30), (10, 72_000, 27), (20, 64_000, 24), (50, 40_000, 15), (90, 8_000, 3)] {
+    for (headroom, tokens, messages) in [
+        (0, 80_000, 30),
+        (10, 72_000, 27),
+        (20, 64_000, 24),
+        (50, 40_000, 15),
+        (90, 8_000, 3),
+    ] {
         let t = Thresholds::new(Some(1_047_576), 15, 15_000, &caps, headroom);
-        assert_eq!((t.tokens, t.messages), (tokens, messages), "headroom {headroom}");
+        assert_eq!(
+            (t.tokens, t.messages),
+            (tokens, messages),
+            "headroom {headroom}"
+        );
         // gpt-4o's 19,200 is below every capped value but 90%'s.
         let t = Thresholds::new(Some(128_000), 15, 15_000, &caps, headroom);
         assert_eq!(t.tokens, 19_200.min(tokens), "gpt-4o, headroom {headroom}");
@@ -73,8 +105,24 @@ fn thresholds_per_headroom() {
 #[test]
 fn the_signal_comes_before_the_first_eviction() {
     for (cfg, tokens, window) in [
-        (Settings { max_tokens: 80_000, max_msgs: 30, ..settings() }, 10, Some(128_000)),
-        (Settings { max_tokens: 80_000, max_msgs: 1_000, ..settings() }, 1_000, Some(1_047_576)),
+        (
+            Settings {
+                max_tokens: 80_000,
+                max_msgs: 30,
+                ..settings()
+            },
+            10,
+            Some(128_000),
+        ),
+        (
+            Settings {
+                max_tokens: 80_000,
+                max_msgs: 1_000,
+                ..settings()
+            },
+            1_000,
+            Some(1_047_576),
+        ),
     ] {
         for headroom in [20, 0] {
             let th = Thresholds::new(window, 15, 15_000, &cfg, headroom);
@@ -102,7 +150,11 @@ fn the_signal_comes_before_the_first_eviction() {
         }
     }
     // Messages of 999 tokens at headroom 0: the total never reaches 80,000.
-    let cfg = Settings { max_tokens: 80_000, max_msgs: 1_000, ..settings() };
+    let cfg = Settings {
+        max_tokens: 80_000,
+        max_msgs: 1_000,
+        ..settings()
+    };
     let th = Thresholds::new(Some(1_047_576), 15, 15_000, &cfg, 0);
     let mut s = Session::new(cfg.clone(), 0);
     let mut trimmed = 0;
@@ -119,7 +171,10 @@ fn ready(s: &mut Session, cfg: &Settings) -> Thresholds {
     for _ in 0..6 {
         push(s, cfg, 10, None);
     }
-    Thresholds { tokens: 50, messages: 100 }
+    Thresholds {
+        tokens: 50,
+        messages: 100,
+    }
 }
 
 #[test]
@@ -130,18 +185,34 @@ fn a_lease_goes_to_one_worker_at_a_time_and_expires() {
     let (check, lease) = s.begin(th, 2, 1_000, 500).unwrap();
     assert!(check.summarize);
     let lease = lease.expect("granted");
-    assert_eq!(lease, Lease { token: 32_000, expires_at: 1_500 });
+    assert_eq!(
+        lease,
+        Lease {
+            token: 32_000,
+            expires_at: 1_500
+        }
+    );
     s.apply(Op::Lease { now: 1_000, lease }).unwrap();
     // Live: nobody else gets one, and a summary without its token is refused.
     assert_eq!(s.begin(th, 2, 1_499, 500).unwrap().1, None);
-    assert_eq!(s.check_lease(None, 1_200), Err(SessionError::LeaseHeld { expires_in_ms: 300 }));
-    assert_eq!(s.check_lease(Some(7), 1_200), Err(SessionError::LeaseHeld { expires_in_ms: 300 }));
+    assert_eq!(
+        s.check_lease(None, 1_200),
+        Err(SessionError::LeaseHeld { expires_in_ms: 300 })
+    );
+    assert_eq!(
+        s.check_lease(Some(7), 1_200),
+        Err(SessionError::LeaseHeld { expires_in_ms: 300 })
+    );
     assert_eq!(s.check_lease(Some(32_000), 1_200), Ok(()));
     // Expired: the session is free; the next token is new.
     assert_eq!(s.check_lease(None, 1_500), Ok(()));
     let second = s.begin(th, 2, 1_500, 500).unwrap().1.unwrap();
     assert_eq!(second.token, 48_000);
-    s.apply(Op::Lease { now: 1_500, lease: second }).unwrap();
+    s.apply(Op::Lease {
+        now: 1_500,
+        lease: second,
+    })
+    .unwrap();
     // The first worker, late, is refused while the second's lease is live.
     assert!(s.check_lease(Some(32_000), 1_600).is_err());
     // A summary ends the lease.
@@ -169,10 +240,21 @@ fn a_new_lifetime_of_a_key_never_repeats_a_token() {
     let mut new = Session::new(cfg.clone(), 1_003);
     let th = ready(&mut new, &cfg);
     let fresh = new.begin(th, 2, 1_003, 500).unwrap().1.unwrap();
-    assert!(stale.iter().all(|t| *t < fresh.token), "{stale:?} vs {}", fresh.token);
-    new.apply(Op::Lease { now: 1_003, lease: fresh }).unwrap();
+    assert!(
+        stale.iter().all(|t| *t < fresh.token),
+        "{stale:?} vs {}",
+        fresh.token
+    );
+    new.apply(Op::Lease {
+        now: 1_003,
+        lease: fresh,
+    })
+    .unwrap();
     for t in stale {
-        assert!(new.check_lease(Some(t), 1_100).is_err(), "stale token {t} commits");
+        assert!(
+            new.check_lease(Some(t), 1_100).is_err(),
+            "stale token {t} commits"
+        );
     }
 }
 
@@ -182,7 +264,20 @@ fn no_lease_without_work() {
     let mut s = Session::new(cfg.clone(), 0);
     let th = ready(&mut s, &cfg);
     // Below the threshold.
-    assert_eq!(s.begin(Thresholds { tokens: 1_000, messages: 100 }, 2, 0, 10).unwrap().1, None);
+    assert_eq!(
+        s.begin(
+            Thresholds {
+                tokens: 1_000,
+                messages: 100
+            },
+            2,
+            0,
+            10
+        )
+        .unwrap()
+        .1,
+        None
+    );
     // Nothing to cover: every message kept.
     assert_eq!(s.begin(th, 6, 0, 10).unwrap().1, None);
     assert_eq!(s.leases, Leases::default());
@@ -193,17 +288,55 @@ fn lease_ops_need_increasing_tokens() {
     let cfg = settings();
     let mut s = Session::new(cfg.clone(), 0);
     ready(&mut s, &cfg);
-    s.apply(Op::Lease { now: 0, lease: Lease { token: 5, expires_at: 10 } }).unwrap();
+    s.apply(Op::Lease {
+        now: 0,
+        lease: Lease {
+            token: 5,
+            expires_at: 10,
+        },
+    })
+    .unwrap();
     let before = s.clone();
-    let stale = Op::Lease { now: 0, lease: Lease { token: 5, expires_at: 99 } };
-    assert_eq!(s.apply(stale), Err(SessionError::LeaseNotIncreasing { token: 5, last: 5 }));
+    let stale = Op::Lease {
+        now: 0,
+        lease: Lease {
+            token: 5,
+            expires_at: 99,
+        },
+    };
+    assert_eq!(
+        s.apply(stale),
+        Err(SessionError::LeaseNotIncreasing { token: 5, last: 5 })
+    );
     assert_eq!(s, before);
-    assert!(Op::Lease { now: 0, lease: Lease { token: 0, expires_at: 1 } }.validate().is_err());
+    assert!(Op::Lease {
+        now: 0,
+        lease: Lease {
+            token: 0,
+            expires_at: 1
+        }
+    }
+    .validate()
+    .is_err());
     s.leases.last_token = MAX_ID;
     s.leases.current = None;
-    assert_eq!(s.begin(Thresholds { tokens: 1, messages: 1 }, 0, 0, 1), Err(SessionError::LeasesExhausted));
+    assert_eq!(
+        s.begin(
+            Thresholds {
+                tokens: 1,
+                messages: 1
+            },
+            0,
+            0,
+            1
+        ),
+        Err(SessionError::LeasesExhausted)
+    );
     let mut bad = s.clone();
-    bad.leases.current = Some(Lease { token: MAX_ID + 1, expires_at: 0 });
+    bad.leases.current = Some(Lease {
+        token: MAX_ID + 1,
+        expires_at: 0,
+    });
     assert!(bad.validate().is_err(), "a lease above the last token");
 }
 
@@ -211,7 +344,10 @@ fn lease_ops_need_increasing_tokens() {
 
 #[test]
 fn msgids_are_found_held_and_after_they_left() {
-    let cfg = Settings { max_msgs: 3, ..settings() };
+    let cfg = Settings {
+        max_msgs: 3,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     push(&mut s, &cfg, 4, Some("a"));
     push(&mut s, &cfg, 5, None);
@@ -227,20 +363,45 @@ fn msgids_are_found_held_and_after_they_left() {
     summarize(&mut s, 3).unwrap();
     assert_eq!(s.find_msgid("c"), Some((3, 6)));
     let departed: Vec<&str> = s.msgids.departed.iter().map(|d| &*d.msgid).collect();
-    assert_eq!(departed, ["a", "c"], "only messages with a msgid are remembered");
-    assert_eq!((s.msgids.of(4), s.msgids.of(2), s.msgids.of(3)), (Some("d"), None, None));
+    assert_eq!(
+        departed,
+        ["a", "c"],
+        "only messages with a msgid are remembered"
+    );
+    assert_eq!(
+        (s.msgids.of(4), s.msgids.of(2), s.msgids.of(3)),
+        (Some("d"), None, None)
+    );
     assert!(s.validate().is_ok());
     // A re-count moves a held message's tokens: a retry gets the new ones.
-    let op = s.recount_op(9, crate::tokenizer::Encoding::Cl100kBase, None, &|_, _, content| content.len() as u64 + 1);
+    let op = s.recount_op(
+        9,
+        crate::tokenizer::Encoding::Cl100kBase,
+        None,
+        &|_, _, content| content.len() as u64 + 1,
+    );
     s.apply(op).unwrap();
     assert_eq!(s.find_msgid("d"), Some((4, 8)));
     let o = s.duplicate_outcome(1, 4);
-    assert_eq!((o.id, o.tokens, o.total_tokens, o.messages, o.trimmed, o.duplicate), (1, 4, s.total_tokens, 1, 0, true));
+    assert_eq!(
+        (
+            o.id,
+            o.tokens,
+            o.total_tokens,
+            o.messages,
+            o.trimmed,
+            o.duplicate
+        ),
+        (1, 4, s.total_tokens, 1, 0, true)
+    );
 }
 
 #[test]
 fn the_last_128_departed_msgids_are_remembered() {
-    let cfg = Settings { max_msgs: 1, ..settings() };
+    let cfg = Settings {
+        max_msgs: 1,
+        ..settings()
+    };
     let mut s = Session::new(cfg.clone(), 0);
     for i in 0..300 {
         push(&mut s, &cfg, 1, Some(&format!("m{i}")));
@@ -249,17 +410,29 @@ fn the_last_128_departed_msgids_are_remembered() {
     assert_eq!(s.msgids.held.len(), 1);
     assert_eq!(s.find_msgid("m299"), Some((300, 1)), "held");
     assert_eq!(s.find_msgid("m298"), Some((299, 1)), "the newest departed");
-    assert_eq!(s.find_msgid("m171"), Some((172, 1)), "the oldest remembered");
+    assert_eq!(
+        s.find_msgid("m171"),
+        Some((172, 1)),
+        "the oldest remembered"
+    );
     assert_eq!(s.find_msgid("m170"), None, "forgotten");
     assert!(s.validate().is_ok());
     let mut bad = s.clone();
-    bad.msgids.departed.push_back(Departed { msgid: "x".into(), id: 300, tokens: 1 });
+    bad.msgids.departed.push_back(Departed {
+        msgid: "x".into(),
+        id: 300,
+        tokens: 1,
+    });
     assert!(bad.validate().is_err(), "more than 128, and out of order");
     let mut bad = s.clone();
     bad.msgids.departed[0].msgid = "".into();
     assert!(bad.validate().is_err(), "empty msgid");
     // A held msgid must name a held message, in order.
-    for held in [vec![(299, "x")], vec![(300, "x"), (300, "y")], vec![(301, "x")]] {
+    for held in [
+        vec![(299, "x")],
+        vec![(300, "x"), (300, "y")],
+        vec![(301, "x")],
+    ] {
         let mut bad = s.clone();
         bad.msgids.held = held.into_iter().map(|(id, m)| (id, m.into())).collect();
         assert!(bad.validate().is_err());
@@ -277,7 +450,12 @@ fn msgid_rules() {
     assert!(s.validate().is_ok());
     s.msgids.held[0].1 = "y".repeat(MAX_MSGID_BYTES + 1).into();
     assert!(s.validate().is_err());
-    let long = Op::Append { now: 1, settings: cfg, message: msg(2, "user", 1), msgid: Some("".into()) };
+    let long = Op::Append {
+        now: 1,
+        settings: cfg,
+        message: msg(2, "user", 1),
+        msgid: Some("".into()),
+    };
     assert!(long.validate().is_err(), "an op's msgid is checked too");
 }
 

@@ -12,7 +12,10 @@
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::{check_model, check_msgid, ExternalId, Lease, Message, MessageRef, Op, Session, Settings, Summary, MAX_DEPARTED, MAX_ROLE_BYTES, MAX_TS};
+use super::{
+    check_model, check_msgid, ExternalId, Lease, Message, MessageRef, Op, Session, Settings,
+    Summary, MAX_DEPARTED, MAX_ROLE_BYTES, MAX_TS,
+};
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
 /// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
@@ -58,7 +61,9 @@ fn check_json_object(what: &str, text: &str, max_depth: usize) -> Result<(), Str
 fn check_json(what: &str, text: &str, max_depth: usize, object: bool) -> Result<(), String> {
     let too_deep = || format!("{what} is nested deeper than {max_depth} levels");
     let mut de = serde_json::Deserializer::from_str(text);
-    let shape = Walk.deserialize(&mut de).and_then(|shape| de.end().map(|()| shape));
+    let shape = Walk
+        .deserialize(&mut de)
+        .and_then(|shape| de.end().map(|()| shape));
     let shape = shape.map_err(|e| {
         if e.to_string().contains("recursion limit") {
             too_deep()
@@ -82,7 +87,10 @@ struct Shape {
     object: bool,
 }
 
-const SCALAR: Shape = Shape { depth: 0, object: false };
+const SCALAR: Shape = Shape {
+    depth: 0,
+    object: false,
+};
 
 /// Parses one JSON value as serde_json's `Value` would (the same errors:
 /// numbers out of range, lone surrogates in strings and member names, its
@@ -125,7 +133,10 @@ impl<'de> Visitor<'de> for Walk {
         while let Some(item) = seq.next_element_seed(Walk)? {
             deepest = deepest.max(item.depth);
         }
-        Ok(Shape { depth: deepest + 1, object: false })
+        Ok(Shape {
+            depth: deepest + 1,
+            object: false,
+        })
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
         let mut deepest = 0;
@@ -134,7 +145,10 @@ impl<'de> Visitor<'de> for Walk {
         while map.next_key::<std::borrow::Cow<str>>()?.is_some() {
             deepest = deepest.max(map.next_value_seed(Walk)?.depth);
         }
-        Ok(Shape { depth: deepest + 1, object: true })
+        Ok(Shape {
+            depth: deepest + 1,
+            object: true,
+        })
     }
 }
 
@@ -197,7 +211,12 @@ impl MessageRef<'_> {
         // A message's tokens may be the client's (TOKENS n: a provider's
         // count, for any text); they are stored in 32 bits.
         if self.tokens > super::MAX_MESSAGE_TOKENS {
-            return Err(format!("token count {} above {} at id {}", self.tokens, super::MAX_MESSAGE_TOKENS, self.id));
+            return Err(format!(
+                "token count {} above {} at id {}",
+                self.tokens,
+                super::MAX_MESSAGE_TOKENS,
+                self.id
+            ));
         }
         match self.meta {
             Some(meta) => check_stored_object("meta", meta),
@@ -218,7 +237,9 @@ impl Summary {
 
 impl Settings {
     pub fn validate(&self) -> Result<(), String> {
-        if !(1..=MAX_STORED).contains(&self.max_msgs) || !(1..=MAX_STORED).contains(&self.max_tokens) {
+        if !(1..=MAX_STORED).contains(&self.max_msgs)
+            || !(1..=MAX_STORED).contains(&self.max_tokens)
+        {
             return Err(format!("caps must be 1 to {MAX_STORED}"));
         }
         if self.max_age > MAX_STORED {
@@ -236,7 +257,12 @@ impl Op {
     /// the commands check what clients send.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Op::Append { now, settings, message, msgid } => {
+            Op::Append {
+                now,
+                settings,
+                message,
+                msgid,
+            } => {
                 check_clock(*now)?;
                 settings.validate()?;
                 if let Some(msgid) = msgid {
@@ -248,12 +274,22 @@ impl Op {
                 check_clock(*now)?;
                 summary.validate()
             }
-            Op::ExtSet { now, settings, system, external } => {
+            Op::ExtSet {
+                now,
+                settings,
+                system,
+                external,
+            } => {
                 check_clock(*now)?;
                 settings.validate()?;
                 check_external(system, external)
             }
-            Op::AttrSet { now, settings, name, value } => {
+            Op::AttrSet {
+                now,
+                settings,
+                name,
+                value,
+            } => {
                 check_clock(*now)?;
                 settings.validate()?;
                 check_stored_name(name)?;
@@ -268,7 +304,9 @@ impl Op {
             // Matched against the session's own messages when applied.
             Op::Recount { now, counts, .. } => {
                 check_clock(*now)?;
-                counts.iter().try_for_each(|(id, _)| check_id("re-count id", *id))
+                counts
+                    .iter()
+                    .try_for_each(|(id, _)| check_id("re-count id", *id))
             }
             Op::Lease { now, lease } => {
                 check_clock(*now)?;
@@ -343,7 +381,9 @@ impl Session {
             check_msgid(msgid).map_err(|e| format!("{e} (id {id})"))?;
             // Both in id order: one pass over the messages.
             if !messages.any(|m| m == *id) {
-                return Err(format!("msgid of id {id}, not a message of the session (or out of order)"));
+                return Err(format!(
+                    "msgid of id {id}, not a message of the session (or out of order)"
+                ));
             }
         }
         if self.msgids.departed.len() > MAX_DEPARTED {
@@ -363,7 +403,10 @@ impl Session {
 
 fn check_lease(lease: &Lease) -> Result<(), String> {
     if !(1..=MAX_STORED).contains(&lease.token) {
-        return Err(format!("lease token {} is outside 1..={MAX_STORED}", lease.token));
+        return Err(format!(
+            "lease token {} is outside 1..={MAX_STORED}",
+            lease.token
+        ));
     }
     Ok(())
 }

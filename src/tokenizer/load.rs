@@ -65,7 +65,9 @@ impl Counter {
     /// The count without the piece cache.
     pub fn count(&self, text: &str) -> usize {
         let text = self.normalize(text);
-        self.split(text.as_str()).map(|p| self.bpe.count(p.as_bytes())).sum()
+        self.split(text.as_str())
+            .map(|p| self.bpe.count(p.as_bytes()))
+            .sum()
     }
 }
 
@@ -101,7 +103,12 @@ struct Slot {
 const N: usize = Encoding::ALL.len();
 
 static SLOTS: [Slot; N] = [const {
-    Slot { counter: OnceLock::new(), state: AtomicU8::new(0), bytes: AtomicU64::new(0), micros: AtomicU64::new(0) }
+    Slot {
+        counter: OnceLock::new(),
+        state: AtomicU8::new(0),
+        bytes: AtomicU64::new(0),
+        micros: AtomicU64::new(0),
+    }
 }; N];
 
 fn slot(e: Encoding) -> &'static Slot {
@@ -128,7 +135,14 @@ pub fn counter(e: Encoding) -> &'static Counter {
 /// The counter of one of OpenAI's encodings (bpe-openai's tables; every
 /// token of these vocabularies is produced by merging).
 fn openai_counter(t: &'static bpe_openai::Tokenizer) -> Counter {
-    Counter { bpe: Bpe { encoding: &t.bpe, whole: Default::default() }, pre: Pre::OpenAi(t), nfc: false }
+    Counter {
+        bpe: Bpe {
+            encoding: &t.bpe,
+            whole: Default::default(),
+        },
+        pre: Pre::OpenAi(t),
+        nfc: false,
+    }
 }
 
 /// Builds `e` if needed; None if its build failed.
@@ -142,9 +156,11 @@ pub fn load(e: Encoding) -> Option<&'static Counter> {
             let (built, bytes) = crate::module_memory::for_module(|| {
                 crate::alloc_meter::measure(|| crate::guard::or(None, || build(e)))
             });
-            s.micros.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            s.micros
+                .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
             s.bytes.store(bytes, Ordering::Relaxed);
-            s.state.store(if built.is_some() { 2 } else { 3 }, Ordering::Release);
+            s.state
+                .store(if built.is_some() { 2 } else { 3 }, Ordering::Release);
             built
         })
         .as_ref()
@@ -166,7 +182,10 @@ pub fn state(e: Encoding) -> State {
 /// (bytes the encoding's tables hold, microseconds its build took).
 pub fn footprint(e: Encoding) -> (u64, u64) {
     let s = slot(e);
-    (s.bytes.load(Ordering::Relaxed), s.micros.load(Ordering::Relaxed))
+    (
+        s.bytes.load(Ordering::Relaxed),
+        s.micros.load(Ordering::Relaxed),
+    )
 }
 
 fn build(e: Encoding) -> Option<Counter> {
@@ -188,7 +207,11 @@ fn build(e: Encoding) -> Option<Counter> {
     // Lives as long as the process, as bpe-openai's own tables do.
     let encoding: &'static BytePairEncoding = Box::leak(Box::new(bpe));
     let whole = whole.into_iter().map(Vec::into_boxed_slice).collect();
-    Some(Counter { bpe: Bpe { encoding, whole }, pre: Pre::Own(splitter), nfc: def.nfc })
+    Some(Counter {
+        bpe: Bpe { encoding, whole },
+        pre: Pre::Own(splitter),
+        nfc: def.nfc,
+    })
 }
 
 /// An open-weight encoding: its vocabulary, pre-tokenizer and normalization.
@@ -206,7 +229,11 @@ struct Definition {
 /// `\s+(?!\S)|\s+` written for engines without look-around (see split.rs).
 macro_rules! with_whitespace {
     ($head:expr) => {
-        &[(concat!($head, r"|\s+$"), false), (r"\s+\s", true), (r"\s+", false)]
+        &[
+            (concat!($head, r"|\s+$"), false),
+            (r"\s+\s", true),
+            (r"\s+", false),
+        ]
     };
 }
 
@@ -217,12 +244,24 @@ const CL100K: &[(&str, bool)] = with_whitespace!(
 
 fn definition(e: Encoding) -> Option<Definition> {
     use Encoding::*;
-    let d = |vocabulary, stages, nfc, hash_factor| Some(Definition { vocabulary, stages, nfc, hash_factor });
+    let d = |vocabulary, stages, nfc, hash_factor| {
+        Some(Definition {
+            vocabulary,
+            stages,
+            nfc,
+            hash_factor,
+        })
+    };
     match e {
         O200kBase | Cl100kBase => None,
         // meta-llama/Llama-3.1-8B tokenizer (tiktoken format; cl100k_base's
         // pattern).
-        Llama3 => d(tiktoken::encoding::llama3, &[CL100K], false, 11_885_191_908_064_990_738),
+        Llama3 => d(
+            tiktoken::encoding::llama3,
+            &[CL100K],
+            false,
+            11_885_191_908_064_990_738,
+        ),
         // deepseek-ai/DeepSeek-V3 tokenizer.json: a Sequence of three
         // Isolated splits, no normalizer.
         DeepseekV3 => d(
@@ -247,8 +286,18 @@ fn definition(e: Encoding) -> Option<Definition> {
             10_111_572_184_271_607_110,
         ),
         // zai-org/GLM-4.5 and GLM-5 tokenizer.json: cl100k_base's pattern.
-        Glm4 => d(tiktoken::encoding::glm4, &[CL100K], false, 17_216_760_580_640_435_706),
-        Glm5 => d(tiktoken::encoding::glm5, &[CL100K], false, 2_321_797_000_280_525_654),
+        Glm4 => d(
+            tiktoken::encoding::glm4,
+            &[CL100K],
+            false,
+            17_216_760_580_640_435_706,
+        ),
+        Glm5 => d(
+            tiktoken::encoding::glm5,
+            &[CL100K],
+            false,
+            2_321_797_000_280_525_654,
+        ),
         // moonshotai/Kimi-K2 tokenization_kimi.py: Han runs first, then
         // o200k-style words that exclude Han.
         KimiK2 => d(
@@ -321,11 +370,18 @@ fn tokens_in_rank_order(enc: &tiktoken::CoreBpe) -> Vec<Vec<u8>> {
 /// cannot hold it (it checks every token encodes to itself), and it counts
 /// only as a whole piece ([`Bpe::count`]).
 fn reachable(tokens: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let ranks: HashMap<&[u8], usize> = tokens.iter().enumerate().map(|(i, t)| (t.as_slice(), i)).collect();
+    let ranks: HashMap<&[u8], usize> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_slice(), i))
+        .collect();
     let keep: Vec<bool> = tokens.iter().map(|t| merges_to_itself(t, &ranks)).collect();
     drop(ranks);
     let (kept, dropped): (Vec<_>, Vec<_>) = tokens.into_iter().zip(keep).partition(|(_, k)| *k);
-    (kept.into_iter().map(|(t, _)| t).collect(), dropped.into_iter().map(|(t, _)| t).collect())
+    (
+        kept.into_iter().map(|(t, _)| t).collect(),
+        dropped.into_iter().map(|(t, _)| t).collect(),
+    )
 }
 
 /// Plain byte-pair merging of `token`'s bytes (lowest rank first, leftmost
@@ -339,7 +395,10 @@ fn merges_to_itself(token: &[u8], ranks: &HashMap<&[u8], usize>) -> bool {
     loop {
         let mut best: Option<(usize, usize)> = None;
         for i in 0..cuts.len().saturating_sub(2) {
-            let pair = cuts.get(i).zip(cuts.get(i + 2)).and_then(|(&a, &b)| token.get(a..b));
+            let pair = cuts
+                .get(i)
+                .zip(cuts.get(i + 2))
+                .and_then(|(&a, &b)| token.get(a..b));
             if let Some(&rank) = pair.and_then(|p| ranks.get(p)) {
                 if best.is_none_or(|(r, _)| rank < r) {
                     best = Some((rank, i));

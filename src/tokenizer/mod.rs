@@ -7,7 +7,7 @@ mod load;
 pub mod models;
 mod split;
 
-pub use load::{is_loaded, load, footprint, state, State};
+pub use load::{footprint, is_loaded, load, state, State};
 pub use models::{context_window, encoding_for_model};
 
 /// An encoding the module can count with: OpenAI's two, and the open-weight
@@ -71,10 +71,17 @@ impl Encoding {
 
     /// bpe-openai's tokenizer and the hand-written split of an OpenAI
     /// encoding (these do not normalize).
-    pub(crate) fn openai(self) -> Option<(&'static bpe_openai::Tokenizer, crate::pretokenize::Pattern)> {
+    pub(crate) fn openai(
+        self,
+    ) -> Option<(&'static bpe_openai::Tokenizer, crate::pretokenize::Pattern)> {
         match self {
-            Encoding::O200kBase => Some((bpe_openai::o200k_base(), crate::pretokenize::Pattern::O200k)),
-            Encoding::Cl100kBase => Some((bpe_openai::cl100k_base(), crate::pretokenize::Pattern::Cl100k)),
+            Encoding::O200kBase => {
+                Some((bpe_openai::o200k_base(), crate::pretokenize::Pattern::O200k))
+            }
+            Encoding::Cl100kBase => Some((
+                bpe_openai::cl100k_base(),
+                crate::pretokenize::Pattern::Cl100k,
+            )),
             _ => None,
         }
     }
@@ -119,13 +126,18 @@ impl Encoding {
                         .map(|piece| cache.count(piece.as_bytes(), uncached))
                         .sum::<usize>()
                 }
-                None => tokenizer.split(text.as_str()).map(|p| uncached(p.as_bytes())).sum(),
+                None => tokenizer
+                    .split(text.as_str())
+                    .map(|p| uncached(p.as_bytes()))
+                    .sum(),
             },
-            Err(_) => tokenizer.split(text.as_str()).map(|p| uncached(p.as_bytes())).sum(),
+            Err(_) => tokenizer
+                .split(text.as_str())
+                .map(|p| uncached(p.as_bytes()))
+                .sum(),
         });
         total as u64
     }
-
 }
 
 /// Pieces up to this many bytes are cached (longer ones are rare and costly
@@ -150,8 +162,14 @@ struct Slot {
 
 impl PieceCache {
     fn new() -> PieceCache {
-        let empty = Slot { len: 0, count: 0, bytes: [0; CACHED_PIECE_BYTES] };
-        PieceCache { slots: vec![empty; CACHE_SLOTS].into_boxed_slice() }
+        let empty = Slot {
+            len: 0,
+            count: 0,
+            bytes: [0; CACHED_PIECE_BYTES],
+        };
+        PieceCache {
+            slots: vec![empty; CACHE_SLOTS].into_boxed_slice(),
+        }
     }
 
     fn count(&mut self, piece: &[u8], uncached: impl Fn(&[u8]) -> usize) -> usize {
@@ -217,8 +235,16 @@ mod tests {
         let o = tiktoken_rs::o200k_base().unwrap();
         let c = tiktoken_rs::cl100k_base().unwrap();
         for t in texts {
-            assert_eq!(Encoding::O200kBase.count(t), o.encode_ordinary(t).len() as u64, "{t:?}");
-            assert_eq!(Encoding::Cl100kBase.count(t), c.encode_ordinary(t).len() as u64, "{t:?}");
+            assert_eq!(
+                Encoding::O200kBase.count(t),
+                o.encode_ordinary(t).len() as u64,
+                "{t:?}"
+            );
+            assert_eq!(
+                Encoding::Cl100kBase.count(t),
+                c.encode_ordinary(t).len() as u64,
+                "{t:?}"
+            );
         }
     }
 
@@ -238,7 +264,10 @@ mod tests {
     fn message_accounting_adds_framing_and_role() {
         let e = Encoding::O200kBase;
         assert_eq!(message_tokens(e, "user", ""), 3 + e.count("user"));
-        assert_eq!(message_tokens(e, SUMMARY_COUNTED_AS, "abc"), 3 + e.count("system") + e.count("abc"));
+        assert_eq!(
+            message_tokens(e, SUMMARY_COUNTED_AS, "abc"),
+            3 + e.count("system") + e.count("abc")
+        );
     }
 
     /// The tiktoken crate's own (independent) BPE and pre-tokenizer, pinned
@@ -269,7 +298,12 @@ mod tests {
             };
             let reference = tiktoken::get_encoding(name).expect(name);
             for t in texts {
-                assert_eq!(e.count(t), reference.count(t) as u64, "{} on {t:?}", e.name());
+                assert_eq!(
+                    e.count(t),
+                    reference.count(t) as u64,
+                    "{} on {t:?}",
+                    e.name()
+                );
             }
         }
     }

@@ -187,7 +187,12 @@ fn built_in() -> &'static [Entry] {
             .iter()
             .map(|&(pattern, encoding, window)| {
                 let (name, prefix) = parse_pattern(pattern);
-                Entry { name, prefix, encoding, window: (window > 0).then_some(window) }
+                Entry {
+                    name,
+                    prefix,
+                    encoding,
+                    window: (window > 0).then_some(window),
+                }
             })
             .collect()
     })
@@ -196,17 +201,24 @@ fn built_in() -> &'static [Entry] {
 static OPERATOR: RwLock<Option<Arc<Vec<Entry>>>> = RwLock::new(None);
 
 fn operator() -> Arc<Vec<Entry>> {
-    OPERATOR.read().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default()
+    OPERATOR
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_default()
 }
 
 /// The best entry of `table` for `model` (already lowercased).
 fn best<'t>(table: &'t [Entry], model: &str) -> Option<&'t Entry> {
-    table.iter().find(|e| !e.prefix && e.name == model).or_else(|| {
-        table
-            .iter()
-            .filter(|e| e.prefix && model.starts_with(e.name.as_str()))
-            .max_by_key(|e| e.name.len())
-    })
+    table
+        .iter()
+        .find(|e| !e.prefix && e.name == model)
+        .or_else(|| {
+            table
+                .iter()
+                .filter(|e| e.prefix && model.starts_with(e.name.as_str()))
+                .max_by_key(|e| e.name.len())
+        })
 }
 
 /// What `model` resolves to: the operator's entries first, then the
@@ -220,15 +232,25 @@ pub fn resolve_in(ops: &[Entry], model: &str) -> Resolved {
     let lower = model.to_ascii_lowercase();
     let name = lower.strip_prefix("ft:").unwrap_or(&lower);
     let lookup = |name: &str| {
-        best(ops, name).map(|e| (e, true)).or_else(|| best(built_in(), name).map(|e| (e, false)))
+        best(ops, name)
+            .map(|e| (e, true))
+            .or_else(|| best(built_in(), name).map(|e| (e, false)))
     };
     // The full name first: an operator's entry may be written with `ft:`.
     let found = lookup(&lower)
         .or_else(|| (name.len() < lower.len()).then(|| lookup(name)).flatten())
         .or_else(|| name.rsplit_once('/').and_then(|(_, rest)| lookup(rest)));
     match found {
-        Some((e, mine)) => Resolved { encoding: e.encoding, window: e.window, entry: Some((e.pattern(), mine)) },
-        None => Resolved { encoding: None, window: None, entry: None },
+        Some((e, mine)) => Resolved {
+            encoding: e.encoding,
+            window: e.window,
+            entry: Some((e.pattern(), mine)),
+        },
+        None => Resolved {
+            encoding: None,
+            window: None,
+            entry: None,
+        },
     }
 }
 
@@ -260,32 +282,53 @@ pub const MAX_ENTRIES: usize = 1024;
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     let mut entries: Vec<Entry> = Vec::new();
     for item in text.split([' ', ',', '\t', '\n']).filter(|s| !s.is_empty()) {
-        let bad = |why: &str| format!("mem.models entry '{}': {why}", item.chars().take(80).collect::<String>());
-        let (pattern, target) = item.split_once('=').ok_or_else(|| bad("expected name=encoding:window"))?;
-        let (encoding, window) = target.split_once(':').ok_or_else(|| bad("expected name=encoding:window"))?;
+        let bad = |why: &str| {
+            format!(
+                "mem.models entry '{}': {why}",
+                item.chars().take(80).collect::<String>()
+            )
+        };
+        let (pattern, target) = item
+            .split_once('=')
+            .ok_or_else(|| bad("expected name=encoding:window"))?;
+        let (encoding, window) = target
+            .split_once(':')
+            .ok_or_else(|| bad("expected name=encoding:window"))?;
         let (name, prefix) = parse_pattern(pattern);
         if name.is_empty() && !prefix {
             return Err(bad("the model name is empty"));
         }
         if name.len() > crate::session::MAX_MODEL_BYTES || name.contains('*') {
-            return Err(bad("a name is 1 to 256 bytes, with '*' only at its end (a prefix)"));
+            return Err(bad(
+                "a name is 1 to 256 bytes, with '*' only at its end (a prefix)",
+            ));
         }
         let encoding = if encoding.eq_ignore_ascii_case("default") {
             None
         } else {
             Some(Encoding::from_name(encoding).ok_or_else(|| {
                 let names: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
-                bad(&format!("unknown encoding '{encoding}' (one of {}, or default)", names.join(", ")))
+                bad(&format!(
+                    "unknown encoding '{encoding}' (one of {}, or default)",
+                    names.join(", ")
+                ))
             })?)
         };
-        let window: u64 = window.parse().map_err(|_| bad("the window must be a number of tokens (0 = unknown)"))?;
+        let window: u64 = window
+            .parse()
+            .map_err(|_| bad("the window must be a number of tokens (0 = unknown)"))?;
         if window > crate::session::MAX_ID {
             return Err(bad("the window is too large"));
         }
         if entries.iter().any(|e| e.name == name && e.prefix == prefix) {
             return Err(bad("given more than once"));
         }
-        entries.push(Entry { name, prefix, encoding, window: (window > 0).then_some(window) });
+        entries.push(Entry {
+            name,
+            prefix,
+            encoding,
+            window: (window > 0).then_some(window),
+        });
         if entries.len() > MAX_ENTRIES {
             return Err(format!("mem.models holds at most {MAX_ENTRIES} entries"));
         }
@@ -302,7 +345,14 @@ pub fn set_operator(entries: Vec<Entry>) {
 pub fn operator_text() -> String {
     operator()
         .iter()
-        .map(|e| format!("{}={}:{}", e.pattern(), e.encoding.map_or("default", Encoding::name), e.window.unwrap_or(0)))
+        .map(|e| {
+            format!(
+                "{}={}:{}",
+                e.pattern(),
+                e.encoding.map_or("default", Encoding::name),
+                e.window.unwrap_or(0)
+            )
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

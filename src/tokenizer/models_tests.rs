@@ -10,10 +10,29 @@ fn window(model: &str) -> Option<u64> {
 
 #[test]
 fn openai_models_map_to_the_spec_encodings() {
-    for m in ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "gpt-5.4-mini", "o1", "o3-mini", "o4-mini", "o4", "gpt-oss-120b", "ft:gpt-4o-mini:acme::x1"] {
+    for m in [
+        "gpt-4o",
+        "gpt-4o-mini",
+        "gpt-4.1",
+        "gpt-5",
+        "gpt-5.4-mini",
+        "o1",
+        "o3-mini",
+        "o4-mini",
+        "o4",
+        "gpt-oss-120b",
+        "ft:gpt-4o-mini:acme::x1",
+    ] {
         assert_eq!(enc(m), Some(O200kBase), "{m}");
     }
-    for m in ["gpt-4", "gpt-4-turbo-2024-04-09", "gpt-4-0613", "gpt-3.5-turbo", "gpt-3.5", "text-embedding-3-small"] {
+    for m in [
+        "gpt-4",
+        "gpt-4-turbo-2024-04-09",
+        "gpt-4-0613",
+        "gpt-3.5-turbo",
+        "gpt-3.5",
+        "text-embedding-3-small",
+    ] {
         assert_eq!(enc(m), Some(Cl100kBase), "{m}");
     }
 }
@@ -56,7 +75,16 @@ fn open_weight_families_map_to_their_own_encodings() {
 
 #[test]
 fn vendors_without_a_public_tokenizer_and_unknown_models_use_the_default() {
-    for m in ["claude-3-5-sonnet", "claude-opus-4-5", "gemini-2.5-pro", "llama-4-scout", "mixtral-8x7b", "moonshot-v1-8k", "no-such-model", ""] {
+    for m in [
+        "claude-3-5-sonnet",
+        "claude-opus-4-5",
+        "gemini-2.5-pro",
+        "llama-4-scout",
+        "mixtral-8x7b",
+        "moonshot-v1-8k",
+        "no-such-model",
+        "",
+    ] {
         assert_eq!(enc(m), None, "{m}");
         assert_eq!(encoding_for_model(m, Cl100kBase), Cl100kBase);
     }
@@ -104,24 +132,62 @@ fn exact_names_beat_prefixes_and_longer_prefixes_beat_shorter() {
     assert_eq!(window("o1-mini"), Some(128_000));
     assert_eq!(window("o1"), Some(200_000));
     assert_eq!(window("gemini-pro"), Some(32_760));
-    assert_eq!(window("gemini-pro-vision-x"), Some(1_048_576), "gemini-pro is exact; gemini* applies");
-    assert_eq!(resolve_in(&[], "GPT-4O").encoding, Some(O200kBase), "case-insensitive");
-    assert_eq!(resolve_in(&[], "gpt-4-turbo").entry, Some(("gpt-4-turbo*".to_owned(), false)));
+    assert_eq!(
+        window("gemini-pro-vision-x"),
+        Some(1_048_576),
+        "gemini-pro is exact; gemini* applies"
+    );
+    assert_eq!(
+        resolve_in(&[], "GPT-4O").encoding,
+        Some(O200kBase),
+        "case-insensitive"
+    );
+    assert_eq!(
+        resolve_in(&[], "gpt-4-turbo").entry,
+        Some(("gpt-4-turbo*".to_owned(), false))
+    );
 }
 
 #[test]
 fn operator_entries_win_and_are_parsed_strictly() {
-    let ops = parse("my-llm=qwen2:32768, gpt-4o*=default:0 acme-*=tekken:1000\tclaude-opus-9=DEFAULT:2000000").unwrap();
+    let ops = parse(
+        "my-llm=qwen2:32768, gpt-4o*=default:0 acme-*=tekken:1000\tclaude-opus-9=DEFAULT:2000000",
+    )
+    .unwrap();
     assert_eq!(ops.len(), 4);
     let r = resolve_in(&ops, "my-llm");
-    assert_eq!((r.encoding, r.window, r.entry), (Some(Qwen2), Some(32_768), Some(("my-llm".to_owned(), true))));
-    assert_eq!(resolve_in(&ops, "my-llm-2").encoding, None, "exact entries match only their name");
+    assert_eq!(
+        (r.encoding, r.window, r.entry),
+        (Some(Qwen2), Some(32_768), Some(("my-llm".to_owned(), true)))
+    );
+    assert_eq!(
+        resolve_in(&ops, "my-llm-2").encoding,
+        None,
+        "exact entries match only their name"
+    );
     let r = resolve_in(&ops, "gpt-4o-mini");
-    assert_eq!((r.encoding, r.window), (None, None), "the operator's entry replaces the built-in one");
+    assert_eq!(
+        (r.encoding, r.window),
+        (None, None),
+        "the operator's entry replaces the built-in one"
+    );
     assert_eq!(resolve_in(&ops, "acme-7b").encoding, Some(Tekken));
     assert_eq!(resolve_in(&ops, "claude-opus-9").window, Some(2_000_000));
-    assert_eq!(resolve_in(&ops, "gpt-4").encoding, Some(Cl100kBase), "built-in entries still apply");
-    for bad in ["x", "x=qwen2", "x=nope:1", "x=qwen2:-1", "x=qwen2:abc", "=qwen2:1", "a*b=qwen2:1", "x=qwen2:1 x=glm4:2"] {
+    assert_eq!(
+        resolve_in(&ops, "gpt-4").encoding,
+        Some(Cl100kBase),
+        "built-in entries still apply"
+    );
+    for bad in [
+        "x",
+        "x=qwen2",
+        "x=nope:1",
+        "x=qwen2:-1",
+        "x=qwen2:abc",
+        "=qwen2:1",
+        "a*b=qwen2:1",
+        "x=qwen2:1 x=glm4:2",
+    ] {
         assert!(parse(bad).is_err(), "{bad}");
     }
     assert_eq!(parse("").unwrap(), vec![]);
@@ -137,7 +203,14 @@ fn operator_text_round_trips() {
     let ops = parse("my-llm=qwen2:32768 acme-*=default:0").unwrap();
     let text = ops
         .iter()
-        .map(|e| format!("{}={}:{}", e.pattern(), e.encoding.map_or("default", Encoding::name), e.window.unwrap_or(0)))
+        .map(|e| {
+            format!(
+                "{}={}:{}",
+                e.pattern(),
+                e.encoding.map_or("default", Encoding::name),
+                e.window.unwrap_or(0)
+            )
+        })
         .collect::<Vec<_>>()
         .join(" ");
     assert_eq!(text, "my-llm=qwen2:32768 acme-*=default:0");
@@ -148,8 +221,20 @@ fn operator_text_round_trips() {
 fn every_built_in_entry_is_reachable_and_unique() {
     let table = built_in();
     for (i, e) in table.iter().enumerate() {
-        assert!(table.iter().skip(i + 1).all(|o| o.name != e.name || o.prefix != e.prefix), "{} twice", e.pattern());
+        assert!(
+            table
+                .iter()
+                .skip(i + 1)
+                .all(|o| o.name != e.name || o.prefix != e.prefix),
+            "{} twice",
+            e.pattern()
+        );
         let r = resolve_in(&[], &e.name);
-        assert_eq!(r.entry.map(|(p, _)| p), Some(e.pattern()), "{} is shadowed", e.pattern());
+        assert_eq!(
+            r.entry.map(|(p, _)| p),
+            Some(e.pattern()),
+            "{} is shadowed",
+            e.pattern()
+        );
     }
 }

@@ -40,7 +40,10 @@ impl Stage {
             .dense(dense::Config::new().match_kind(MatchKind::LeftmostFirst))
             .build_many(&sources)
             .map_err(|e| e.to_string())?;
-        Ok(Stage { regex, lookahead: patterns.iter().map(|(_, l)| *l).collect() })
+        Ok(Stage {
+            regex,
+            lookahead: patterns.iter().map(|(_, l)| *l).collect(),
+        })
     }
 
     /// The next piece of `segment` at or after `at`: (start, end, is a match).
@@ -57,8 +60,16 @@ impl Stage {
             return Some((at, at + m.start()));
         }
         let mut end = m.end();
-        if self.lookahead.get(m.pattern().as_usize()).copied().unwrap_or(false) {
-            let last = rest.get(..end).and_then(|s| s.chars().next_back()).map_or(0, char::len_utf8);
+        if self
+            .lookahead
+            .get(m.pattern().as_usize())
+            .copied()
+            .unwrap_or(false)
+        {
+            let last = rest
+                .get(..end)
+                .and_then(|s| s.chars().next_back())
+                .map_or(0, char::len_utf8);
             end -= last;
         }
         if end == 0 {
@@ -89,7 +100,12 @@ impl Splitter {
     pub fn split<'a>(&'a self, text: &'a str) -> Pieces<'a> {
         let mut frames = [(0, 0, 0); MAX_STAGES];
         frames[0] = (0, text.len(), 0);
-        Pieces { splitter: self, text, frames, depth: 1 }
+        Pieces {
+            splitter: self,
+            text,
+            frames,
+            depth: 1,
+        }
     }
 }
 
@@ -136,7 +152,13 @@ mod tests {
 
     #[test]
     fn lookahead_gives_back_one_space() {
-        let s = Splitter::new(vec![Stage::new(&[(r"\p{L}+| ?\p{L}+|\s+$", false), (r"\s+\s", true), (r"\s+", false)]).unwrap()]).unwrap();
+        let s = Splitter::new(vec![Stage::new(&[
+            (r"\p{L}+| ?\p{L}+|\s+$", false),
+            (r"\s+\s", true),
+            (r"\s+", false),
+        ])
+        .unwrap()])
+        .unwrap();
         assert_eq!(pieces(&s, "a   b  "), ["a", "  ", " b", "  "]);
     }
 
@@ -150,7 +172,10 @@ mod tests {
         .unwrap();
         // " 中" is not one piece: the CJK stage isolates 中 first; "\u{1}" is
         // matched by no stage and kept as a gap.
-        assert_eq!(pieces(&s, "ab 中文12345 x\u{1}"), ["ab", " ", "中文", "123", "45", " x", "\u{1}"]);
+        assert_eq!(
+            pieces(&s, "ab 中文12345 x\u{1}"),
+            ["ab", " ", "中文", "123", "45", " x", "\u{1}"]
+        );
         assert_eq!(pieces(&s, ""), Vec::<String>::new());
     }
 

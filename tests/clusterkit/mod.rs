@@ -15,7 +15,6 @@ use serde_json::Value as Json;
 
 use crate::common::*;
 
-
 /// Runs a command on any connection (plain or cluster).
 pub fn q<C: ConnectionLike>(con: &mut C, args: &[&str]) -> RedisResult<Value> {
     let mut c = redis::cmd(args[0]);
@@ -55,7 +54,8 @@ pub fn field<'a>(fields: &'a [(String, Value)], name: &str) -> &'a Value {
 /// `MEM.GET key FORMAT JSON`, as text and parsed.
 pub fn get_json<C: ConnectionLike>(con: &mut C, key: &str) -> (String, Json) {
     let text = qstr(con, &["MEM.GET", key, "FORMAT", "JSON"]);
-    let doc: Json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{key}: bad JSON {text}: {e}"));
+    let doc: Json =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{key}: bad JSON {text}: {e}"));
     (text, doc)
 }
 
@@ -64,7 +64,9 @@ pub fn digest<C: ConnectionLike>(con: &mut C, key: &str) -> Value {
 }
 
 pub fn history(doc: &Json) -> &Vec<Json> {
-    doc["conversation_history"].as_array().expect("conversation_history array")
+    doc["conversation_history"]
+        .as_array()
+        .expect("conversation_history array")
 }
 
 pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> Result<(), String>) {
@@ -81,7 +83,6 @@ pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> Result<
         thread::sleep(Duration::from_millis(100));
     }
 }
-
 
 // ---------------------------------------------------------------- the cluster
 
@@ -153,7 +154,12 @@ impl Cluster {
         let nodes: Vec<Server> = (0..n).map(|_| Cluster::node(2000, &[])).collect();
         let cluster = Cluster { nodes };
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(cluster.nodes.iter().map(|s| format!("127.0.0.1:{}", s.port)));
+        args.extend(
+            cluster
+                .nodes
+                .iter()
+                .map(|s| format!("127.0.0.1:{}", s.port)),
+        );
         args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
         let out = Command::new(crate::common::redis_cli_bin())
             .args(&args)
@@ -182,21 +188,36 @@ impl Cluster {
         let per = 16384 / masters;
         for m in 0..masters {
             let lo = m * per;
-            let hi = if m + 1 == masters { 16383 } else { lo + per - 1 };
+            let hi = if m + 1 == masters {
+                16383
+            } else {
+                lo + per - 1
+            };
             let mut c = cluster.con(m);
-            qok(&mut c, &["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()]);
-            qok(&mut c, &["CLUSTER", "SET-CONFIG-EPOCH", &(m + 1).to_string()]);
+            qok(
+                &mut c,
+                &["CLUSTER", "ADDSLOTSRANGE", &lo.to_string(), &hi.to_string()],
+            );
+            qok(
+                &mut c,
+                &["CLUSTER", "SET-CONFIG-EPOCH", &(m + 1).to_string()],
+            );
         }
         let first = cluster.port(0).to_string();
         for i in 1..cluster.nodes.len() {
-            qok(&mut cluster.con(i), &["CLUSTER", "MEET", "127.0.0.1", &first]);
+            qok(
+                &mut cluster.con(i),
+                &["CLUSTER", "MEET", "127.0.0.1", &first],
+            );
         }
         for (r, &m) in replicas.iter().enumerate() {
             let id = cluster.id(m);
             let i = masters + r;
             // The replica must have heard of its master's id first.
             wait_until("replica can follow", Duration::from_secs(30), || {
-                q(&mut cluster.con(i), &["CLUSTER", "REPLICATE", &id]).map(|_| ()).map_err(|e| e.to_string())
+                q(&mut cluster.con(i), &["CLUSTER", "REPLICATE", &id])
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
             });
         }
         cluster.wait_stable("the new cluster", |_| Ok(()));
@@ -208,7 +229,10 @@ impl Cluster {
     }
 
     pub fn index_of_port(&self, port: u16) -> usize {
-        self.nodes.iter().position(|s| s.port == port).expect("known port")
+        self.nodes
+            .iter()
+            .position(|s| s.port == port)
+            .expect("known port")
     }
 
     pub fn con(&self, i: usize) -> redis::Connection {
@@ -223,7 +247,11 @@ impl Cluster {
 
     /// Node i's own line in its own view.
     pub fn me(&self, i: usize) -> NodeLine {
-        self.view(i).unwrap().into_iter().find(|n| n.myself).unwrap()
+        self.view(i)
+            .unwrap()
+            .into_iter()
+            .find(|n| n.myself)
+            .unwrap()
     }
 
     pub fn id(&self, i: usize) -> String {
@@ -249,7 +277,10 @@ impl Cluster {
             let mut first: Option<Vec<(u16, u16, u16)>> = None;
             for i in 0..self.nodes.len() {
                 let mut c = self.nodes[i].try_client_pub().map_err(|e| e.to_string())?;
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).map_err(|e| e.to_string())?;
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut c)
+                    .map_err(|e| e.to_string())?;
                 if !info.contains("cluster_state:ok") {
                     return Err(format!("node {i}: not ok"));
                 }
@@ -267,12 +298,17 @@ impl Cluster {
                 }
                 match &first {
                     None => first = Some(map),
-                    Some(f) if *f != map => return Err(format!("node {i} disagrees on the slot map")),
+                    Some(f) if *f != map => {
+                        return Err(format!("node {i} disagrees on the slot map"))
+                    }
                     _ => {}
                 }
                 let me = view.iter().find(|n| n.myself).unwrap();
                 if !me.master {
-                    let repl: String = redis::cmd("INFO").arg("replication").query(&mut c).map_err(|e| e.to_string())?;
+                    let repl: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut c)
+                        .map_err(|e| e.to_string())?;
                     if !repl.contains("master_link_status:up") {
                         return Err(format!("replica {i}: link not up"));
                     }
@@ -294,7 +330,9 @@ impl Cluster {
     }
 
     pub fn masters(&self) -> Vec<usize> {
-        (0..self.nodes.len()).filter(|&i| self.me(i).master).collect()
+        (0..self.nodes.len())
+            .filter(|&i| self.me(i).master)
+            .collect()
     }
 
     pub fn replica_of(&self, master: usize) -> usize {
@@ -345,9 +383,14 @@ pub fn keyslot<C: ConnectionLike>(con: &mut C, key: &str) -> u16 {
     qint(con, &["CLUSTER", "KEYSLOT", key]) as u16
 }
 
-
 /// Names `mem:{<prefix>-k}` whose slot is in [lo, hi], found with CLUSTER KEYSLOT.
-pub fn names_in_slots(con: &mut redis::Connection, prefix: &str, lo: u16, hi: u16, n: usize) -> Vec<String> {
+pub fn names_in_slots(
+    con: &mut redis::Connection,
+    prefix: &str,
+    lo: u16,
+    hi: u16,
+    n: usize,
+) -> Vec<String> {
     let mut out = Vec::new();
     let mut k = 0;
     while out.len() < n {
@@ -361,4 +404,3 @@ pub fn names_in_slots(con: &mut redis::Connection, prefix: &str, lo: u16, hi: u1
     }
     out
 }
-

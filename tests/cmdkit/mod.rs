@@ -8,13 +8,14 @@ use serde_json::Value as Json;
 
 use crate::common::*;
 
-
 pub fn o200(s: &str) -> i64 {
     tiktoken_rs::o200k_base_singleton().encode_ordinary(s).len() as i64
 }
 
 pub fn cl100(s: &str) -> i64 {
-    tiktoken_rs::cl100k_base_singleton().encode_ordinary(s).len() as i64
+    tiktoken_rs::cl100k_base_singleton()
+        .encode_ordinary(s)
+        .len() as i64
 }
 
 /// Tokens of a chat message under o200k_base: 3 + role + content.
@@ -58,7 +59,10 @@ pub fn err_raw(con: &mut redis::Connection, args: &[&[u8]]) -> String {
 
 pub fn assert_err(con: &mut redis::Connection, args: &[&str], needle: &str) {
     let e = err(con, args);
-    assert!(e.contains(needle), "{args:?}: error {e:?} does not contain {needle:?}");
+    assert!(
+        e.contains(needle),
+        "{args:?}: error {e:?} does not contain {needle:?}"
+    );
 }
 
 pub fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
@@ -74,7 +78,13 @@ pub fn string(con: &mut redis::Connection, args: &[&str]) -> String {
 }
 
 /// MEM.APPEND key role content [options...] -> reply fields.
-pub fn append(con: &mut redis::Connection, key: &str, role: &str, content: &str, opts: &[&str]) -> Vec<(String, Value)> {
+pub fn append(
+    con: &mut redis::Connection,
+    key: &str,
+    role: &str,
+    content: &str,
+    opts: &[&str],
+) -> Vec<(String, Value)> {
     let mut args = vec!["MEM.APPEND", key, role, content];
     args.extend_from_slice(opts);
     map_reply(con, &args)
@@ -84,7 +94,15 @@ pub fn names(fields: &[(String, Value)]) -> Vec<&str> {
     fields.iter().map(|(k, _)| k.as_str()).collect()
 }
 
-pub const OUTCOME_FIELDS: [&str; 7] = ["id", "tokens", "total_tokens", "messages", "trimmed", "summarize", "duplicate"];
+pub const OUTCOME_FIELDS: [&str; 7] = [
+    "id",
+    "tokens",
+    "total_tokens",
+    "messages",
+    "trimmed",
+    "summarize",
+    "duplicate",
+];
 pub const CHECK_FIELDS: [&str; 8] = [
     "summarize",
     "total_tokens",
@@ -125,7 +143,9 @@ pub struct Entry {
 }
 
 pub fn entries(v: Value) -> Vec<Entry> {
-    let Value::Array(items) = v else { panic!("MEM.GET reply is not an array: {v:?}") };
+    let Value::Array(items) = v else {
+        panic!("MEM.GET reply is not an array: {v:?}")
+    };
     items
         .into_iter()
         .map(|it| {
@@ -137,7 +157,10 @@ pub fn entries(v: Value) -> Vec<Entry> {
                 content: str_field(&f, "content"),
                 ts: int_field(&f, "ts"),
                 tokens: int_field(&f, "tokens"),
-                meta: f.iter().any(|(k, _)| k == "meta").then(|| str_field(&f, "meta")),
+                meta: f
+                    .iter()
+                    .any(|(k, _)| k == "meta")
+                    .then(|| str_field(&f, "meta")),
             }
         })
         .collect()
@@ -203,7 +226,12 @@ pub fn assert_unchanged(con: &mut redis::Connection, key: &str, before: &Snap, w
         assert_eq!(after.pttl, before.pttl, "{what}: PTTL changed");
     } else {
         // A refresh would move it back up; time only moves it down.
-        assert!(after.pttl <= before.pttl && after.pttl > before.pttl - 5_000, "{what}: PTTL {} -> {}", before.pttl, after.pttl);
+        assert!(
+            after.pttl <= before.pttl && after.pttl > before.pttl - 5_000,
+            "{what}: PTTL {} -> {}",
+            before.pttl,
+            after.pttl
+        );
     }
 }
 
@@ -225,10 +253,29 @@ pub fn config_get(con: &mut redis::Connection, name: &str) -> String {
 pub fn populated(con: &mut redis::Connection, key: &str) {
     append(con, key, "system", "You are a helpful assistant.", &[]);
     append(con, key, "user", "What's the weather in Paris?", &[]);
-    append(con, key, "assistant", "", &["META", r#"{"tool_calls":[{"id":"c1","name":"weather"}]}"#]);
-    append(con, key, "tool", r#"{"temp_c": 21}"#, &["META", r#"{"tool_call_id":"c1"}"#]);
+    append(
+        con,
+        key,
+        "assistant",
+        "",
+        &["META", r#"{"tool_calls":[{"id":"c1","name":"weather"}]}"#],
+    );
+    append(
+        con,
+        key,
+        "tool",
+        r#"{"temp_c": 21}"#,
+        &["META", r#"{"tool_call_id":"c1"}"#],
+    );
     append(con, key, "assistant", "It is 21 °C in Paris. 晴れ。", &[]);
-    ok(con, &["MEM.SUMMARIZE", key, "2", "The user asked about the weather in Paris."]);
+    ok(
+        con,
+        &[
+            "MEM.SUMMARIZE",
+            key,
+            "2",
+            "The user asked about the weather in Paris.",
+        ],
+    );
     ok(con, &["MEM.EXTSET", key, "dify", "conv-42"]);
 }
-

@@ -82,7 +82,9 @@ pub fn check_module_is_current(con: &mut redis::Connection) {
 fn wait_default_encoding(con: &mut redis::Connection, deadline: Instant) {
     loop {
         let info: String = redis::cmd("INFO").arg("mem").query(con).unwrap_or_default();
-        let ready = info.lines().any(|l| l.starts_with("mem_encodings_loaded:") && l.trim().len() > "mem_encodings_loaded:".len());
+        let ready = info.lines().any(|l| {
+            l.starts_with("mem_encodings_loaded:") && l.trim().len() > "mem_encodings_loaded:".len()
+        });
         if ready || Instant::now() >= deadline {
             return;
         }
@@ -139,7 +141,15 @@ impl Server {
         if std::env::var_os("REDIS_MEM_HOLDS").is_some() {
             // Measurement (make holds): every MEM.* command that held the
             // main thread 1 ms or more, collected when the server stops.
-            args.extend(["--slowlog-log-slower-than", "1000", "--slowlog-max-len", "4096"].map(str::to_owned));
+            args.extend(
+                [
+                    "--slowlog-log-slower-than",
+                    "1000",
+                    "--slowlog-max-len",
+                    "4096",
+                ]
+                .map(str::to_owned),
+            );
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut server = Server {
@@ -180,7 +190,11 @@ impl Server {
                     panic!("redis-server exited with {status}; log:\n{}", self.log());
                 }
             }
-            assert!(Instant::now() < deadline, "redis-server did not start; log:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start; log:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -224,10 +238,14 @@ impl Server {
 
     /// Threads of the server process named `name` (/proc/<pid>/task/*/comm).
     pub fn threads_named(&self, name: &str) -> usize {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else { return 0 };
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else {
+            return 0;
+        };
         tasks
             .flatten()
-            .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name)
+            })
             .count()
     }
 
@@ -294,7 +312,12 @@ pub fn as_fields(v: redis::Value) -> Vec<(String, redis::Value)> {
             .collect(),
         redis::Value::Array(items) => items
             .chunks(2)
-            .map(|kv| (redis::from_redis_value::<String>(&kv[0]).unwrap(), kv[1].clone()))
+            .map(|kv| {
+                (
+                    redis::from_redis_value::<String>(&kv[0]).unwrap(),
+                    kv[1].clone(),
+                )
+            })
             .collect(),
         other => panic!("not a map: {other:?}"),
     }
@@ -340,17 +363,28 @@ pub fn blocked_imports(con: &mut redis::Connection) -> usize {
 
 /// Clients blocked (flag `b` in CLIENT LIST) in `command` (lower case).
 pub fn blocked_in(con: &mut redis::Connection, command: &str) -> usize {
-    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).expect("CLIENT LIST");
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(con)
+        .expect("CLIENT LIST");
     list.lines()
         .filter(|l| {
-            let field = |name: &str| l.split(' ').find_map(|f| f.strip_prefix(name)).unwrap_or("");
+            let field = |name: &str| {
+                l.split(' ')
+                    .find_map(|f| f.strip_prefix(name))
+                    .unwrap_or("")
+            };
             field("flags=").contains('b') && field("cmd=") == command
         })
         .count()
 }
 
 /// Polls `cond` (every 10 ms, at most 20 s) until it holds.
-pub fn poll_until(con: &mut redis::Connection, what: &str, mut cond: impl FnMut(&mut redis::Connection) -> bool) {
+pub fn poll_until(
+    con: &mut redis::Connection,
+    what: &str,
+    mut cond: impl FnMut(&mut redis::Connection) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cond(con) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -362,18 +396,36 @@ pub fn poll_until(con: &mut redis::Connection, what: &str, mut cond: impl FnMut(
 /// MEM.* commands ("<microseconds> <command> <test>") to the file: what
 /// `make holds` reports as the longest main-thread holds of the test suite.
 fn record_holds(server: &Server) {
-    let Some(path) = std::env::var_os("REDIS_MEM_HOLDS") else { return };
-    let Ok(client) = redis::Client::open(server.url()) else { return };
-    let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(1)) else { return };
+    let Some(path) = std::env::var_os("REDIS_MEM_HOLDS") else {
+        return;
+    };
+    let Ok(client) = redis::Client::open(server.url()) else {
+        return;
+    };
+    let Ok(mut con) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
+        return;
+    };
     let _ = con.set_read_timeout(Some(Duration::from_secs(2)));
-    let Ok(redis::Value::Array(entries)) = redis::cmd("SLOWLOG").arg("GET").arg(4096).query(&mut con) else { return };
+    let Ok(redis::Value::Array(entries)) =
+        redis::cmd("SLOWLOG").arg("GET").arg(4096).query(&mut con)
+    else {
+        return;
+    };
     let test = std::thread::current().name().unwrap_or("?").to_owned();
     let mut lines = String::new();
     for entry in entries {
-        let redis::Value::Array(fields) = entry else { continue };
-        let micros: i64 = fields.get(2).and_then(|v| redis::from_redis_value(v).ok()).unwrap_or(0);
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let micros: i64 = fields
+            .get(2)
+            .and_then(|v| redis::from_redis_value(v).ok())
+            .unwrap_or(0);
         let command: String = match fields.get(3) {
-            Some(redis::Value::Array(args)) => args.first().and_then(|a| redis::from_redis_value(a).ok()).unwrap_or_default(),
+            Some(redis::Value::Array(args)) => args
+                .first()
+                .and_then(|a| redis::from_redis_value(a).ok())
+                .unwrap_or_default(),
             _ => String::new(),
         };
         if command.to_ascii_uppercase().starts_with("MEM.") {
@@ -381,7 +433,11 @@ fn record_holds(server: &Server) {
         }
     }
     use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
         let _ = f.write_all(lines.as_bytes());
     }
 }
@@ -391,7 +447,10 @@ pub fn start_replica(master: &Server) -> (Server, redis::Connection) {
     let replica = Server::with_args(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
     let mut rcon = replica.client();
     poll_until(&mut rcon, "the replica to sync", |c| {
-        let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap_or_default();
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(c)
+            .unwrap_or_default();
         info.contains("master_link_status:up")
     });
     (replica, rcon)
@@ -400,7 +459,18 @@ pub fn start_replica(master: &Server) -> (Server, redis::Connection) {
 /// A varied text of about `bytes` bytes (words, numbers, CJK, emoji,
 /// newlines; never pathological for tiktoken-rs, the tests' oracle).
 pub fn varied_text(bytes: usize, seed: usize) -> String {
-    let words = ["memory", "Redis", "token", "session", "summary", "42", "über", "日本語", "🎉", "\n"];
+    let words = [
+        "memory",
+        "Redis",
+        "token",
+        "session",
+        "summary",
+        "42",
+        "über",
+        "日本語",
+        "🎉",
+        "\n",
+    ];
     let mut out = String::new();
     let mut i = seed;
     while out.len() < bytes {

@@ -47,7 +47,18 @@ pub fn qint(con: &mut Connection, args: &[&str]) -> i64 {
 
 /// A varied UTF-8 text of about `BIG_BYTES` bytes, distinct per seed.
 pub fn big(seed: usize) -> String {
-    let words = ["memory", "Redis", "token", "session", "über", "日本語", "🎉", "42", "fault", "\n"];
+    let words = [
+        "memory",
+        "Redis",
+        "token",
+        "session",
+        "über",
+        "日本語",
+        "🎉",
+        "42",
+        "fault",
+        "\n",
+    ];
     let mut out = format!("big text {seed}: ");
     let mut i = seed;
     while out.len() < BIG_BYTES {
@@ -74,7 +85,11 @@ pub enum Outcome {
     Applied(Vec<(String, Value)>),
     /// An error reply: its code (READONLY, UNBLOCKED, MOVED, ASK, OOM...),
     /// text, and for MOVED/ASK the node it redirects to.
-    Refused { code: String, text: String, redirect: Option<(String, u16)> },
+    Refused {
+        code: String,
+        text: String,
+        redirect: Option<(String, u16)>,
+    },
     /// The connection closed without a reply.
     Closed(String),
 }
@@ -84,8 +99,12 @@ impl Outcome {
         match r {
             Ok(v @ (Value::Map(_) | Value::Array(_))) => Outcome::Applied(as_fields(v)),
             Ok(other) => panic!("MEM.APPEND replied {other:?}"),
-            Err(e) if e.is_timeout() => panic!("MEM.APPEND: no reply within {IO_TIMEOUT:?}: the server hung"),
-            Err(e) if e.is_io_error() || e.is_connection_dropped() => Outcome::Closed(e.to_string()),
+            Err(e) if e.is_timeout() => {
+                panic!("MEM.APPEND: no reply within {IO_TIMEOUT:?}: the server hung")
+            }
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                Outcome::Closed(e.to_string())
+            }
             Err(e) => Outcome::Refused {
                 code: e.code().unwrap_or("?").to_owned(),
                 text: e.to_string(),
@@ -115,7 +134,11 @@ impl Appender {
         let mut con = conn(port, db);
         qok(&mut con, &["CLIENT", "SETNAME", APPENDER]);
         thread::spawn(move || {
-            let r = redis::cmd("MEM.APPEND").arg(&key).arg("user").arg(&content).query::<Value>(&mut con);
+            let r = redis::cmd("MEM.APPEND")
+                .arg(&key)
+                .arg("user")
+                .arg(&content)
+                .query::<Value>(&mut con);
             let _ = tx.send(Outcome::of(r));
         });
         Appender { port, rx }
@@ -131,7 +154,10 @@ impl Appender {
     /// Whether it is blocked (flag `b`) in MEM.APPEND.
     pub fn is_blocked(&self, obs: &mut Connection) -> bool {
         self.client_line(obs).is_some_and(|l| {
-            let flags = l.split(' ').find_map(|f| f.strip_prefix("flags=")).unwrap_or("");
+            let flags = l
+                .split(' ')
+                .find_map(|f| f.strip_prefix("flags="))
+                .unwrap_or("");
             flags.contains('b') && l.contains(" cmd=mem.append ")
         })
     }
@@ -139,9 +165,16 @@ impl Appender {
     /// Waits until it is blocked (its large content is with a worker);
     /// returns its client id.
     pub fn wait_blocked(&self, obs: &mut Connection) -> String {
-        relkit::wait_until(&format!("the append blocked on port {}", self.port), 15, || self.is_blocked(obs));
+        relkit::wait_until(
+            &format!("the append blocked on port {}", self.port),
+            15,
+            || self.is_blocked(obs),
+        );
         let line = self.client_line(obs).unwrap();
-        line.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap().to_owned()
+        line.split(' ')
+            .find_map(|f| f.strip_prefix("id="))
+            .unwrap()
+            .to_owned()
     }
 
     /// The reply (bounded: the connection's read timeout).
@@ -154,7 +187,10 @@ impl Appender {
 
 /// Sets the worker delay (the fault window) on a server.
 pub fn set_delay(con: &mut Connection, ms: u64) {
-    qok(con, &["CONFIG", "SET", "mem.debug-count-delay-ms", &ms.to_string()]);
+    qok(
+        con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", &ms.to_string()],
+    );
 }
 
 /// Counts done so far (`mem_tokenizer_calls`, bumped by a worker when it
@@ -174,7 +210,10 @@ pub fn wait_counted(con: &mut Connection, since: u64) {
             None => return,
             _ => {}
         }
-        assert!(Instant::now() < deadline, "the worker never finished its count");
+        assert!(
+            Instant::now() < deadline,
+            "the worker never finished its count"
+        );
         thread::sleep(Duration::from_millis(20));
     }
     settle(con);
@@ -193,7 +232,11 @@ pub fn settle(con: &mut Connection) {
 /// Log lines that show a crash or a failed assertion.
 pub fn crash_lines(log: &str) -> Vec<&str> {
     log.lines()
-        .filter(|l| ["ASSERTION", "crashed", "panic", "BUG REPORT"].iter().any(|w| l.contains(w)))
+        .filter(|l| {
+            ["ASSERTION", "crashed", "panic", "BUG REPORT"]
+                .iter()
+                .any(|w| l.contains(w))
+        })
         .collect()
 }
 
@@ -204,7 +247,12 @@ pub fn log_excerpt(log: &str) -> String {
     let mut out: Vec<&str> = lines
         .iter()
         .copied()
-        .filter(|l| l.contains("==>") || l.contains("ASSERTION") || l.contains("crashed") || l.contains("panic"))
+        .filter(|l| {
+            l.contains("==>")
+                || l.contains("ASSERTION")
+                || l.contains("crashed")
+                || l.contains("panic")
+        })
         .take(10)
         .collect();
     if out.is_empty() {
@@ -216,12 +264,22 @@ pub fn log_excerpt(log: &str) -> String {
 pub fn assert_log_clean(server: &Server, what: &str) {
     let log = server.log();
     let bad = crash_lines(&log);
-    assert!(bad.is_empty(), "{what}: port {} crashed:\n{}", server.port, log_excerpt(&log));
+    assert!(
+        bad.is_empty(),
+        "{what}: port {} crashed:\n{}",
+        server.port,
+        log_excerpt(&log)
+    );
 }
 
 /// The server process is alive and its log shows no crash.
 pub fn assert_no_crash(server: &mut Server, what: &str) {
-    assert!(server.is_alive(), "{what}: port {} died:\n{}", server.port, log_excerpt(&server.log()));
+    assert!(
+        server.is_alive(),
+        "{what}: port {} died:\n{}",
+        server.port,
+        log_excerpt(&server.log())
+    );
     assert_log_clean(server, what);
 }
 
@@ -238,21 +296,40 @@ pub fn seed(con: &mut Connection, key: &str) -> Vec<String> {
 /// (relkit::check_consistent: MEM.INFO, MEM.GET and FORMAT JSON agree).
 pub fn expect_session(con: &mut Connection, key: &str, want: &[String], what: &str) {
     let doc = relkit::check_consistent(con, key);
-    let got: Vec<(u64, String)> = doc.messages.iter().map(|m| (m.id, label(&m.content))).collect();
-    let want: Vec<(u64, String)> = want.iter().enumerate().map(|(i, c)| (i as u64 + 1, label(c))).collect();
+    let got: Vec<(u64, String)> = doc
+        .messages
+        .iter()
+        .map(|m| (m.id, label(&m.content)))
+        .collect();
+    let want: Vec<(u64, String)> = want
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i as u64 + 1, label(c)))
+        .collect();
     assert_eq!(got, want, "{what}: session {key}");
 }
 
 /// Exactly once or refused: applied, the owner's session holds `before` and
 /// then `content` once (and the reply carries its id); refused or closed,
 /// it holds `before` only.
-pub fn expect_outcome(out: &Outcome, owner: &mut Connection, key: &str, before: &[String], content: &str, what: &str) {
+pub fn expect_outcome(
+    out: &Outcome,
+    owner: &mut Connection,
+    key: &str,
+    before: &[String],
+    content: &str,
+    what: &str,
+) {
     match out {
         Outcome::Applied(fields) => {
             let mut want = before.to_vec();
             want.push(content.to_owned());
             expect_session(owner, key, &want, &format!("{what} (applied)"));
-            assert_eq!(int_field(fields, "id"), want.len() as i64, "{what}: the reply's id");
+            assert_eq!(
+                int_field(fields, "id"),
+                want.len() as i64,
+                "{what}: the reply's id"
+            );
         }
         _ => expect_session(owner, key, before, &format!("{what} (refused: {out:?})")),
     }
@@ -278,16 +355,28 @@ pub fn role(con: &mut Connection) -> String {
 /// holds: DEBUG DIGEST of the dataset, and per key of the database DEBUG
 /// DIGEST-VALUE and the FORMAT JSON document.
 pub fn assert_replica_same(master: &mut Connection, replica: &mut Connection, what: &str) {
-    assert_eq!(qok(master, &["DEBUG", "DIGEST"]), qok(replica, &["DEBUG", "DIGEST"]), "{what}: DEBUG DIGEST");
+    assert_eq!(
+        qok(master, &["DEBUG", "DIGEST"]),
+        qok(replica, &["DEBUG", "DIGEST"]),
+        "{what}: DEBUG DIGEST"
+    );
     let mut keys: Vec<String> = redis::from_redis_value(&qok(master, &["KEYS", "*"])).unwrap();
     let mut rkeys: Vec<String> = redis::from_redis_value(&qok(replica, &["KEYS", "*"])).unwrap();
     keys.sort();
     rkeys.sort();
     assert_eq!(keys, rkeys, "{what}: keys");
     for k in &keys {
-        assert_eq!(relkit::digest(master, k), relkit::digest(replica, k), "{what}: DIGEST-VALUE of {k}");
-        let json = |c: &mut Connection| q(c, &["MEM.GET", k, "FORMAT", "JSON"]).map_err(|e| e.to_string());
-        assert!(json(master) == json(replica), "{what}: FORMAT JSON of {k} differs");
+        assert_eq!(
+            relkit::digest(master, k),
+            relkit::digest(replica, k),
+            "{what}: DIGEST-VALUE of {k}"
+        );
+        let json =
+            |c: &mut Connection| q(c, &["MEM.GET", k, "FORMAT", "JSON"]).map_err(|e| e.to_string());
+        assert!(
+            json(master) == json(replica),
+            "{what}: FORMAT JSON of {k} differs"
+        );
     }
 }
 
@@ -307,7 +396,10 @@ pub fn master_and_replica(extra: &[&str]) -> (Server, Server) {
 
 /// The server's process id.
 pub fn pid(con: &mut Connection) -> i32 {
-    relkit::info_field(con, "server", "process_id").unwrap().parse().unwrap()
+    relkit::info_field(con, "server", "process_id")
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 pub fn signal(pid: i32, sig: i32) {

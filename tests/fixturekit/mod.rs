@@ -28,8 +28,13 @@ fn ts(offset_s: i64) -> String {
 }
 
 fn field(v: &Value, name: &str) -> i64 {
-    let Value::Array(items) = v else { panic!("not a map: {v:?}") };
-    let i = items.iter().position(|x| matches!(x, Value::BulkString(b) if b == name.as_bytes())).unwrap();
+    let Value::Array(items) = v else {
+        panic!("not a map: {v:?}")
+    };
+    let i = items
+        .iter()
+        .position(|x| matches!(x, Value::BulkString(b) if b == name.as_bytes()))
+        .unwrap();
     redis::from_redis_value(&items[i + 1]).unwrap()
 }
 
@@ -45,11 +50,23 @@ pub fn populate_v2(con: &mut redis::Connection) -> Vec<String> {
     let k = "mem:{msgid}";
     let call = r#"{"tool_calls":[{"id":"call_7","type":"function","function":{"name":"book","arguments":"{\"day\":\"Fri\"}"}}]}"#;
     let steps: [(&str, &str, &[&str]); 7] = [
-        ("user", "Book a table for two", &["MSGID", "req-1", "TTL", "0", "MAXMSGS", "4"]),
-        ("assistant", "Which day?", &["MSGID", "req-2", "META", r#"{"model_used":"gpt-4o"}"#]),
+        (
+            "user",
+            "Book a table for two",
+            &["MSGID", "req-1", "TTL", "0", "MAXMSGS", "4"],
+        ),
+        (
+            "assistant",
+            "Which day?",
+            &["MSGID", "req-2", "META", r#"{"model_used":"gpt-4o"}"#],
+        ),
         ("user", "Friday 🍷, près de la gare", &["MSGID", "req-3"]),
         ("assistant", "", &["MSGID", "req-4", "META", call]),
-        ("tool", "booked: #42", &["MSGID", "req-5", "META", r#"{"tool_call_id":"call_7"}"#]),
+        (
+            "tool",
+            "booked: #42",
+            &["MSGID", "req-5", "META", r#"{"tool_call_id":"call_7"}"#],
+        ),
         ("assistant", "Booked for Friday.", &["MSGID", "req-6"]),
         ("user", "thanks", &[]),
     ];
@@ -60,10 +77,30 @@ pub fn populate_v2(con: &mut redis::Connection) -> Vec<String> {
         run(con, &args);
     }
     // A retry of a trimmed message is answered as a duplicate.
-    let r = run(con, &["MEM.APPEND", k, "user", "Book a table for two", "MSGID", "req-1", "TS", &ts(0)]);
+    let r = run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "Book a table for two",
+            "MSGID",
+            "req-1",
+            "TS",
+            &ts(0),
+        ],
+    );
     assert_eq!(field(&r, "duplicate"), 1, "release's MSGID retry");
     // req-4 and req-5 leave by the summary.
-    run(con, &["MEM.SUMMARIZE", k, "5", "Ann booked a table for Friday (#42)."]);
+    run(
+        con,
+        &[
+            "MEM.SUMMARIZE",
+            k,
+            "5",
+            "Ann booked a table for Friday (#42).",
+        ],
+    );
     keys.push(k.to_owned());
 
     // Leases: one ended by its summary (token 1), one expired (token 2).
@@ -77,35 +114,114 @@ pub fn populate_v2(con: &mut redis::Connection) -> Vec<String> {
         ("assistant", "Temples, tea, done."),
     ];
     for (i, (role, text)) in turns.iter().enumerate() {
-        run(con, &["MEM.APPEND", k, role, text, "TS", &ts(i as i64), "TTL", "0", "MAXMSGS", "6"]);
+        run(
+            con,
+            &[
+                "MEM.APPEND",
+                k,
+                role,
+                text,
+                "TS",
+                &ts(i as i64),
+                "TTL",
+                "0",
+                "MAXMSGS",
+                "6",
+            ],
+        );
     }
     let b = run(con, &["MEM.SUMMARIZE_BEGIN", k, "60000", "KEEP", "2"]);
     assert_eq!(field(&b, "lease"), 1, "release's first lease: {b:?}");
     let upto = field(&b, "upto").to_string();
-    run(con, &["MEM.SUMMARIZE", k, &upto, "Résumé : un plan pour 京都.", "LEASE", "1"]);
-    for (i, text) in ["Add Nara", "Nara on day 3", "And Osaka?", "Osaka on day 4"].iter().enumerate() {
+    run(
+        con,
+        &[
+            "MEM.SUMMARIZE",
+            k,
+            &upto,
+            "Résumé : un plan pour 京都.",
+            "LEASE",
+            "1",
+        ],
+    );
+    for (i, text) in ["Add Nara", "Nara on day 3", "And Osaka?", "Osaka on day 4"]
+        .iter()
+        .enumerate()
+    {
         let role = if i % 2 == 0 { "user" } else { "assistant" };
-        run(con, &["MEM.APPEND", k, role, text, "TS", &ts(10 + i as i64)]);
+        run(
+            con,
+            &["MEM.APPEND", k, role, text, "TS", &ts(10 + i as i64)],
+        );
     }
     let b = run(con, &["MEM.SUMMARIZE_BEGIN", k, "1", "KEEP", "2"]);
     assert_eq!(field(&b, "lease"), 2, "release's second lease: {b:?}");
     std::thread::sleep(std::time::Duration::from_millis(20));
-    run(con, &["MEM.EXTSET", k, "dify", "conv-京都", "EX", TEN_YEARS]);
+    run(
+        con,
+        &["MEM.EXTSET", k, "dify", "conv-京都", "EX", TEN_YEARS],
+    );
     keys.push(k.to_owned());
 
     // MAXAGE: the last message (2001) is older than now - maxage; its own
     // append keeps it, reads hide it, the next write evicts it.
     let k = "mem:{maxage}";
-    run(con, &["MEM.APPEND", k, "user", "Plans for 2026?", "TS", &ts(0), "TTL", "0", "MAXAGE", TWENTY_YEARS]);
-    run(con, &["MEM.APPEND", k, "assistant", "Travel more.", "TS", &ts(1)]);
-    run(con, &["MEM.APPEND", k, "user", "an old note", "TS", "1000000000000"]);
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "Plans for 2026?",
+            "TS",
+            &ts(0),
+            "TTL",
+            "0",
+            "MAXAGE",
+            TWENTY_YEARS,
+        ],
+    );
+    run(
+        con,
+        &["MEM.APPEND", k, "assistant", "Travel more.", "TS", &ts(1)],
+    );
+    run(
+        con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "an old note",
+            "TS",
+            "1000000000000",
+        ],
+    );
     keys.push(k.to_owned());
 
     // Attributes: set, replaced, deleted; names and values with unicode.
     let k = "mem:{attrs}";
-    run(con, &["MEM.APPEND", k, "user", "Hello", "TS", &ts(0), "TTL", "0"]);
-    run(con, &["MEM.ATTRSET", k, "user_profile", r#"{"name":"Zoë","langs":["fr","日本語"]}"#]);
-    run(con, &["MEM.ATTRSET", k, "context", r#"{"topic":"travel","depth":{"a":[1,2.5,{"b":null}]}}"#]);
+    run(
+        con,
+        &["MEM.APPEND", k, "user", "Hello", "TS", &ts(0), "TTL", "0"],
+    );
+    run(
+        con,
+        &[
+            "MEM.ATTRSET",
+            k,
+            "user_profile",
+            r#"{"name":"Zoë","langs":["fr","日本語"]}"#,
+        ],
+    );
+    run(
+        con,
+        &[
+            "MEM.ATTRSET",
+            k,
+            "context",
+            r#"{"topic":"travel","depth":{"a":[1,2.5,{"b":null}]}}"#,
+        ],
+    );
     run(con, &["MEM.ATTRSET", k, "préférences", r#""court""#]);
     run(con, &["MEM.ATTRSET", k, "scratch", "1"]);
     run(con, &["MEM.ATTRDEL", k, "scratch"]);
@@ -115,7 +231,15 @@ pub fn populate_v2(con: &mut redis::Connection) -> Vec<String> {
     // A session that holds only attributes (ATTRSET takes mem.ttl; PERSIST
     // keeps the key).
     let k = "mem:{attrs_only}";
-    run(con, &["MEM.ATTRSET", k, "profile", r#"{"tier":"gold","since":2019}"#]);
+    run(
+        con,
+        &[
+            "MEM.ATTRSET",
+            k,
+            "profile",
+            r#"{"tier":"gold","since":2019}"#,
+        ],
+    );
     run(con, &["PERSIST", k]);
     keys.push(k.to_owned());
 
@@ -133,7 +257,15 @@ pub fn populate_v2(con: &mut redis::Connection) -> Vec<String> {
       "caf\u00e9":1,
       "notes":["a","b"]}"#;
     run(con, &["MEM.IMPORT", k, doc, "TTL", "0"]);
-    run(con, &["MEM.ATTRSET", k, "user_profile", r#"{"name":"Bo","city":"Lyon"}"#]);
+    run(
+        con,
+        &[
+            "MEM.ATTRSET",
+            k,
+            "user_profile",
+            r#"{"name":"Bo","city":"Lyon"}"#,
+        ],
+    );
     run(con, &["MEM.ATTRDEL", k, "context"]);
     run(con, &["MEM.APPEND", k, "user", "Thanks", "TS", &ts(100)]);
     keys.push(k.to_owned());
@@ -145,7 +277,10 @@ pub fn v2_questions(key: &str) -> Vec<(&'static str, Vec<String>)> {
     let q = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     vec![
         ("attrget", q(&["MEM.ATTRGET", key])),
-        ("attrget_user_profile", q(&["MEM.ATTRGET", key, "user_profile"])),
+        (
+            "attrget_user_profile",
+            q(&["MEM.ATTRGET", key, "user_profile"]),
+        ),
         ("get_last3", q(&["MEM.GET", key, "LAST", "3"])),
     ]
 }
@@ -158,23 +293,94 @@ pub fn writes_v2() -> Vec<Vec<String>> {
     let c = |args: &[&str]| args.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     vec![
         // Retries: trimmed (req-1), summarized (req-5), held (req-6).
-        c(&["MEM.APPEND", "mem:{msgid}", "user", "Book a table for two", "MSGID", "req-1", "TS", &ts(50)]),
-        c(&["MEM.APPEND", "mem:{msgid}", "tool", "booked: #42", "MSGID", "req-5", "TS", &ts(50)]),
-        c(&["MEM.APPEND", "mem:{msgid}", "assistant", "Booked for Friday.", "MSGID", "req-6", "TS", &ts(50)]),
-        c(&["MEM.APPEND", "mem:{msgid}", "user", "one more", "MSGID", "req-8", "TS", &ts(51)]),
-        c(&["MEM.APPEND", "mem:{msgid}", "user", "one more", "MSGID", "req-8", "TS", &ts(52)]),
+        c(&[
+            "MEM.APPEND",
+            "mem:{msgid}",
+            "user",
+            "Book a table for two",
+            "MSGID",
+            "req-1",
+            "TS",
+            &ts(50),
+        ]),
+        c(&[
+            "MEM.APPEND",
+            "mem:{msgid}",
+            "tool",
+            "booked: #42",
+            "MSGID",
+            "req-5",
+            "TS",
+            &ts(50),
+        ]),
+        c(&[
+            "MEM.APPEND",
+            "mem:{msgid}",
+            "assistant",
+            "Booked for Friday.",
+            "MSGID",
+            "req-6",
+            "TS",
+            &ts(50),
+        ]),
+        c(&[
+            "MEM.APPEND",
+            "mem:{msgid}",
+            "user",
+            "one more",
+            "MSGID",
+            "req-8",
+            "TS",
+            &ts(51),
+        ]),
+        c(&[
+            "MEM.APPEND",
+            "mem:{msgid}",
+            "user",
+            "one more",
+            "MSGID",
+            "req-8",
+            "TS",
+            &ts(52),
+        ]),
         c(&["MEM.GET", "mem:{msgid}"]),
         // The expired lease frees the session; the next token is 3.
         c(&["MEM.SUMMARIZE_BEGIN", "mem:{lease}", "60000", "KEEP", "2"]),
-        c(&["MEM.SUMMARIZE", "mem:{lease}", "8", "by the stale worker", "LEASE", "2"]),
-        c(&["MEM.SUMMARIZE", "mem:{lease}", "8", "Plan: 京都, Nara.", "LEASE", "3"]),
+        c(&[
+            "MEM.SUMMARIZE",
+            "mem:{lease}",
+            "8",
+            "by the stale worker",
+            "LEASE",
+            "2",
+        ]),
+        c(&[
+            "MEM.SUMMARIZE",
+            "mem:{lease}",
+            "8",
+            "Plan: 京都, Nara.",
+            "LEASE",
+            "3",
+        ]),
         // Not MEM.GET: a new summary's ts is the clock's.
         c(&["MEM.GET", "mem:{lease}", "AFTER", "0"]),
         c(&["MEM.SUMMARIZE_CHECK", "mem:{lease}", "KEEP", "2"]),
         // The message MAXAGE hides goes with the next write.
-        c(&["MEM.APPEND", "mem:{maxage}", "user", "still here?", "TS", &ts(2)]),
+        c(&[
+            "MEM.APPEND",
+            "mem:{maxage}",
+            "user",
+            "still here?",
+            "TS",
+            &ts(2),
+        ]),
         c(&["MEM.GET", "mem:{maxage}", "FORMAT", "JSON"]),
-        c(&["MEM.ATTRSET", "mem:{attrs_only}", "profile", r#"{"tier":"silver"}"#]),
+        c(&[
+            "MEM.ATTRSET",
+            "mem:{attrs_only}",
+            "profile",
+            r#"{"tier":"silver"}"#,
+        ]),
         c(&["MEM.ATTRGET", "mem:{attrs_only}"]),
         // The member named with an escape: as written, as read.
         c(&["MEM.ATTRDEL", "mem:{import_attrs}", "caf\\u00e9"]),
@@ -189,8 +395,16 @@ pub fn answer_json(r: redis::RedisResult<Value>, to_json: impl Fn(&Value) -> Jso
     match r {
         Err(e) => json!({ "error": without_lease_time(&e.to_string()) }),
         Ok(v) => match to_json(&v) {
-            Json::Array(a) if a.len() % 2 == 0 && a.chunks(2).any(|kv| kv[0] == "lease_expires") => {
-                Json::Array(a.chunks(2).filter(|kv| kv[0] != "lease_expires").flatten().cloned().collect())
+            Json::Array(a)
+                if a.len() % 2 == 0 && a.chunks(2).any(|kv| kv[0] == "lease_expires") =>
+            {
+                Json::Array(
+                    a.chunks(2)
+                        .filter(|kv| kv[0] != "lease_expires")
+                        .flatten()
+                        .cloned()
+                        .collect(),
+                )
             }
             other => other,
         },
@@ -200,7 +414,9 @@ pub fn answer_json(r: redis::RedisResult<Value>, to_json: impl Fn(&Value) -> Jso
 /// A LEASED error names the lease's time left in ms, which depends on when
 /// the answer was taken: written as `N`.
 pub fn without_lease_time(error: &str) -> String {
-    let Some(at) = error.find(" lease for ") else { return error.to_owned() };
+    let Some(at) = error.find(" lease for ") else {
+        return error.to_owned();
+    };
     let from = at + " lease for ".len();
     let digits = error[from..].bytes().take_while(u8::is_ascii_digit).count();
     format!("{}N{}", &error[..from], &error[from + digits..])
@@ -234,8 +450,14 @@ fn rdb_len(b: &[u8], at: usize) -> (u64, usize) {
     match (b[at] >> 6, b[at]) {
         (0, x) => (u64::from(x & 63), at + 1),
         (1, x) => ((u64::from(x & 63) << 8) | u64::from(b[at + 1]), at + 2),
-        (_, 0x80) => (u64::from(u32::from_be_bytes(b[at + 1..at + 5].try_into().unwrap())), at + 5),
-        (_, 0x81) => (u64::from_be_bytes(b[at + 1..at + 9].try_into().unwrap()), at + 9),
+        (_, 0x80) => (
+            u64::from(u32::from_be_bytes(b[at + 1..at + 5].try_into().unwrap())),
+            at + 5,
+        ),
+        (_, 0x81) => (
+            u64::from_be_bytes(b[at + 1..at + 9].try_into().unwrap()),
+            at + 9,
+        ),
         (_, x) => panic!("length encoding {x:#x}"),
     }
 }
@@ -248,7 +470,10 @@ pub fn module_id_bytes(dump: &[u8], encver: u64) -> [u8; 8] {
 }
 
 pub fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack.windows(needle.len()).filter(|w| *w == needle).count()
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
 }
 
 /// Every command of an AOF without RDB preamble, as its arguments.
@@ -263,10 +488,18 @@ pub fn aof_commands(path: &Path) -> Vec<Vec<Vec<u8>>> {
     };
     let mut commands = Vec::new();
     while at < bytes.len() {
-        let n: usize = line(&mut at).strip_prefix('*').expect("array").parse().unwrap();
+        let n: usize = line(&mut at)
+            .strip_prefix('*')
+            .expect("array")
+            .parse()
+            .unwrap();
         let mut args = Vec::new();
         for _ in 0..n {
-            let len: usize = line(&mut at).strip_prefix('$').expect("bulk").parse().unwrap();
+            let len: usize = line(&mut at)
+                .strip_prefix('$')
+                .expect("bulk")
+                .parse()
+                .unwrap();
             args.push(bytes[at..at + len].to_vec());
             at += len + 2;
         }

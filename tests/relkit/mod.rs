@@ -27,16 +27,20 @@ pub fn cmd_bin(con: &mut redis::Connection, args: &[&[u8]]) -> redis::RedisResul
 
 /// `DEBUG DIGEST-VALUE key` as hex ("000..." for a missing key).
 pub fn digest(con: &mut redis::Connection, key: &str) -> String {
-    let v = cmd(con, &["DEBUG", "DIGEST-VALUE", key]).unwrap_or_else(|e| panic!("digest {key}: {e}"));
+    let v =
+        cmd(con, &["DEBUG", "DIGEST-VALUE", key]).unwrap_or_else(|e| panic!("digest {key}: {e}"));
     match v {
-        Value::Array(items) if items.len() == 1 => redis::from_redis_value::<String>(&items[0]).unwrap(),
+        Value::Array(items) if items.len() == 1 => {
+            redis::from_redis_value::<String>(&items[0]).unwrap()
+        }
         other => panic!("unexpected DIGEST-VALUE reply {other:?}"),
     }
 }
 
 /// `MEM.GET key FORMAT JSON`.
 pub fn json_text(con: &mut redis::Connection, key: &str) -> String {
-    let v = cmd(con, &["MEM.GET", key, "FORMAT", "JSON"]).unwrap_or_else(|e| panic!("json {key}: {e}"));
+    let v =
+        cmd(con, &["MEM.GET", key, "FORMAT", "JSON"]).unwrap_or_else(|e| panic!("json {key}: {e}"));
     redis::from_redis_value::<String>(&v).unwrap()
 }
 
@@ -69,10 +73,22 @@ pub fn snap_all(con: &mut redis::Connection, keys: &[String]) -> Vec<Snap> {
 /// Digest and JSON equal; PTTL equal when there is none (-1/-2), else within
 /// `ttl_slack_ms`.
 pub fn assert_same(before: &Snap, after: &Snap, what: &str, ttl_slack_ms: i64) {
-    assert_eq!(before.digest, after.digest, "{what}: digest of {} differs", before.key);
-    assert_eq!(before.json, after.json, "{what}: JSON of {} differs", before.key);
+    assert_eq!(
+        before.digest, after.digest,
+        "{what}: digest of {} differs",
+        before.key
+    );
+    assert_eq!(
+        before.json, after.json,
+        "{what}: JSON of {} differs",
+        before.key
+    );
     if before.pttl < 0 || after.pttl < 0 {
-        assert_eq!(before.pttl, after.pttl, "{what}: PTTL of {} differs", before.key);
+        assert_eq!(
+            before.pttl, after.pttl,
+            "{what}: PTTL of {} differs",
+            before.key
+        );
     } else {
         assert!(
             (before.pttl - after.pttl).abs() <= ttl_slack_ms,
@@ -103,7 +119,8 @@ pub struct Doc {
 }
 
 pub fn parse_doc(text: &str) -> Doc {
-    let json: Json = serde_json::from_str(text).unwrap_or_else(|e| panic!("bad JSON document ({e}): {text:.300}"));
+    let json: Json = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("bad JSON document ({e}): {text:.300}"));
     let messages = json["conversation_history"]
         .as_array()
         .expect("conversation_history")
@@ -149,14 +166,24 @@ pub fn try_consistent(con: &mut redis::Connection, key: &str) -> Result<Doc, Str
     let info = cmd(con, &["MEM.INFO", key]).map_err(|e| format!("{key}: MEM.INFO failed: {e}"))?;
     let resp = cmd(con, &["MEM.GET", key]).map_err(|e| format!("{key}: MEM.GET failed: {e}"))?;
     let text = match cmd(con, &["MEM.GET", key, "FORMAT", "JSON"]) {
-        Ok(v) => redis::from_redis_value::<String>(&v).map_err(|e| format!("{key}: JSON reply: {e}"))?,
+        Ok(v) => {
+            redis::from_redis_value::<String>(&v).map_err(|e| format!("{key}: JSON reply: {e}"))?
+        }
         Err(e) => return Err(format!("{key}: MEM.GET FORMAT JSON failed: {e}")),
     };
-    let Value::Array(entries) = resp else { return Err(format!("MEM.GET {key} not an array")) };
+    let Value::Array(entries) = resp else {
+        return Err(format!("MEM.GET {key} not an array"));
+    };
     if info == Value::Nil {
-        ensure!(entries.is_empty(), "{key}: MEM.INFO nil but MEM.GET has entries");
+        ensure!(
+            entries.is_empty(),
+            "{key}: MEM.INFO nil but MEM.GET has entries"
+        );
         let doc = parse_doc(&text);
-        ensure!(doc.messages.is_empty(), "{key}: MEM.INFO nil but the JSON has messages");
+        ensure!(
+            doc.messages.is_empty(),
+            "{key}: MEM.INFO nil but the JSON has messages"
+        );
         return Ok(doc);
     }
     let info = as_fields(info);
@@ -166,8 +193,14 @@ pub fn try_consistent(con: &mut redis::Connection, key: &str) -> Result<Doc, Str
     for (i, e) in entries.into_iter().enumerate() {
         let f = as_fields(e);
         if i == 0 && summary_upto > 0 {
-            ensure!(str_field(&f, "role") == "summary", "{key}: first entry is not the summary");
-            ensure!(int_field(&f, "id") as u64 == summary_upto, "{key}: summary id vs MEM.INFO summary_upto");
+            ensure!(
+                str_field(&f, "role") == "summary",
+                "{key}: first entry is not the summary"
+            );
+            ensure!(
+                int_field(&f, "id") as u64 == summary_upto,
+                "{key}: summary id vs MEM.INFO summary_upto"
+            );
             summary_tokens = int_field(&f, "tokens") as u64;
             continue;
         }
@@ -183,30 +216,63 @@ pub fn try_consistent(con: &mut redis::Connection, key: &str) -> Result<Doc, Str
     let mut sum = summary_tokens as u128;
     for m in &messages {
         ensure!(m.id > prev, "{key}: id {} not above {prev}", m.id);
-        ensure!(!m.role.is_empty() && m.role.len() <= 64, "{key}: bad role {:?} at id {}", m.role, m.id);
+        ensure!(
+            !m.role.is_empty() && m.role.len() <= 64,
+            "{key}: bad role {:?} at id {}",
+            m.role,
+            m.id
+        );
         prev = m.id;
         sum += m.tokens as u128;
     }
     let total_tokens = int_field(&info, "total_tokens") as u64;
-    ensure!(total_tokens as u128 == sum, "{key}: total_tokens {total_tokens} is not the sum of the tokens {sum}");
-    ensure!(int_field(&info, "messages") as usize == messages.len(), "{key}: MEM.INFO messages");
+    ensure!(
+        total_tokens as u128 == sum,
+        "{key}: total_tokens {total_tokens} is not the sum of the tokens {sum}"
+    );
+    ensure!(
+        int_field(&info, "messages") as usize == messages.len(),
+        "{key}: MEM.INFO messages"
+    );
     let first = messages.first().map_or(0, |m| m.id);
-    ensure!(int_field(&info, "first_id") as u64 == first, "{key}: MEM.INFO first_id");
-    ensure!(int_field(&info, "last_id") as u64 >= prev, "{key}: MEM.INFO last_id below a message id");
-    ensure!(int_field(&info, "maxmsgs") >= 1 && int_field(&info, "maxtokens") >= 1, "{key}: a cap below 1");
+    ensure!(
+        int_field(&info, "first_id") as u64 == first,
+        "{key}: MEM.INFO first_id"
+    );
+    ensure!(
+        int_field(&info, "last_id") as u64 >= prev,
+        "{key}: MEM.INFO last_id below a message id"
+    );
+    ensure!(
+        int_field(&info, "maxmsgs") >= 1 && int_field(&info, "maxtokens") >= 1,
+        "{key}: a cap below 1"
+    );
     // The JSON document must parse (META and imported members are bounded
     // so that it always does) and agree with the RESP reply.
     let json = match serde_json::from_str::<Json>(&text) {
         Ok(json) => {
             let doc = parse_doc(&text);
             ensure!(doc.total_tokens == total_tokens, "{key}: JSON total_tokens");
-            ensure!(doc.messages == messages, "{key}: JSON history differs from the RESP reply");
+            ensure!(
+                doc.messages == messages,
+                "{key}: JSON history differs from the RESP reply"
+            );
             ensure!(doc.summary_upto == summary_upto, "{key}: JSON summary upto");
             json
         }
-        Err(e) => return Err(format!("{key}: MEM.GET FORMAT JSON is not valid JSON ({e}): {text:.300}")),
+        Err(e) => {
+            return Err(format!(
+                "{key}: MEM.GET FORMAT JSON is not valid JSON ({e}): {text:.300}"
+            ))
+        }
     };
-    Ok(Doc { messages, summary_upto, summary_tokens, total_tokens, json })
+    Ok(Doc {
+        messages,
+        summary_upto,
+        summary_tokens,
+        total_tokens,
+        json,
+    })
 }
 
 pub fn ok(con: &mut redis::Connection, args: &[&str]) -> Value {
@@ -224,25 +290,94 @@ pub fn populate_variety(con: &mut redis::Connection, prefix: &str) -> Vec<String
     let plain = k("plain");
     for i in 0..8 {
         let role = if i % 2 == 0 { "user" } else { "assistant" };
-        ok(con, &["MEM.APPEND", &plain, role, &format!("plain message {i} héllo wörld 🚀")]);
+        ok(
+            con,
+            &[
+                "MEM.APPEND",
+                &plain,
+                role,
+                &format!("plain message {i} héllo wörld 🚀"),
+            ],
+        );
     }
     keys.push(plain);
 
     let meta = k("meta");
-    ok(con, &["MEM.APPEND", &meta, "system", "You are terse.", "TS", "1700000000000"]);
-    ok(con, &["MEM.APPEND", &meta, "assistant", "", "META", r#"{"tool_calls":[{"id":"c1","name":"f","arguments":"{\"a\":1}"}]}"#]);
-    ok(con, &["MEM.APPEND", &meta, "tool", "42", "META", r#"{"tool_call_id":"c1","name":"f"}"#]);
-    ok(con, &["MEM.APPEND", &meta, "user", "thanks", "META", "{}", "TTL", "5000"]);
+    ok(
+        con,
+        &[
+            "MEM.APPEND",
+            &meta,
+            "system",
+            "You are terse.",
+            "TS",
+            "1700000000000",
+        ],
+    );
+    ok(
+        con,
+        &[
+            "MEM.APPEND",
+            &meta,
+            "assistant",
+            "",
+            "META",
+            r#"{"tool_calls":[{"id":"c1","name":"f","arguments":"{\"a\":1}"}]}"#,
+        ],
+    );
+    ok(
+        con,
+        &[
+            "MEM.APPEND",
+            &meta,
+            "tool",
+            "42",
+            "META",
+            r#"{"tool_call_id":"c1","name":"f"}"#,
+        ],
+    );
+    ok(
+        con,
+        &[
+            "MEM.APPEND",
+            &meta,
+            "user",
+            "thanks",
+            "META",
+            "{}",
+            "TTL",
+            "5000",
+        ],
+    );
     keys.push(meta);
 
     let summ = k("summary");
     for i in 0..15 {
-        ok(con, &["MEM.APPEND", &summ, "user", &format!("turn {i} of a long chat")]);
+        ok(
+            con,
+            &[
+                "MEM.APPEND",
+                &summ,
+                "user",
+                &format!("turn {i} of a long chat"),
+            ],
+        );
     }
     let check = as_fields(ok(con, &["MEM.SUMMARIZE_CHECK", &summ, "KEEP", "5"]));
     let upto = int_field(&check, "upto");
-    ok(con, &["MEM.SUMMARIZE", &summ, &upto.to_string(), "The user counted turns."]);
-    ok(con, &["MEM.APPEND", &summ, "assistant", "after the summary"]);
+    ok(
+        con,
+        &[
+            "MEM.SUMMARIZE",
+            &summ,
+            &upto.to_string(),
+            "The user counted turns.",
+        ],
+    );
+    ok(
+        con,
+        &["MEM.APPEND", &summ, "assistant", "after the summary"],
+    );
     keys.push(summ);
 
     let ext = k("ext");
@@ -252,31 +387,73 @@ pub fn populate_variety(con: &mut redis::Connection, prefix: &str) -> Vec<String
     keys.push(ext);
 
     let only_ext = k("onlyext");
-    ok(con, &["MEM.EXTSET", &only_ext, "dify", "conv-only", "EX", "3600"]);
+    ok(
+        con,
+        &["MEM.EXTSET", &only_ext, "dify", "conv-only", "EX", "3600"],
+    );
     keys.push(only_ext);
 
     let imp = k("import");
     let doc = r#"{"conversation_history":[{"role":"user","content":"hi from the old app","timestamp":"2024-05-01T10:00:00"},{"role":"assistant","content":"hello!","timestamp":"2024-05-01T10:00:01Z"}],"user_profile":{"name":"Ana","prefs":{"lang":"pt","tz":"Europe/Lisbon"}},"context":{"topic":"billing","n":[1,2,3]}}"#;
     ok(con, &["MEM.IMPORT", &imp, doc]);
-    ok(con, &["MEM.APPEND", &imp, "user", "continuing after import"]);
+    ok(
+        con,
+        &["MEM.APPEND", &imp, "user", "continuing after import"],
+    );
     keys.push(imp);
 
     let ttl0 = k("ttl0");
-    ok(con, &["MEM.APPEND", &ttl0, "user", "never expires", "TTL", "0"]);
+    ok(
+        con,
+        &["MEM.APPEND", &ttl0, "user", "never expires", "TTL", "0"],
+    );
     ok(con, &["MEM.APPEND", &ttl0, "assistant", "indeed"]);
     ok(con, &["MEM.EXTSET", &ttl0, "dify", "c-ttl0"]);
     keys.push(ttl0);
 
     let gpt4 = k("gpt4");
-    ok(con, &["MEM.APPEND", &gpt4, "user", "counted with o200k first"]);
-    ok(con, &["MEM.APPEND", &gpt4, "assistant", "then cl100k", "MODEL", "gpt-4"]);
-    ok(con, &["MEM.APPEND", &gpt4, "user", "claude now", "MODEL", "claude-3-5-sonnet"]);
+    ok(
+        con,
+        &["MEM.APPEND", &gpt4, "user", "counted with o200k first"],
+    );
+    ok(
+        con,
+        &[
+            "MEM.APPEND",
+            &gpt4,
+            "assistant",
+            "then cl100k",
+            "MODEL",
+            "gpt-4",
+        ],
+    );
+    ok(
+        con,
+        &[
+            "MEM.APPEND",
+            &gpt4,
+            "user",
+            "claude now",
+            "MODEL",
+            "claude-3-5-sonnet",
+        ],
+    );
     keys.push(gpt4);
 
     let trimmed = k("trimmed");
     for i in 0..12 {
         let role = if i % 3 == 2 { "tool" } else { "user" };
-        ok(con, &["MEM.APPEND", &trimmed, role, &format!("trim me {i}"), "MAXMSGS", "5"]);
+        ok(
+            con,
+            &[
+                "MEM.APPEND",
+                &trimmed,
+                role,
+                &format!("trim me {i}"),
+                "MAXMSGS",
+                "5",
+            ],
+        );
     }
     keys.push(trimmed);
 
@@ -296,7 +473,11 @@ pub fn populate_variety(con: &mut redis::Connection, prefix: &str) -> Vec<String
 pub fn split_dump(dump: &[u8]) -> (&[u8], [u8; 2]) {
     assert!(dump.len() > 10);
     let (body, crc) = dump.split_at(dump.len() - 8);
-    assert_eq!(u64::from_le_bytes(crc.try_into().unwrap()), crc64(body), "DUMP checksum");
+    assert_eq!(
+        u64::from_le_bytes(crc.try_into().unwrap()),
+        crc64(body),
+        "DUMP checksum"
+    );
     let (payload, ver) = body.split_at(body.len() - 2);
     (payload, [ver[0], ver[1]])
 }
@@ -319,7 +500,11 @@ fn rdb_len(b: &[u8]) -> (u64, usize, bool) {
     match b[0] >> 6 {
         0 => ((b[0] & 0x3f) as u64, 1, false),
         1 => ((((b[0] & 0x3f) as u64) << 8) | b[1] as u64, 2, false),
-        2 if b[0] == 0x80 => (u32::from_be_bytes(b[1..5].try_into().unwrap()) as u64, 5, false),
+        2 if b[0] == 0x80 => (
+            u32::from_be_bytes(b[1..5].try_into().unwrap()) as u64,
+            5,
+            false,
+        ),
         2 => (u64::from_be_bytes(b[1..9].try_into().unwrap()), 9, false),
         _ => ((b[0] & 0x3f) as u64, 1, true),
     }
@@ -358,8 +543,10 @@ pub fn wait_until(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
 
 pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
     let text: String = redis::cmd("INFO").arg(section).query(con).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_owned()))
+    text.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 /// Waits for a background AOF rewrite / save to finish.
@@ -379,7 +566,10 @@ pub fn consistency_problem(con: &mut redis::Connection, key: &str) -> Option<Str
         Ok(Err(e)) => Some(e),
         Err(p) => Some(format!(
             "{key}: consistency check panicked: {}",
-            p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
         )),
     }
 }

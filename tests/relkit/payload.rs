@@ -74,12 +74,22 @@ pub struct PMessage<'a> {
 // ---- format 2 ---------------------------------------------------------
 
 pub fn put_settings(pc: &mut Pc, s: &PSettings) {
-    pc.str(s.model).u8(s.encoding).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs).varint(s.max_age);
+    pc.str(s.model)
+        .u8(s.encoding)
+        .varint(s.ttl)
+        .varint(s.max_tokens)
+        .varint(s.max_msgs)
+        .varint(s.max_age);
 }
 
 /// A message: id, role, content, ts, tokens, meta (both formats).
 pub fn put_message(pc: &mut Pc, m: &PMessage) {
-    pc.varint(m.id).str(m.role).str(m.content).i64(m.ts).varint(m.tokens).opt_str(m.meta);
+    pc.varint(m.id)
+        .str(m.role)
+        .str(m.content)
+        .i64(m.ts)
+        .varint(m.tokens)
+        .opt_str(m.meta);
 }
 
 /// Op kind 1, Append: now, settings, message, msgid (none here).
@@ -95,7 +105,12 @@ pub fn op_append(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
 /// Op kind 2, Summarize: now, summary { text, tokens, upto, ts }.
 pub fn op_summarize(now: i64, text: &[u8], tokens: u64, upto: u64, ts: i64) -> Vec<u8> {
     let mut pc = Pc::new();
-    pc.u8(2).i64(now).str(text).varint(tokens).varint(upto).i64(ts);
+    pc.u8(2)
+        .i64(now)
+        .str(text)
+        .varint(tokens)
+        .varint(upto)
+        .i64(ts);
     pc.0
 }
 
@@ -129,7 +144,11 @@ fn put_settings_v1(pc: &mut Pc, s: &PSettings) {
         CL100K_BASE => 1,
         other => panic!("no format-1 variant for encoding code {other}"),
     };
-    pc.str(s.model).varint(variant).varint(s.ttl).varint(s.max_tokens).varint(s.max_msgs);
+    pc.str(s.model)
+        .varint(variant)
+        .varint(s.ttl)
+        .varint(s.max_tokens)
+        .varint(s.max_msgs);
 }
 
 /// `Op::Append` in format 1 (variant 0): now, settings, message.
@@ -144,7 +163,12 @@ pub fn op_append_v1(now: i64, s: &PSettings, m: &PMessage) -> Vec<u8> {
 /// `Op::Summarize` in format 1 (variant 1).
 pub fn op_summarize_v1(now: i64, text: &[u8], tokens: u64, upto: u64, ts: i64) -> Vec<u8> {
     let mut pc = Pc::v1();
-    pc.varint(1).i64(now).str(text).varint(tokens).varint(upto).i64(ts);
+    pc.varint(1)
+        .i64(now)
+        .str(text)
+        .varint(tokens)
+        .varint(upto)
+        .i64(ts);
     pc.0
 }
 
