@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::{MessageLog, Session};
+use super::Session;
 
 impl Session {
     /// The earliest `ts` a message may have at `now` and stay, or `None`
@@ -113,10 +113,18 @@ impl Session {
         // The view shares the stored bytes (nothing is copied); the rest of
         // the session is small beside them.
         let mut view = Session {
-            messages: MessageLog::new(),
-            ..self.clone()
+            messages: self.messages.view_without(&gone),
+            summary: self.summary.clone(),
+            settings: self.settings.clone(),
+            external: self.external.clone(),
+            last_id: self.last_id,
+            total_tokens: self.total_tokens,
+            created: self.created,
+            updated: self.updated,
+            extra: self.extra.clone(),
+            leases: self.leases.clone(),
+            msgids: self.msgids.clone(),
         };
-        view.messages = self.messages.view_without(&gone);
         for (h, _) in self.messages.heads().zip(&gone).filter(|(_, g)| **g) {
             view.total_tokens -= u64::from(h.tokens);
             view.msgids.leave_id(h.id, u64::from(h.tokens));
