@@ -19,7 +19,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisStr
 
 use super::admission::{self, Ticket};
 use crate::config::Config;
-use crate::session::{Recounted, Snapshot};
+use crate::session::Recounted;
 use crate::stats;
 use crate::tokenizer::Encoding;
 
@@ -93,35 +93,6 @@ pub fn refuse_where_blocking_is_impossible(
         )));
     }
     Ok(())
-}
-
-/// Counts one message's `role` + `content` on the pool, and the session's
-/// re-count from `snapshot` when the write switches its tokenizer (see
-/// [`off_thread`]).
-pub fn count_off_thread(
-    ctx: &Context,
-    key: &RedisString,
-    encoding: Encoding,
-    role: String,
-    content: &RedisString,
-    snapshot: Option<Snapshot>,
-    meta: Option<String>,
-    resume: Resume,
-) -> Option<RedisResult> {
-    off_thread(ctx, key, content, resume, move |bytes| {
-        let content = std::str::from_utf8(bytes).ok().map(|text| {
-            let tokens = stats::count_message(encoding, &role, text);
-            (Arc::from(text), tokens)
-        });
-        let recounted = snapshot.map(|s| s.count(encoding, &stats::count_message));
-        let meta_checked = meta.map(|m| crate::session::check_meta(&m));
-        Box::new(Counted {
-            encoding,
-            content,
-            recounted,
-            meta_checked,
-        })
-    })
 }
 
 /// Blocks the client and runs `work` on the pool over the bytes of `large`
@@ -246,7 +217,7 @@ fn hand_back() {
     };
     for f in ready {
         let pending = Box::into_raw(f.pending).cast::<c_void>();
-        // SAFETY: f.client is a blocked client created in count_off_thread
+        // SAFETY: f.client is a blocked client created in off_thread
         // and unblocked exactly once, here; ownership of `pending` passes to
         // Redis, which hands it to on_counted and then free_pending.
         unsafe {
@@ -295,7 +266,7 @@ extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void
     IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     if !privdata.is_null() {
         // SAFETY: privdata is the Box<Pending> handed to UnblockClient, and
-        // `held` the string retained in count_off_thread, released once here.
+        // `held` the string retained in off_thread, released once here.
         unsafe {
             let pending = Box::from_raw(privdata.cast::<Pending>());
             raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), pending.held as *mut _);

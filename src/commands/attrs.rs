@@ -13,7 +13,7 @@ use crate::key::SessionKey;
 use crate::session::{check_attr_name, check_attr_value, Op};
 
 /// The name argument, checked as ATTRSET/ATTRDEL require.
-fn attr_name<'a>(arg: &'a RedisString) -> Result<&'a str, RedisError> {
+fn attr_name(arg: &RedisString) -> Result<&str, RedisError> {
     let name = args::utf8("name", arg)?;
     check_attr_name(name).map_err(error::bad_attr_name)?;
     Ok(name)

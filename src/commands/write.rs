@@ -6,7 +6,7 @@ use super::args::{self, err, Options};
 use std::sync::Arc;
 
 use super::async_count::{
-    can_block, count_off_thread, off_thread, refuse_where_blocking_is_impossible, Counted, Output,
+    can_block, off_thread, refuse_where_blocking_is_impossible, Counted, Output,
 };
 use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
 use super::error;
@@ -124,36 +124,26 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     }
     if !resumed && (large || unbuilt || snapshot.is_some() || meta_on_worker) && can_block(ctx) {
         drop(key);
-        let reply = match given {
+        let role = role.to_owned();
+        let reply = off_thread(ctx, keyname, raw_content, append_counted, move |bytes| {
+            if given.is_some() && counts {
+                // The session's re-count needs it (inline when small).
+                let _ = tokenizer::load(encoding);
+            }
             // Given tokens: the worker only checks and copies the content.
-            Some(n) => off_thread(ctx, keyname, raw_content, append_counted, move |bytes| {
-                if counts {
-                    // The session's re-count needs it (inline when small).
-                    let _ = tokenizer::load(encoding);
-                }
-                let content = std::str::from_utf8(bytes)
-                    .ok()
-                    .map(|text| (Arc::from(text), n));
-                let recounted = model_switch::count(snapshot, encoding);
-                let meta_checked = meta_for_worker.map(|m| crate::session::check_meta(&m));
-                Box::new(Counted {
-                    encoding,
-                    content,
-                    recounted,
-                    meta_checked,
-                })
-            }),
-            None => count_off_thread(
-                ctx,
-                keyname,
+            let content = std::str::from_utf8(bytes).ok().map(|text| {
+                let tokens = given.unwrap_or_else(|| count_message(encoding, &role, text));
+                (Arc::from(text), tokens)
+            });
+            let recounted = model_switch::count(snapshot, encoding);
+            let meta_checked = meta_for_worker.map(|m| crate::session::check_meta(&m));
+            Box::new(Counted {
                 encoding,
-                role.to_owned(),
-                raw_content,
-                snapshot,
-                meta_for_worker,
-                append_counted,
-            ),
-        };
+                content,
+                recounted,
+                meta_checked,
+            })
+        });
         if let Some(reply) = reply {
             return reply;
         }

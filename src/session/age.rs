@@ -101,14 +101,14 @@ impl Session {
             return Cow::Borrowed(self);
         };
         // As evict_aged: then the tool results left first.
-        for i in 0..gone.len() {
-            if gone[i] {
+        for (i, left) in gone.iter_mut().enumerate() {
+            if *left {
                 continue;
             }
             if !self.messages.is_tool(i) {
                 break;
             }
-            gone[i] = true;
+            *left = true;
         }
         // The view shares the stored bytes (nothing is copied); the rest of
         // the session is small beside them.

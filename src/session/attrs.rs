@@ -178,8 +178,7 @@ impl Session {
         self.extra
             .pairs
             .iter()
-            .filter(|(raw, _)| Attrs::name(raw).as_deref() == Some(name))
-            .last()
+            .rfind(|(raw, _)| Attrs::name(raw).as_deref() == Some(name))
             .map(|(_, v)| v.to_string())
     }
 

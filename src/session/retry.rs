@@ -65,7 +65,7 @@ impl Msgids {
     /// id order.
     pub fn leave_id(&mut self, id: u64, tokens: u64) {
         let at = self.held.partition_point(|(held, _)| *held < id);
-        if !self.held.get(at).is_some_and(|(held, _)| *held == id) {
+        if self.held.get(at).is_none_or(|(held, _)| *held != id) {
             return;
         }
         if let Some((id, msgid)) = self.held.remove(at) {
