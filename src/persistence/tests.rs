@@ -838,3 +838,23 @@ fn every_encoding_has_a_stored_code_that_round_trips() {
         );
     }
 }
+
+/// A payload naming a msgid twice (held and departed, or departed twice)
+/// is refused: no write stores a msgid the session already knows, and a
+/// retry would match either copy.
+#[test]
+fn msgid_named_twice_is_corrupt() {
+    let mut held_and_departed = sample();
+    held_and_departed.msgids.departed[0].msgid = "c-4".into();
+    let mut departed_twice = sample();
+    departed_twice.msgids.departed.push_front(Departed {
+        msgid: "c-2".into(),
+        id: 1,
+        tokens: 7,
+    });
+    for s in [held_and_departed, departed_twice] {
+        let err = decode_session(&encode_session(&s)).unwrap_err();
+        assert!(err.contains("named twice"), "{err}");
+    }
+    assert!(decode_session(&encode_session(&sample())).is_ok());
+}

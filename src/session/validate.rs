@@ -374,7 +374,7 @@ impl Session {
     /// The msgids: each held one names a held message (ids strictly
     /// increasing, as the messages'); at most [`MAX_DEPARTED`] departed ones,
     /// of ids the session handed out, in the order they left; every msgid
-    /// 1 to 128 bytes.
+    /// 1 to 128 bytes, none named twice.
     fn check_msgids(&self) -> Result<(), String> {
         let mut messages = self.messages.iter().map(|m| m.id);
         for (id, msgid) in &self.msgids.held {
@@ -396,6 +396,17 @@ impl Session {
                 return Err(format!("departed msgid of id {} out of order", d.id));
             }
             prev = d.id;
+        }
+        // No write stores a msgid the session knows (it answers the retry),
+        // so one named twice is corrupt: a retry would match either.
+        let mut seen = std::collections::HashSet::with_capacity(
+            self.msgids.held.len() + self.msgids.departed.len(),
+        );
+        let named = self.msgids.held.iter().map(|(_, m)| &**m);
+        for msgid in named.chain(self.msgids.departed.iter().map(|d| &*d.msgid)) {
+            if !seen.insert(msgid) {
+                return Err(format!("msgid {msgid:?} named twice"));
+            }
         }
         Ok(())
     }
