@@ -333,6 +333,14 @@ fn format_json_then_import_gives_back_the_whole_session() {
             ],
         );
     }
+    // A provider's count (TOKENS) survives the round trip: it is not recounted.
+    append(
+        &mut con,
+        k,
+        "assistant",
+        "a reply the provider counted",
+        &["TOKENS", "412"],
+    );
     ok(&mut con, &["MEM.EXTSET", k, "dify", "conv-1", "EX", "3000"]);
     ok(&mut con, &["MEM.EXTSET", k, "n8n", "exec-9", "EX", "9000"]);
     ok(
@@ -353,8 +361,8 @@ fn format_json_then_import_gives_back_the_whole_session() {
     assert_eq!(stored["external"]["dify"]["id"], "conv-1");
     assert_eq!(
         stored["departed_msgids"].as_array().unwrap().len(),
-        5,
-        "m0..m4 left"
+        6,
+        "m0..m5 left"
     );
     // Two reads of an unchanged session give the same document.
     assert_eq!(json_text(&mut con, k), json_text(&mut con, k));
@@ -366,6 +374,11 @@ fn format_json_then_import_gives_back_the_whole_session() {
     assert_eq!(a, b, "the imported document equals the exported one");
     assert_eq!(ai, bi, "MEM.INFO equal");
     assert_eq!(int_field(&bi, "messages"), 40, "not cut to the default 30");
+    let newest = &b["conversation_history"][39];
+    assert_eq!(
+        (newest["tokens"].clone(), newest["role"].clone()),
+        (json!(412), json!("assistant"))
+    );
     // The key's expiry: the latest of the session TTL and the external ids.
     assert!(
         (apttl - bpttl).abs() < 2_000 && bpttl > 8_000_000,

@@ -32,7 +32,7 @@ use super::parse_iso8601;
 use super::stored::StoredIn;
 use crate::session::{
     check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary,
-    MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
+    MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
 };
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
@@ -122,6 +122,7 @@ pub fn import<E>(
         }
     }
     let extra = Attrs::from_raw(std::mem::take(&mut root.pairs));
+    let written_by_us = root.stored.is_some_and(|s| s.get() != "null");
     let stored = match root.stored.filter(|s| s.get() != "null") {
         Some(raw) => super::stored::parse(raw.get())?,
         None => StoredIn::default(),
@@ -136,9 +137,14 @@ pub fn import<E>(
     let settings = settings(doc_settings).map_err(ImportError::Settings)?;
 
     let encoding = settings.encoding;
+    // The messages' counts of a FORMAT JSON document stand when the
+    // session keeps its model (they may be a provider's, given with
+    // TOKENS); another model, or another tool's document, counts anew.
+    let keep_tokens = written_by_us && model.as_deref() == Some(&*settings.model);
     let mut session = Session::new(settings, now);
     if let Some(s) = summary {
         let summary = Summary {
+            // Always the module's own count (MEM.SUMMARIZE takes no TOKENS).
             tokens: count(encoding, SUMMARY_COUNTED_AS, &s.text),
             text: s.text,
             upto: s.upto,
@@ -150,6 +156,7 @@ pub fn import<E>(
         doc: text,
         session,
         count,
+        keep_tokens,
         now,
         max_message_bytes,
         with_ids: None,
@@ -361,7 +368,16 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
     not_an_object!();
 }
 
-const MESSAGE_FIELDS: [&str; 7] = ["role", "content", "meta", "id", "ts", "timestamp", "msgid"];
+const MESSAGE_FIELDS: [&str; 8] = [
+    "role",
+    "content",
+    "meta",
+    "id",
+    "ts",
+    "timestamp",
+    "msgid",
+    "tokens",
+];
 const SUMMARY_FIELDS: [&str; 5] = ["content", "text", "upto", "ts", "timestamp"];
 
 /// A failure inside one message: of its shape (reported with the
@@ -428,6 +444,20 @@ fn optional_id(what: &str, raw: Option<&RawValue>) -> Result<Option<u64>, String
         Some(r) => match serde_json::from_str::<u64>(r.get()) {
             Ok(id) if (1..=MAX_ID).contains(&id) => Ok(Some(id)),
             _ => Err(format!("{what} must be an integer from 1 to {MAX_ID}")),
+        },
+    }
+}
+
+/// A `tokens` the document gives (FORMAT JSON writes each entry's): an
+/// integer up to what a message may count.
+fn stored_tokens(what: &str, raw: Option<&RawValue>) -> Result<Option<u64>, String> {
+    match raw.filter(|r| r.get() != "null") {
+        None => Ok(None),
+        Some(r) => match serde_json::from_str::<u64>(r.get()) {
+            Ok(n) if n <= MAX_MESSAGE_TOKENS => Ok(Some(n)),
+            _ => Err(format!(
+                "{what} must be an integer from 0 to {MAX_MESSAGE_TOKENS}"
+            )),
         },
     }
 }
@@ -515,10 +545,11 @@ struct ImportedMessage {
     ts: Option<i64>,
     meta: Option<String>,
     msgid: Option<String>,
+    tokens: Option<u64>,
 }
 
-fn parse_message(doc: &str, fields: Raw<'_, 7>) -> Result<ImportedMessage, Bad> {
-    let [role, content, meta, id, ts, timestamp, msgid] = fields;
+fn parse_message(doc: &str, fields: Raw<'_, 8>) -> Result<ImportedMessage, Bad> {
+    let [role, content, meta, id, ts, timestamp, msgid, tokens] = fields;
     let role = match role {
         Some(r) => string(doc, r)?,
         None => None,
@@ -554,6 +585,7 @@ fn parse_message(doc: &str, fields: Raw<'_, 7>) -> Result<ImportedMessage, Bad> 
         ts: time_of(doc, ts, timestamp)?,
         meta,
         msgid,
+        tokens: stored_tokens("tokens", tokens)?,
     })
 }
 
@@ -562,6 +594,8 @@ struct Builder<'a, C, E> {
     doc: &'a str,
     session: Session,
     count: C,
+    /// Whether the document's `tokens` stand (it keeps its model).
+    keep_tokens: bool,
     now: i64,
     max_message_bytes: u64,
     /// Whether the messages carry ids (as the first one does).
@@ -580,7 +614,7 @@ struct Builder<'a, C, E> {
 }
 
 impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
-    fn push(&mut self, fields: Option<Raw<'_, 7>>) -> Result<(), ImportError<E>> {
+    fn push(&mut self, fields: Option<Raw<'_, 8>>) -> Result<(), ImportError<E>> {
         let i = self.index;
         self.index += 1;
         let at = |e: Bad| match e {
@@ -604,7 +638,10 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         };
         let message = Message {
             id,
-            tokens: (self.count)(self.session.settings.encoding, &m.role, &m.content),
+            tokens: match m.tokens.filter(|_| self.keep_tokens) {
+                Some(n) => n,
+                None => (self.count)(self.session.settings.encoding, &m.role, &m.content),
+            },
             role: m.role.into(),
             content: m.content.into(),
             ts: m.ts.unwrap_or(self.now),

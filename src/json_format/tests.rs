@@ -542,3 +542,36 @@ fn streaming_equals_parse_all_then_trim_on_random_documents() {
         "{compared} compared, {refused} refused"
     );
 }
+
+/// FORMAT JSON writes each message's `tokens`; importing that document
+/// under its own model keeps them (a count given with TOKENS survives the
+/// round trip), while another model, or a document without the
+/// `redis_mem` member (another tool's), counts anew.
+#[test]
+fn format_json_tokens_stand_under_the_documents_own_model() {
+    let doc = |model: &str, member: &str| {
+        format!(
+            r#"{{"model":"{model}","conversation_history":[{{"role":"assistant","content":"hello","tokens":412}}]{member}}}"#
+        )
+    };
+    let tokens = |text: &str, caps_model: Option<&str>| {
+        let imported = import(
+            text,
+            9,
+            1 << 30,
+            |d| Ok::<_, ()>(settings_for(ROOMY, caps_model.or(d.model))),
+            count,
+        )
+        .unwrap();
+        imported.session.messages.get(0).unwrap().tokens
+    };
+    let ours = r#","redis_mem":{"ttl":86400}"#;
+    assert_eq!(tokens(&doc("gpt-4o", ours), None), 412);
+    // counted anew: 3 + "assistant" + "hello" under the stand-in tokenizer
+    assert_eq!(tokens(&doc("gpt-4o", ""), None), 3 + 9 + 5);
+    assert_eq!(tokens(&doc("gpt-4o", ours), Some("gpt-4")), 3 + 9 + 2 * 5);
+    let bad = doc("gpt-4o", ours).replace("412", "-1");
+    assert!(parse(&bad)
+        .unwrap_err()
+        .contains("tokens must be an integer"));
+}
