@@ -120,8 +120,17 @@ impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
     ) -> Result<(), redis_module::RedisError> {
         let text = config_text(&val, "mem.encodings")?;
         let mut bits = 0;
-        for name in text.split([' ', ',', '\t', '\n']).filter(|s| !s.is_empty()) {
+        let names: Vec<&str> = text
+            .split([' ', ',', '\t', '\n'])
+            .filter(|s| !s.is_empty())
+            .collect();
+        for name in &names {
             if name.eq_ignore_ascii_case("all") {
+                if names.len() > 1 {
+                    return Err(setting_error(
+                        "mem.encodings: 'all' stands alone (or name the encodings)".to_owned(),
+                    ));
+                }
                 bits = ALL_ENCODINGS;
                 continue;
             }

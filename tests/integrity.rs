@@ -1130,3 +1130,61 @@ fn a_batch_finds_retries_among_many_held_msgids() {
         30 * 1000 - 29
     );
 }
+
+/// Names a client gives (MODEL, role, MSGID, an external system, an
+/// attribute) refuse ASCII control characters on every way in (APPEND,
+/// APPENDBATCH, IMPORT, EXTSET, ATTRSET, COUNT), changing nothing; content
+/// and values keep any text. `mem.encodings` takes `all` alone.
+#[test]
+fn control_characters_in_names_are_refused_on_every_way_in() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{ctl}";
+    append(&mut con, k, "user", "first\u{1}line\nsecond", &[]);
+    let before = json_text(&mut con, k);
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["MEM.APPEND", k, "us\ner", "hi"],
+        vec!["MEM.APPEND", k, "user", "hi", "MODEL", "gpt-4o\r"],
+        vec!["MEM.APPEND", k, "user", "hi", "MSGID", "m\u{7f}1"],
+        vec!["MEM.APPEND", k, "user", "hi", "MSGID", "m\t1"],
+        vec![
+            "MEM.APPENDBATCH",
+            k,
+            r#"[{"role":"user","content":"ok"},{"role":"us\u0000er","content":"x"}]"#,
+        ],
+        vec![
+            "MEM.APPENDBATCH",
+            k,
+            r#"[{"role":"user","content":"ok","msgid":"a\nb"}]"#,
+        ],
+        vec!["MEM.EXTSET", k, "di\nfy", "conv"],
+        vec!["MEM.ATTRSET", k, "pro\u{1b}file", "{}"],
+        vec!["MEM.COUNT", "gpt-4o\n", "hi"],
+    ];
+    for args in &cases {
+        let e = err(&mut con, args);
+        assert!(e.contains("control characters"), "{args:?}: {e}");
+    }
+    assert_eq!(json_text(&mut con, k), before, "nothing changed");
+    for doc in [
+        r#"{"conversation_history":[{"role":"us\ner","content":"x"}]}"#,
+        r#"{"conversation_history":[{"role":"user","content":"x","msgid":"a\u0001"}]}"#,
+    ] {
+        let e = err(&mut con, &["MEM.IMPORT", "mem:{ctl2}", doc]);
+        assert!(e.contains("control characters"), "{doc}: {e}");
+    }
+    assert_eq!(int(&mut con, &["EXISTS", "mem:{ctl2}"]), 0);
+    // Values keep any text.
+    ok(&mut con, &["MEM.EXTSET", k, "dify", "conv\n1"]);
+    ok(&mut con, &["MEM.ATTRSET", k, "profile", r#"{"a":"b\nc"}"#]);
+    let e = err(
+        &mut con,
+        &["CONFIG", "SET", "mem.encodings", "all o200k_base"],
+    );
+    assert!(e.contains("stands alone"), "{e}");
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.encodings", "o200k_base o200k_base"],
+    );
+    assert_eq!(config_get(&mut con, "mem.encodings"), "o200k_base");
+}

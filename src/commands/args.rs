@@ -136,16 +136,23 @@ pub fn check_role(role: &str) -> Result<(), RedisError> {
     if role.is_empty() || role.len() > MAX_ROLE_BYTES {
         return Err(err(format!("ERR role must be 1 to {MAX_ROLE_BYTES} bytes")));
     }
-    Ok(())
+    name_chars("role", role)
 }
 
 pub fn check_model(model: &str) -> Result<(), RedisError> {
-    crate::session::check_model(model).map_err(|e| err(format!("ERR {e}")))
+    crate::session::check_model(model).map_err(|e| err(format!("ERR {e}")))?;
+    name_chars("model name", model)
 }
 
 /// MSGID (and a batch item's `msgid`): 1 to 128 bytes.
 pub fn check_msgid(msgid: &str) -> Result<(), RedisError> {
-    crate::session::check_msgid(msgid).map_err(|e| err(format!("ERR {e}")))
+    crate::session::check_msgid(msgid).map_err(|e| err(format!("ERR {e}")))?;
+    name_chars("msgid", msgid)
+}
+
+/// See [`crate::session::check_name_chars`].
+pub fn name_chars(what: &str, name: &str) -> Result<(), RedisError> {
+    crate::session::check_name_chars(what, name).map_err(|e| err(format!("ERR {e}")))
 }
 
 /// Content (or summary text) must fit `mem.max-message-bytes`.

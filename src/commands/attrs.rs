@@ -16,6 +16,7 @@ use crate::session::{check_attr_name, check_attr_value, Op};
 fn attr_name(arg: &RedisString) -> Result<&str, RedisError> {
     let name = args::utf8("name", arg)?;
     check_attr_name(name).map_err(error::bad_attr_name)?;
+    args::name_chars("attribute name", name)?;
     Ok(name)
 }
 

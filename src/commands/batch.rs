@@ -136,6 +136,7 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
     if item.role.is_empty() || item.role.len() > MAX_ROLE_BYTES {
         return Err(format!("role must be 1 to {MAX_ROLE_BYTES} bytes"));
     }
+    crate::session::check_name_chars("role", &item.role)?;
     if item.content.len() as u64 > max_message_bytes {
         return Err(format!(
             "content is {} bytes, above mem.max-message-bytes ({max_message_bytes})",
@@ -161,6 +162,7 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
     };
     if let Some(msgid) = &item.msgid {
         crate::session::check_msgid(msgid)?;
+        crate::session::check_name_chars("msgid", msgid)?;
     }
     Ok(Counted {
         role: item.role,

@@ -17,6 +17,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if system.is_empty() {
         return Err(RedisError::Str("ERR system must not be empty"));
     }
+    args::name_chars("system", system)?;
     let id = args::utf8("conversation_id", &args[3])?;
     let opts = Options::parse(&args[4..], &["EX"], &[])?;
     let cfg = Config::current();

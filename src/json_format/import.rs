@@ -31,8 +31,9 @@ use serde_json::value::RawValue;
 use super::parse_iso8601;
 use super::stored::StoredIn;
 use crate::session::{
-    check_members, check_meta, check_msgid, next_id, Attrs, Message, Session, Settings, Summary,
-    MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
+    check_members, check_meta, check_msgid, check_name_chars, next_id, Attrs, Message, Session,
+    Settings, Summary, MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES,
+    MAX_TS, TOOL_ROLE,
 };
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
@@ -557,6 +558,7 @@ fn parse_message(doc: &str, fields: Raw<'_, 8>) -> Result<ImportedMessage, Bad> 
     let role = role
         .filter(|r| !r.is_empty() && r.len() <= MAX_ROLE_BYTES)
         .ok_or_else(|| format!("role must be a string of 1 to {MAX_ROLE_BYTES} bytes"))?;
+    check_name_chars("role", &role)?;
     let content = match content {
         Some(c) => string(doc, c)?,
         None => None,
@@ -575,6 +577,7 @@ fn parse_message(doc: &str, fields: Raw<'_, 8>) -> Result<ImportedMessage, Bad> 
         Some(m) => {
             let msgid = string(doc, m)?.ok_or_else(|| "msgid must be a string".to_owned())?;
             check_msgid(&msgid)?;
+            check_name_chars("msgid", &msgid)?;
             Some(msgid)
         }
     };

@@ -45,6 +45,19 @@ pub fn check_model(model: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A name given by a client (model, role, msgid, external system,
+/// attribute): no ASCII control characters, which no such name needs and
+/// which would reach log lines and terminals as they are. Checked where a
+/// name comes in, not on load, so what earlier releases stored still loads.
+pub fn check_name_chars(what: &str, name: &str) -> Result<(), String> {
+    match name.bytes().find(|b| b.is_ascii_control()) {
+        Some(b) => Err(format!(
+            "{what} must not contain control characters (byte 0x{b:02x})"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The id after `last_id`, unless every id is used.
 pub fn next_id(last_id: u64) -> Result<u64, SessionError> {
     match last_id.checked_add(1) {
