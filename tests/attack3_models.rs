@@ -632,7 +632,7 @@ fn tokens_edge_values_with_retries_batches_summaries_and_switches() {
     cmd(&mut con, &["MEM.APPENDBATCH", "t", batch]).unwrap();
     assert_eq!(total(&mut con), after);
     // A model switch to another family re-counts every message, the given
-    // ones included (README: the given count was the old model's).
+    // ones included (docs/commands.md, TOKENS: the given count was the old model's).
     map_reply(
         &mut con,
         &["MEM.APPEND", "t", "user", "switch", "MODEL", "qwen-plus"],
