@@ -43,7 +43,7 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if json {
         let cfg = Config::current();
         let doc = json_format::render(session, summary, messages, &cfg.default_model);
-        return Ok(RedisValue::BulkString(doc));
+        return Ok(RedisValue::StringBuffer(doc));
     }
     let reply = Reply::new(ctx);
     reply.array(usize::from(summary.is_some()) + messages.len());

@@ -99,10 +99,16 @@ fn write_message(out: &mut Vec<u8>, m: &MessageRef<'_>, msgid: Option<&str>) {
 pub fn render<'a>(
     session: Option<&'a Session>,
     summary: Option<&'a Summary>,
-    messages: impl Iterator<Item = MessageRef<'a>>,
+    messages: impl Iterator<Item = MessageRef<'a>> + Clone,
     default_model: &'a str,
-) -> String {
-    let mut out: Vec<u8> = Vec::with_capacity(256);
+) -> Vec<u8> {
+    // Sized once: growing a 40 MB document by doubling copied it twice
+    // over and faulted in every new page.
+    let estimate: usize = messages
+        .clone()
+        .map(|m| 128 + m.role.len() + m.content.len() + m.meta.map_or(0, str::len))
+        .sum();
+    let mut out: Vec<u8> = Vec::with_capacity(256 + estimate);
     out.extend_from_slice(b"{\"conversation_history\":[");
     for (i, m) in messages.enumerate() {
         if i > 0 {
@@ -130,11 +136,10 @@ pub fn render<'a>(
         out.extend_from_slice(b",\"redis_mem\":");
         push_json(&mut out, &stored::StoredOut::of(s));
     }
-    let mut out = String::from_utf8(out).unwrap_or_default();
     if let Some(extra) = session.map(|s| &s.extra).filter(|e| !e.is_empty()) {
-        out.push(',');
+        out.push(b',');
         extra.write_members(&mut out);
     }
-    out.push('}');
+    out.push(b'}');
     out
 }

@@ -185,7 +185,7 @@ fn render_puts_extra_members_at_the_top_level() {
     )))
     .unwrap();
     let out: Value =
-        serde_json::from_str(&render(Some(&s), None, std::iter::empty(), "m")).unwrap();
+        serde_json::from_slice(&render(Some(&s), None, std::iter::empty(), "m")).unwrap();
     assert_eq!(out["user_profile"]["a"], 1);
     assert_eq!(out["summary"], Value::Null);
     assert_eq!(out["conversation_history"], Value::Array(vec![]));
@@ -215,7 +215,7 @@ fn session_with_meta(meta: &str) -> Session {
 }
 
 fn rendered(s: &Session) -> String {
-    render(Some(s), None, s.messages.iter(), "m")
+    String::from_utf8(render(Some(s), None, s.messages.iter(), "m")).unwrap()
 }
 
 #[test]

@@ -106,14 +106,14 @@ impl Attrs {
     }
 
     /// The `name:value` members as one object's inner text, in order.
-    pub fn write_members(&self, out: &mut String) {
+    pub fn write_members(&self, out: &mut Vec<u8>) {
         for (i, (name, value)) in self.pairs.iter().enumerate() {
             if i > 0 {
-                out.push(',');
+                out.push(b',');
             }
-            out.push_str(name);
-            out.push(':');
-            out.push_str(value);
+            out.extend_from_slice(name.as_bytes());
+            out.push(b':');
+            out.extend_from_slice(value.as_bytes());
         }
     }
 
@@ -122,10 +122,11 @@ impl Attrs {
         if self.pairs.is_empty() {
             return None;
         }
-        let mut out = String::from("{");
+        let mut out = vec![b'{'];
         self.write_members(&mut out);
-        out.push('}');
-        Some(out)
+        out.push(b'}');
+        // Names and values are str: the bytes are UTF-8.
+        Some(String::from_utf8(out).unwrap_or_default())
     }
 
     pub fn mem_usage(&self) -> usize {

@@ -855,6 +855,7 @@ impl std::fmt::Debug for MessageLog {
     }
 }
 
+#[derive(Clone)]
 pub struct Iter<'a> {
     log: &'a MessageLog,
     front: usize,
