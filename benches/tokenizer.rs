@@ -1,5 +1,5 @@
-//! Token counting throughput: the module's counter (`redis-mem`: src/piece_count.rs
-//! and src/pretokenize.rs, included below, exactly as `Encoding::count` runs them)
+//! Token counting throughput: the module's counter (`redis-mem`: src/tokenizer/piece_count.rs
+//! and src/tokenizer/pretokenize.rs, included below, exactly as `Encoding::count` runs them)
 //! against bpe-openai's own count and tiktoken-rs, on a deterministic mixed corpus
 //! (English prose, source code, Chinese), on real English prose read from files
 //! every Debian machine has (`english-real`, see `english_real`), and on the exact
@@ -23,10 +23,10 @@
 
 // The module's own counting code (the crate is a cdylib whose allocator is
 // Redis's, so it cannot be linked here as a library).
-#[path = "../src/piece_count.rs"]
+#[path = "../src/tokenizer/piece_count.rs"]
 mod piece_count;
 #[allow(dead_code)]
-#[path = "../src/pretokenize.rs"]
+#[path = "../src/tokenizer/pretokenize.rs"]
 mod pretokenize;
 /// The module keeps its caches in a region of its own (src/module_memory.rs);
 /// here the process's allocator is the only one.

@@ -1,9 +1,6 @@
 //! Counters behind `INFO mem`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
-
-use crate::tokenizer::Encoding;
 
 pub static APPENDS: AtomicU64 = AtomicU64::new(0);
 pub static TOKENS_COUNTED: AtomicU64 = AtomicU64::new(0);
@@ -36,23 +33,4 @@ pub fn add(counter: &AtomicU64, n: u64) {
 
 pub fn read(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
-}
-
-/// Counts one chat message (role + content) and records the time it took.
-pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
-    let start = Instant::now();
-    let tokens = crate::tokenizer::message_tokens(encoding, role, content);
-    add(&TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
-    add(&TOKENIZER_CALLS, 1);
-    add(&TOKENS_COUNTED, tokens);
-    tokens
-}
-
-/// Counts a text (MEM.COUNT) and records the time it took.
-pub fn count_text(encoding: Encoding, text: &str) -> u64 {
-    let start = Instant::now();
-    let tokens = encoding.count(text);
-    add(&TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
-    add(&TOKENIZER_CALLS, 1);
-    tokens
 }

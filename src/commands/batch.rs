@@ -24,7 +24,8 @@ use crate::persistence;
 use crate::session::{
     next_id, Message, Op, Recounted, Session, Settings, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
-use crate::stats::{self, count_message};
+use crate::stats;
+use crate::tokenizer::count_message;
 use crate::tokenizer::Encoding;
 
 /// Most messages one batch may carry.

@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
 use crate::persistence;
-use crate::stats::count_message;
+use crate::tokenizer::count_message;
 use crate::tokenizer::{self, Encoding};
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds]

@@ -8,7 +8,7 @@ use super::error;
 use crate::config::Config;
 use crate::persistence;
 use crate::session::{Recounted, Session, Snapshot};
-use crate::stats::count_message;
+use crate::tokenizer::count_message;
 use crate::tokenizer::Encoding;
 
 /// Whether a write under `encoding` must re-count `session` first.

@@ -8,7 +8,6 @@ use super::async_count::refuse_where_blocking_is_impossible;
 use super::lazy;
 use super::reply::Reply;
 use crate::config::Config;
-use crate::stats;
 use crate::tokenizer::{self, models, Encoding};
 
 /// MEM.COUNT model text [ROLE role]: the tokens of `text` under the model's
@@ -71,8 +70,8 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 fn tokens(encoding: Encoding, role: Option<&str>, text: &str) -> u64 {
     match role {
-        Some(role) => stats::count_message(encoding, role, text),
-        None => stats::count_text(encoding, text),
+        Some(role) => tokenizer::count_message(encoding, role, text),
+        None => tokenizer::count_text(encoding, text),
     }
 }
 

@@ -19,7 +19,8 @@ use super::{
 use crate::config::Config;
 use crate::key::SessionKey;
 use crate::session::{next_id, Message, Op, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
-use crate::stats::{self, count_message};
+use crate::stats;
+use crate::tokenizer::count_message;
 use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]

@@ -193,8 +193,8 @@ fn build(e: Encoding) -> Option<Counter> {
         // The tables `piece_count` adds (the split's character classes, the
         // set of whole tokens) are built here too, not by a first count.
         let (tokenizer, _) = e.openai()?;
-        crate::pretokenize::warm_up();
-        crate::piece_count::prepare(tokenizer, e as usize);
+        super::pretokenize::warm_up();
+        super::piece_count::prepare(tokenizer, e as usize);
         return Some(openai_counter(tokenizer));
     };
     let (tokens, whole) = reachable(tokens_in_rank_order(&(def.vocabulary)()));

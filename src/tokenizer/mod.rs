@@ -1,11 +1,19 @@
-//! Token counting: which encoding a model uses (models.rs), exact counts
-//! with `bpe`'s linear-time, panic-free byte-pair encoding (load.rs builds
-//! each encoding the first time it is needed, split.rs pre-tokenizes the
-//! open-weight ones).
+//! Token counting, all of it: which encoding a model uses (models.rs), exact
+//! counts with `bpe`'s linear-time, panic-free byte-pair encoding (load.rs
+//! builds each encoding the first time it is needed; pretokenize.rs splits
+//! OpenAI's texts into pieces and piece_count.rs counts and caches them;
+//! split.rs pre-tokenizes the open-weight ones), and the counts the commands
+//! make, recorded for `INFO mem` ([`count_message`], [`count_text`]).
 
 mod load;
 pub mod models;
+pub mod piece_count;
+pub mod pretokenize;
 mod split;
+
+use std::time::Instant;
+
+use crate::stats;
 
 pub use load::{footprint, is_loaded, load, state, State};
 pub use models::{context_window, encoding_for_model};
@@ -71,17 +79,10 @@ impl Encoding {
 
     /// bpe-openai's tokenizer and the hand-written split of an OpenAI
     /// encoding (these do not normalize).
-    pub(crate) fn openai(
-        self,
-    ) -> Option<(&'static bpe_openai::Tokenizer, crate::pretokenize::Pattern)> {
+    pub(crate) fn openai(self) -> Option<(&'static bpe_openai::Tokenizer, pretokenize::Pattern)> {
         match self {
-            Encoding::O200kBase => {
-                Some((bpe_openai::o200k_base(), crate::pretokenize::Pattern::O200k))
-            }
-            Encoding::Cl100kBase => Some((
-                bpe_openai::cl100k_base(),
-                crate::pretokenize::Pattern::Cl100k,
-            )),
+            Encoding::O200kBase => Some((bpe_openai::o200k_base(), pretokenize::Pattern::O200k)),
+            Encoding::Cl100kBase => Some((bpe_openai::cl100k_base(), pretokenize::Pattern::Cl100k)),
             _ => None,
         }
     }
@@ -112,7 +113,7 @@ impl Encoding {
             let _ = self.bpe();
         }
         if let Some((tokenizer, pattern)) = self.openai() {
-            return crate::piece_count::count(tokenizer, Some(pattern), self as usize, text) as u64;
+            return piece_count::count(tokenizer, Some(pattern), self as usize, text) as u64;
         }
         let tokenizer = self.bpe();
         let text = tokenizer.normalize(text);
@@ -217,6 +218,28 @@ pub fn message_tokens(encoding: Encoding, role: &str, content: &str) -> u64 {
 /// A summary's tokens are counted as those of a message with this role
 /// (spec §2: `3 + count("system") + count(text)`).
 pub const SUMMARY_COUNTED_AS: &str = "system";
+
+/// The counts the commands make: [`message_tokens`] and
+/// [`Encoding::count`], with the time they took and the tokens recorded for
+/// `INFO mem`.
+/// Counts one chat message (role + content) and records the time it took.
+pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
+    let start = Instant::now();
+    let tokens = message_tokens(encoding, role, content);
+    stats::add(&stats::TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
+    stats::add(&stats::TOKENIZER_CALLS, 1);
+    stats::add(&stats::TOKENS_COUNTED, tokens);
+    tokens
+}
+
+/// Counts a text (MEM.COUNT) and records the time it took.
+pub fn count_text(encoding: Encoding, text: &str) -> u64 {
+    let start = Instant::now();
+    let tokens = encoding.count(text);
+    stats::add(&stats::TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
+    stats::add(&stats::TOKENIZER_CALLS, 1);
+    tokens
+}
 
 #[cfg(test)]
 mod tests {

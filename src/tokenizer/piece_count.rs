@@ -7,7 +7,7 @@
 //! Kept free of Redis types so that benches/tokenizer.rs measures this very
 //! code (it includes the file).
 
-use crate::pretokenize::{self, Pattern};
+use super::pretokenize::{self, Pattern};
 
 /// Exact token count of `text` (already normalized for `tokenizer`): the sum
 /// of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
