@@ -17,9 +17,8 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
     crate::guard::or((), || {
         raw::add_info_section(ctx, None);
         let sessions = LIVE_SESSIONS.load(std::sync::atomic::Ordering::Relaxed);
-        let (threads, queued) = crate::pool::gauges();
-        let in_flight =
-            crate::commands::async_count::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
+        let (threads, queued) = crate::offload::pool::gauges();
+        let in_flight = crate::offload::IN_FLIGHT.load(std::sync::atomic::Ordering::Relaxed);
         // Encodings are built on first use: their totals are those loaded.
         let (memory, load_usec) = Encoding::ALL
             .iter()
@@ -41,7 +40,7 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_
             ("tokenizer_usec", read(&stats::TOKENIZER_MICROS)),
             ("count_threads", threads),
             ("count_queue", queued),
-            ("counts_off_thread", read(&crate::pool::JOBS_DONE)),
+            ("counts_off_thread", read(&crate::offload::pool::JOBS_DONE)),
             ("counts_in_flight", in_flight as u64),
             ("resumed_refused", read(&stats::RESUMED_REFUSED)),
             ("encodings_load_usec", load_usec),

@@ -7,7 +7,6 @@
 //! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
 
 pub mod alloc_meter;
-pub mod cluster_route;
 pub mod command_docs;
 pub mod commands;
 pub mod config;
@@ -17,8 +16,8 @@ pub mod info;
 pub mod json_format;
 pub mod key;
 pub mod module_memory;
+pub mod offload;
 pub mod persistence;
-pub mod pool;
 pub mod session;
 pub mod stats;
 pub mod tokenizer;
@@ -128,7 +127,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             "redis-mem: could not start building the default encoding; the first command will",
         );
     }
-    if !commands::async_count::register(ctx) {
+    if !offload::register(ctx) {
         ctx.log_warning("redis-mem: cannot subscribe to the event loop");
         return Status::Err;
     }
@@ -219,7 +218,7 @@ redis_module! {
             ["summarize-headroom", &config::SUMMARIZE_HEADROOM, 20, 0, 90, ConfigurationFlags::DEFAULT, None],
             ["max-message-bytes", &config::MAX_MESSAGE_BYTES, 4_194_304, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
             ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, 65_536, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
-            ["count-threads", &config::COUNT_THREADS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| pool::resize()))],
+            ["count-threads", &config::COUNT_THREADS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| offload::pool::resize()))],
             ["debug-count-delay-ms", &config::DEBUG_COUNT_DELAY_MS, 0, 0, 60_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [

@@ -5,11 +5,11 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
 use super::reply::Reply;
 use super::{args, error, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
 use crate::key::SessionKey;
+use crate::offload::{self, can_block, refuse_where_blocking_is_impossible, Pass};
 use crate::session::{check_attr_name, check_attr_value, Op};
 
 /// The name argument, checked as ATTRSET/ATTRDEL require.
@@ -38,14 +38,16 @@ pub use crate::session::MAX_ATTRS;
 
 /// MEM.ATTRSET key name json
 pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    attr_set_checked(ctx, args, None)
+    attr_set_checked(ctx, args, Pass::Fresh)
 }
 
-/// A value's check, made by a worker (a large value's JSON walk).
-struct Checked(Result<(), String>);
-
-/// MEM.ATTRSET, resumed with its value checked off the main thread.
-fn attr_set_checked(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
+/// MEM.ATTRSET, resumed with its value checked off the main thread (the
+/// verdict of a large value's JSON walk).
+fn attr_set_checked(
+    ctx: &Context,
+    args: Vec<RedisString>,
+    pass: Pass<Result<(), String>>,
+) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
@@ -55,23 +57,19 @@ fn attr_set_checked(ctx: &Context, args: Vec<RedisString>, output: Option<Output
     // Limits as for META: the size first, so a huge value is not parsed.
     args::check_size("json", args[3].len(), cfg.max_message_bytes)?;
     let value = args::utf8("json", &args[3])?;
-    let resumed = output.is_some();
-    match output.and_then(|o| o.downcast::<Checked>().ok()) {
-        Some(checked) => checked.0.map_err(error::bad_attr_value)?,
+    let resumed = pass.is_resumed();
+    match pass.output() {
+        Some(verdict) => verdict.map_err(error::bad_attr_value)?,
         None if !resumed
             && value.len() >= MAX_INLINE_JSON_BYTES
             && can_offload_json(ctx, args[3].len())? =>
         {
             // Checked by a worker; the command runs again with the verdict.
-            if let Some(reply) = off_thread(ctx, keyname, &args[3], attr_set_checked, |bytes| {
-                let verdict = std::str::from_utf8(bytes)
+            return offload::run(ctx, args, 1, 3, attr_set_checked, |bytes| {
+                std::str::from_utf8(bytes)
                     .map_err(|_| "json is not valid UTF-8".to_owned())
-                    .and_then(check_attr_value);
-                Box::new(Checked(verdict))
-            }) {
-                return reply;
-            }
-            check_attr_value(value).map_err(error::bad_attr_value)?
+                    .and_then(check_attr_value)
+            });
         }
         None => check_attr_value(value).map_err(error::bad_attr_value)?,
     }

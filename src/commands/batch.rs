@@ -11,7 +11,6 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::args::{err, Options};
-use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
 use super::model_switch;
 use super::reply::Reply;
 use super::{
@@ -20,6 +19,7 @@ use super::{
 };
 use crate::config::Config;
 use crate::key::SessionKey;
+use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
 use crate::persistence;
 use crate::session::{
     next_id, Message, Op, Recounted, Session, Settings, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
@@ -251,12 +251,14 @@ fn steps(
 
 /// MEM.APPENDBATCH key messages [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n]
 pub fn append_batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    batch_counted(ctx, args, None)
+    batch_counted(ctx, args, Pass::Fresh)
 }
 
-fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
+/// MEM.APPENDBATCH, resumed with the batch parsed and counted off the main
+/// thread.
+fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> RedisResult {
     super::arity(&args, 3)?;
-    let resumed = output.is_some();
+    let resumed = pass.is_resumed();
     let keyname = &args[1];
     let raw = &args[2];
     let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &[])?;
@@ -273,9 +275,9 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     let settings = changes.merge(key.session(), &cfg);
     let encoding = settings.encoding;
     // An encoding not built yet is built by the worker that counts.
-    let unbuilt = !resumed && super::lazy::must_wait(ctx, encoding)?;
+    let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
     if resumed {
-        super::lazy::require(ctx, encoding)?;
+        encoding_build::require(ctx, encoding)?;
     }
     // A message's tokens are stored in 32 bits, whatever the limit allows.
     let limits = Limits {
@@ -297,19 +299,16 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) 
     }
     if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
         drop(key);
-        if let Some(reply) = off_thread(ctx, keyname, raw, batch_counted, move |bytes| {
+        return offload::run(ctx, args, 1, 2, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, encoding);
-            Box::new(Parsed {
+            Parsed {
                 recounted,
                 ..parse(bytes, encoding, limits, true)
-            })
-        }) {
-            return reply;
-        }
-        return batch_counted(ctx, args, Some(Box::new(())));
+            }
+        });
     }
-    let parsed = match output.and_then(|o| o.downcast::<Parsed>().ok()) {
-        Some(p) => *p,
+    let parsed = match pass.output() {
+        Some(p) => p,
         None => parse(raw.as_slice(), encoding, limits, false),
     };
     let recounted = parsed.recounted;

@@ -13,8 +13,6 @@ use std::cell::Cell;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
 
 use super::args::{self, err, Options};
-use super::async_count::{can_block, off_thread, refuse_where_blocking_is_impossible, Output};
-use super::lazy;
 use super::{
     error, finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate,
     SettingsOptions, Write,
@@ -22,13 +20,14 @@ use super::{
 use crate::config::Config;
 use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
+use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
 use crate::persistence;
 use crate::tokenizer::count_message;
 use crate::tokenizer::{self, Encoding};
 
 /// MEM.IMPORT key json [REPLACE] [MODEL name] [TTL seconds] [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds]
 pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    import_built(ctx, args, None)
+    import_built(ctx, args, Pass::Fresh)
 }
 
 /// What a worker made of a large document: the session with its encoding
@@ -84,7 +83,7 @@ impl Plan {
             // Checked here, where the document's model is known: built or
             // not, an encoding mem.encodings leaves out is refused.
             if restricted && !crate::config::ENCODINGS_CONFIG.allows(settings.encoding) {
-                return Err(lazy::not_allowed(settings.encoding));
+                return Err(encoding_build::not_allowed(settings.encoding));
             }
             if let Some(cell) = unbuilt.filter(|_| !tokenizer::is_loaded(settings.encoding)) {
                 cell.set(Some(settings.encoding));
@@ -106,8 +105,10 @@ impl Plan {
     }
 }
 
-/// MEM.IMPORT, run again with the session a worker built (`output`).
-fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
+/// MEM.IMPORT, run again with the session a worker built. Resumed without
+/// one, the worker panicked (and logged why): an error, not a second try
+/// of the whole document on the main thread.
+fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> RedisResult {
     super::arity(&args, 3)?;
     let keyname = &args[1];
     let document = &args[2];
@@ -122,13 +123,10 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
         return Err(RedisError::Str("BUSYKEY Target key name already exists."));
     }
     let now = now_ms();
-    let built = match output {
-        Some(output) => match output.downcast::<Built>() {
-            Ok(built) => built.0,
-            // The worker left no session (it panicked and logged why).
-            Err(_) => return Err(error::internal()),
-        },
-        None => {
+    let built = match pass {
+        Pass::Resumed(Some(built)) => built.0,
+        Pass::Resumed(None) => return Err(error::internal()),
+        Pass::Fresh => {
             let restricted = !ctx
                 .get_flags()
                 .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING);
@@ -146,11 +144,10 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
             }
             if large && can_block(ctx) {
                 let work = plan.clone();
-                let job =
-                    move |bytes: &[u8]| -> Output { Box::new(Built(work.build(bytes, None))) };
-                if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
-                    return reply;
-                }
+                drop(key);
+                return offload::run(ctx, args, 1, 2, import_built, move |bytes| {
+                    Built(work.build(bytes, None))
+                });
             }
             let unbuilt = Cell::new(None);
             let built = plan.clone().build(document.as_slice(), Some(&unbuilt));
@@ -159,16 +156,14 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -
                 // The document's encoding is not built yet: built and
                 // counted by a worker, as for a large document.
                 Some(encoding) => {
-                    if lazy::must_wait(ctx, encoding)? && can_block(ctx) {
+                    if encoding_build::must_wait(ctx, encoding)? && can_block(ctx) {
                         let work = plan.clone();
-                        let job = move |bytes: &[u8]| -> Output {
-                            Box::new(Built(work.build(bytes, None)))
-                        };
-                        if let Some(reply) = off_thread(ctx, keyname, document, import_built, job) {
-                            return reply;
-                        }
+                        drop(key);
+                        return offload::run(ctx, args, 1, 2, import_built, move |bytes| {
+                            Built(work.build(bytes, None))
+                        });
                     }
-                    lazy::require(ctx, encoding)?;
+                    encoding_build::require(ctx, encoding)?;
                     plan.build(document.as_slice(), None)
                 }
             }

@@ -2,16 +2,13 @@
 //! writes the reply. What every write shares (clock, settings of a new
 //! session, replication of the effect, key expiry, notifications) is here.
 
-mod admission;
 pub mod args;
-pub mod async_count;
 pub mod attrs;
 mod batch;
 pub mod error;
 mod ext;
 mod import;
 mod internal;
-mod lazy;
 mod lease;
 mod model_switch;
 mod models;

@@ -1,13 +1,12 @@
 //! MEM.COUNT and MEM.MODELS: keyless, read-only (any node of a cluster
 //! answers them).
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, ThreadSafeContext};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
-use super::async_count::refuse_where_blocking_is_impossible;
-use super::lazy;
 use super::reply::Reply;
 use crate::config::Config;
+use crate::offload::{self, encoding_build, refuse_where_blocking_is_impossible};
 use crate::tokenizer::{self, models, Encoding};
 
 /// MEM.COUNT model text [ROLE role]: the tokens of `text` under the model's
@@ -29,43 +28,31 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let raw = &args[2];
     args::check_size("text", raw.len(), cfg.max_message_bytes)?;
     let encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
-    lazy::check_allowed(ctx, encoding)?;
+    encoding_build::check_allowed(ctx, encoding)?;
     let large = raw.len() as u64 >= cfg.inline_limit(encoding);
     if tokenizer::is_loaded(encoding) && !large {
         let text = args::utf8("text", raw)?;
         return Ok(RedisValue::Integer(tokens(encoding, role, text) as i64));
     }
     if tokenizer::state(encoding) == tokenizer::State::Failed {
-        return Err(lazy::failed(encoding));
+        return Err(encoding_build::failed(encoding));
     }
-    if lazy::cannot_wait(ctx) {
+    if encoding_build::cannot_wait(ctx) {
         if large {
             refuse_where_blocking_is_impossible(ctx, "text", raw.len())?;
         }
-        lazy::build_in_background(encoding);
-        return Err(lazy::busy(encoding));
+        encoding_build::build_in_background(encoding);
+        return Err(encoding_build::busy(encoding));
     }
     // Copied (at most mem.max-message-bytes, a memcpy) so the worker owns it.
     let bytes = raw.as_slice().to_vec();
     let role = role.map(str::to_owned);
-    let blocked = ctx.block_client();
-    let job = move || {
-        std::thread::sleep(Config::debug_count_delay());
-        let result = crate::guard::or(Err(super::error::internal()), || {
-            let text = args::utf8_bytes("text", &bytes)?;
-            Ok(RedisValue::Integer(
-                tokens(encoding, role.as_deref(), text) as i64
-            ))
-        });
-        crate::pool::job_done();
-        // Replying needs no lock; dropping the context unblocks the client.
-        let reply_to = ThreadSafeContext::with_blocked_client(blocked);
-        reply_to.reply(result);
-    };
-    if let Err(job) = crate::pool::submit(Box::new(job)) {
-        job();
-    }
-    Ok(RedisValue::NoReply)
+    offload::reply_from_worker(ctx, move || {
+        let text = args::utf8_bytes("text", &bytes)?;
+        Ok(RedisValue::Integer(
+            tokens(encoding, role.as_deref(), text) as i64
+        ))
+    })
 }
 
 fn tokens(encoding: Encoding, role: Option<&str>, text: &str) -> u64 {

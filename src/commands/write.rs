@@ -5,12 +5,8 @@ use redis_module::{Context, RedisResult, RedisString};
 use super::args::{self, err, Options};
 use std::sync::Arc;
 
-use super::async_count::{
-    can_block, off_thread, refuse_where_blocking_is_impossible, Counted, Output,
-};
 use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
 use super::error;
-use super::lazy;
 use super::model_switch;
 use super::{
     arity, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Events,
@@ -18,7 +14,8 @@ use super::{
 };
 use crate::config::Config;
 use crate::key::SessionKey;
-use crate::session::{next_id, Message, Op, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
+use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
+use crate::session::{next_id, Message, Op, Recounted, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
 use crate::stats;
 use crate::tokenizer::count_message;
 use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
@@ -26,13 +23,28 @@ use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
 ///   [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds] [MSGID id] [TOKENS n]
 pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    append_counted(ctx, args, None)
+    append_counted(ctx, args, Pass::Fresh)
 }
 
-/// MEM.APPEND, resumed with a count made off the main thread (`counted`).
-fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
-    let resumed = output.is_some();
-    let counted = output.and_then(|o| o.downcast::<Counted>().ok());
+/// What a worker made of a message's content, for MEM.APPEND resumed.
+#[derive(Debug)]
+struct Counted {
+    encoding: Encoding,
+    /// The content, checked as UTF-8 and copied on the worker (so the main
+    /// thread neither scans nor copies it), with its message's tokens. None:
+    /// not counted (not UTF-8); the command checks and counts inline.
+    content: Option<(Arc<str>, u64)>,
+    /// The session's counts under `encoding`, when the write switches the
+    /// session's tokenizer and the re-count was large enough for a worker.
+    recounted: Option<Recounted>,
+    /// A large META's check, made by the worker (None: checked inline).
+    meta_checked: Option<Result<(), String>>,
+}
+
+/// MEM.APPEND, resumed with a count made off the main thread.
+fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) -> RedisResult {
+    let resumed = pass.is_resumed();
+    let counted = pass.output();
     arity(&args, 4)?;
     let keyname = &args[1];
     let role = args::utf8("role", &args[2])?;
@@ -103,9 +115,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     let encoding = settings.encoding;
     // An encoding not built yet is built by the worker that counts.
     let counts = given.is_none() || model_switch::needed(key.session(), encoding).is_some();
-    let unbuilt = counts && !resumed && lazy::must_wait(ctx, encoding)?;
+    let unbuilt = counts && !resumed && encoding_build::must_wait(ctx, encoding)?;
     if counts && resumed {
-        lazy::require(ctx, encoding)?;
+        encoding_build::require(ctx, encoding)?;
     }
 
     // Large content, or a large session to re-count under a new tokenizer:
@@ -126,7 +138,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
     if !resumed && (large || unbuilt || snapshot.is_some() || meta_on_worker) && can_block(ctx) {
         drop(key);
         let role = role.to_owned();
-        let reply = off_thread(ctx, keyname, raw_content, append_counted, move |bytes| {
+        return offload::run(ctx, args, 1, 3, append_counted, move |bytes| {
             if given.is_some() && counts {
                 // The session's re-count needs it (inline when small).
                 let _ = tokenizer::load(encoding);
@@ -138,24 +150,16 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
             });
             let recounted = model_switch::count(snapshot, encoding);
             let meta_checked = meta_for_worker.map(|m| crate::session::check_meta(&m));
-            Box::new(Counted {
+            Counted {
                 encoding,
                 content,
                 recounted,
                 meta_checked,
-            })
+            }
         });
-        if let Some(reply) = reply {
-            return reply;
-        }
-        // The client could not be blocked: count here, as a resumed command.
-        return append_counted(ctx, args, Some(Box::new(())));
     }
     let (counted_content, recounted) = match counted {
-        Some(c) => {
-            let c = *c;
-            (c.content.map(|ct| (c.encoding, ct)), c.recounted)
-        }
+        Some(c) => (c.content.map(|ct| (c.encoding, ct)), c.recounted),
         None => (None, None),
     };
     let (content, tokens) = match counted_content {
@@ -209,15 +213,19 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>)
 
 /// MEM.SUMMARIZE key upto summary [LEASE token]
 pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    summarize_counted(ctx, args, None)
+    summarize_counted(ctx, args, Pass::Fresh)
 }
 
 /// MEM.SUMMARIZE, resumed with the summary counted off the main thread.
-fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Output>) -> RedisResult {
+fn summarize_counted(
+    ctx: &Context,
+    args: Vec<RedisString>,
+    pass: Pass<CountedSummary>,
+) -> RedisResult {
     arity(&args, 4)?;
     let lease = Options::parse(&args[4..], &["LEASE"], &[])?.u64("LEASE", 1)?;
-    let resumed = output.is_some();
-    let counted = output.and_then(|o| o.downcast::<CountedSummary>().ok());
+    let resumed = pass.is_resumed();
+    let counted = pass.output();
     let keyname = &args[1];
     let upto = args::parse_u64("upto", &args[2], 1)?;
     let raw_text = &args[3];
@@ -252,9 +260,9 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
     // A large summary is checked and counted by a worker, as a large
     // message; so is one whose encoding is not built yet (the worker builds it).
     let large = raw_text.len() as u64 >= cfg.inline_limit(encoding);
-    let unbuilt = !resumed && lazy::must_wait(ctx, encoding)?;
+    let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
     if resumed {
-        lazy::require(ctx, encoding)?;
+        encoding_build::require(ctx, encoding)?;
     }
     if !resumed && (large || unbuilt) {
         if large {
@@ -264,20 +272,15 @@ fn summarize_counted(ctx: &Context, args: Vec<RedisString>, output: Option<Outpu
             drop(key);
             // The worker checks, copies and counts the text (the main thread
             // touches none of its bytes).
-            if let Some(reply) =
-                off_thread(ctx, keyname, raw_text, summarize_counted, move |bytes| {
-                    let text = std::str::from_utf8(bytes).ok().map(|text| {
-                        (
-                            text.to_owned(),
-                            count_message(encoding, SUMMARY_COUNTED_AS, text),
-                        )
-                    });
-                    Box::new(CountedSummary { encoding, text })
-                })
-            {
-                return reply;
-            }
-            return summarize_counted(ctx, args, Some(Box::new(())));
+            return offload::run(ctx, args, 1, 3, summarize_counted, move |bytes| {
+                let text = std::str::from_utf8(bytes).ok().map(|text| {
+                    (
+                        text.to_owned(),
+                        count_message(encoding, SUMMARY_COUNTED_AS, text),
+                    )
+                });
+                CountedSummary { encoding, text }
+            });
         }
     }
     let (text, tokens) = match counted.and_then(|c| c.text.map(|t| (c.encoding, t))) {

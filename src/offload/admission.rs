@@ -7,7 +7,7 @@
 
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisString, RedisValue};
 
-use crate::cluster_route::{route, Route};
+use super::cluster_route::{route, Route};
 use crate::key::SessionKey;
 
 /// What the fresh command saw, so the resumed one is judged the same way.

@@ -50,7 +50,7 @@ pub fn build_in_background(encoding: Encoding) {
     let job = move || {
         let _ = tokenizer::load(encoding);
     };
-    if crate::pool::submit(Box::new(job)).is_err() {
+    if super::pool::submit(Box::new(job)).is_err() {
         QUEUED.fetch_and(!bit, Ordering::AcqRel);
     }
 }

@@ -1,4 +1,7 @@
-//! Counting large contents off the main thread (`mem.async-threshold-bytes`).
+//! Work off the main thread: counting large contents
+//! (`mem.async-threshold-bytes`), building an encoding (encoding_build.rs),
+//! re-counting a session for a model switch, walking large JSON, parsing a
+//! large import. One sequence for every command that uses it ([`run`]):
 //!
 //! The client is blocked (its later commands wait, so its own order holds)
 //! and a job goes to the worker pool. A finished count is handed back to
@@ -13,40 +16,54 @@
 
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{
+    raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue, ThreadSafeContext,
+};
 
-use super::admission::{self, Ticket};
 use crate::config::Config;
-use crate::session::Recounted;
-use crate::stats;
-use crate::tokenizer::Encoding;
 
-/// What a worker made of a message's content, for MEM.APPEND resumed.
-#[derive(Debug)]
-pub struct Counted {
-    pub encoding: Encoding,
-    /// The content, checked as UTF-8 and copied on the worker (so the main
-    /// thread neither scans nor copies it), with its message's tokens. None:
-    /// not counted (not UTF-8); the command checks and counts inline.
-    pub content: Option<(Arc<str>, u64)>,
-    /// The session's counts under `encoding`, when the write switches the
-    /// session's tokenizer and the re-count was large enough for a worker.
-    pub recounted: Option<Recounted>,
-    /// A large META's check, made by the worker (None: checked inline).
-    pub meta_checked: Option<Result<(), String>>,
+pub mod admission;
+pub mod cluster_route;
+pub mod encoding_build;
+pub mod pool;
+
+use crate::stats;
+use admission::Ticket;
+
+/// How a command that may use a worker is running.
+pub enum Pass<T> {
+    /// Fresh from the client: it may hand its heavy part to a worker.
+    Fresh,
+    /// Again on the main thread, after [`run`]: with the worker's output, or
+    /// `None` when there is none (the client could not be blocked, or the
+    /// work panicked), and then the command does the work inline.
+    Resumed(Option<T>),
 }
 
-/// What a worker produced; the resumed command downcasts it to its own type.
-pub type Output = Box<dyn std::any::Any + Send>;
+impl<T> Pass<T> {
+    pub fn is_resumed(&self) -> bool {
+        matches!(self, Pass::Resumed(_))
+    }
 
-/// A command that can be resumed with a worker's output.
-pub type Resume = fn(&Context, Vec<RedisString>, Option<Output>) -> RedisResult;
+    /// The worker's output, if any.
+    pub fn output(self) -> Option<T> {
+        match self {
+            Pass::Resumed(output) => output,
+            Pass::Fresh => None,
+        }
+    }
+}
+
+/// A command that may run again with a worker's output of type `T`.
+pub type Command<T> = fn(&Context, Vec<RedisString>, Pass<T>) -> RedisResult;
+
+/// The resumed command with its output bound, called on the main thread.
+type Resume = Box<dyn FnOnce(&Context, Vec<RedisString>) -> RedisResult + Send>;
 
 struct Pending {
-    output: Option<Output>,
-    resume: Resume,
+    resume: Option<Resume>,
     ticket: Ticket,
     /// The content string, held so its bytes outlive a client that
     /// disconnects while the worker reads them; released in `free_pending`.
@@ -95,16 +112,37 @@ pub fn refuse_where_blocking_is_impossible(
     Ok(())
 }
 
-/// Blocks the client and runs `work` on the pool over the bytes of `large`
-/// (a command argument, held until the command is done); the command (whose
-/// key is `key`) is then resumed with the output. Returns `None` when the
-/// client could not be blocked (the caller does the work inline).
-pub fn off_thread(
+/// The offload sequence: blocks the client and runs `work` on the pool over
+/// the bytes of `args[large_at]` (held until the command is done); then
+/// `command` (whose key is `args[key_at]`) runs again on the main thread
+/// with the output, after the checks a fresh command gets. Where the client
+/// cannot be blocked (MULTI, scripts, the replication stream, loading: see
+/// [`refuse_where_blocking_is_impossible`] for what a command refuses
+/// first), `command` runs at once as resumed with nothing: inline.
+pub fn run<T: Send + 'static>(
+    ctx: &Context,
+    args: Vec<RedisString>,
+    key_at: usize,
+    large_at: usize,
+    command: Command<T>,
+    work: impl FnOnce(&[u8]) -> T + Send + 'static,
+) -> RedisResult {
+    if !can_block(ctx) {
+        return command(ctx, args, Pass::Resumed(None));
+    }
+    match block(ctx, &args[key_at], &args[large_at], command, work) {
+        Some(reply) => reply,
+        None => command(ctx, args, Pass::Resumed(None)),
+    }
+}
+
+/// [`run`]'s blocking part; `None` when the client could not be blocked.
+fn block<T: Send + 'static>(
     ctx: &Context,
     key: &RedisString,
     large: &RedisString,
-    resume: Resume,
-    work: impl FnOnce(&[u8]) -> Output + Send + 'static,
+    command: Command<T>,
+    work: impl FnOnce(&[u8]) -> T + Send + 'static,
 ) -> Option<RedisResult> {
     let ticket = admission::ticket(ctx, key);
     // SAFETY: ctx is the context of the running command; the callbacks match
@@ -137,20 +175,40 @@ pub fn off_thread(
         let bytes = unsafe { std::slice::from_raw_parts(bytes_addr as *const u8, len) };
         // A panic leaves no output: the resumed command then works inline.
         let output = crate::guard::or(None, || Some(work(bytes)));
+        let resume: Resume = Box::new(move |ctx, args| command(ctx, args, Pass::Resumed(output)));
         let pending = Box::new(Pending {
-            output,
-            resume,
+            resume: Some(resume),
             ticket,
             held,
         });
-        crate::pool::job_done();
+        pool::job_done();
         finished(Finished { client, pending });
     };
-    if let Err(job) = crate::pool::submit(Box::new(job)) {
+    if let Err(job) = pool::submit(Box::new(job)) {
         // No worker could be started: work here; the hand-back is the same.
         job();
     }
     Some(Ok(RedisValue::NoReply))
+}
+
+/// For a keyless read (MEM.COUNT): blocks the client and runs `work` on the
+/// pool, which replies itself; nothing runs again on the main thread.
+pub fn reply_from_worker(
+    ctx: &Context,
+    work: impl FnOnce() -> RedisResult + Send + 'static,
+) -> RedisResult {
+    let blocked = ctx.block_client();
+    let job = move || {
+        std::thread::sleep(Config::debug_count_delay());
+        let result = crate::guard::or(Err(crate::commands::error::internal()), work);
+        pool::job_done();
+        // Replying needs no lock; dropping the context unblocks the client.
+        ThreadSafeContext::with_blocked_client(blocked).reply(result);
+    };
+    if let Err(job) = pool::submit(Box::new(job)) {
+        job();
+    }
+    Ok(RedisValue::NoReply)
 }
 
 /// Queues a finished count and wakes the event loop to hand it back.
@@ -217,7 +275,7 @@ fn hand_back() {
     };
     for f in ready {
         let pending = Box::into_raw(f.pending).cast::<c_void>();
-        // SAFETY: f.client is a blocked client created in off_thread
+        // SAFETY: f.client is a blocked client created in block
         // and unblocked exactly once, here; ownership of `pending` passes to
         // Redis, which hands it to on_counted and then free_pending.
         unsafe {
@@ -249,16 +307,18 @@ extern "C" fn on_counted(
         return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
     };
     let args = redis_module::decode_args(ctx, argv, argc);
-    let output = pending.output.take();
-    let (resume, ticket) = (pending.resume, pending.ticket);
-    let result = crate::guard::or(Err(super::error::internal()), || {
+    let Some(resume) = pending.resume.take() else {
+        return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
+    };
+    let ticket = pending.ticket;
+    let result = crate::guard::or(Err(crate::commands::error::internal()), || {
         if let Err(e) = admission::admit(&context, &args, ticket) {
             stats::add(&stats::RESUMED_REFUSED, 1);
             return Err(e);
         }
-        resume(&context, args, Some(output.unwrap_or_else(|| Box::new(()))))
+        resume(&context, args)
     })
-    .map_err(super::error::ascii);
+    .map_err(crate::commands::error::ascii);
     context.reply(result) as c_int
 }
 
@@ -266,7 +326,7 @@ extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void
     IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     if !privdata.is_null() {
         // SAFETY: privdata is the Box<Pending> handed to UnblockClient, and
-        // `held` the string retained in off_thread, released once here.
+        // `held` the string retained in block, released once here.
         unsafe {
             let pending = Box::from_raw(privdata.cast::<Pending>());
             raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), pending.held as *mut _);
