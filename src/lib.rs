@@ -15,6 +15,7 @@ pub mod guard;
 pub mod info;
 pub mod json_format;
 pub mod key;
+pub mod leb128;
 pub mod module_memory;
 pub mod offload;
 pub mod persistence;

@@ -141,22 +141,16 @@ impl<'a> Reader<'a> {
 
     /// LEB128 in its shortest form only, at most 64 bits.
     fn leb128_canonical(&mut self, what: &str) -> Result<u64> {
-        let mut out = 0u64;
-        for i in 0..10u32 {
-            let b = self.u8(what)?;
-            // The 10th byte holds bit 63 only.
-            if i == 9 && b > 0x01 {
-                break;
+        match crate::leb128::take(self.rest) {
+            Ok((v, rest)) => {
+                self.rest = rest;
+                Ok(v)
             }
-            out |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                if i > 0 && b == 0 {
-                    break; // a needless trailing zero group: not canonical
-                }
-                return Ok(out);
+            Err(crate::leb128::Bad::Truncated) => Err(truncated(what)),
+            Err(crate::leb128::Bad::NotCanonical) => {
+                Err(format!("corrupt payload: bad varint in {what}"))
             }
         }
-        Err(format!("corrupt payload: bad varint in {what}"))
     }
 }
 
@@ -181,16 +175,8 @@ impl Writer {
         self.0.push(b);
     }
 
-    pub fn u64(&mut self, mut v: u64) {
-        loop {
-            let low = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.0.push(low);
-                return;
-            }
-            self.0.push(low | 0x80);
-        }
+    pub fn u64(&mut self, v: u64) {
+        crate::leb128::push(&mut self.0, v);
     }
 
     pub fn i64(&mut self, v: i64) {

@@ -130,16 +130,7 @@ pub fn encode_data(role: &str, meta: Option<&str>, content: &str, out: &mut Vec<
         );
     }
     if let Some(meta) = meta {
-        let mut n = meta.len() as u64;
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                break;
-            }
-            out.push(byte | 0x80);
-        }
+        crate::leb128::push(out, meta.len() as u64);
         out.extend_from_slice(meta.as_bytes());
     }
     out.extend_from_slice(content.as_bytes());
@@ -151,15 +142,7 @@ fn data_len(role: &str, meta: Option<&str>, content: &str) -> usize {
     } else {
         1 + role.len()
     };
-    let meta_bytes = meta.map_or(0, |m| {
-        let mut n = m.len() as u64;
-        let mut width = 1;
-        while n >= 0x80 {
-            n >>= 7;
-            width += 1;
-        }
-        width + m.len()
-    });
+    let meta_bytes = meta.map_or(0, |m| crate::leb128::width(m.len() as u64) + m.len());
     1 + role_bytes + meta_bytes + content.len()
 }
 
@@ -207,20 +190,8 @@ fn decode_with<'a>(
         code => ROLES.get(usize::from(code))?,
     };
     let meta = if tag & HAS_META != 0 {
-        let mut len = 0u64;
-        let mut shift = 0;
-        loop {
-            let (&byte, after) = rest.split_first()?;
-            rest = after;
-            if shift > 56 {
-                return None;
-            }
-            len |= u64::from(byte & 0x7f) << shift;
-            shift += 7;
-            if byte & 0x80 == 0 {
-                break;
-            }
-        }
+        let (len, after) = crate::leb128::take(rest).ok()?;
+        rest = after;
         let (meta, after) = rest.split_at_checked(usize::try_from(len).ok()?)?;
         rest = after;
         Some(text(meta)?)
