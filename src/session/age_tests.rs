@@ -2,6 +2,8 @@
 
 use super::tests::settings;
 use super::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 const NOW: i64 = 1_700_000_000_000;
 const DAY_MS: i64 = 86_400_000;
@@ -328,13 +330,8 @@ fn a_read_view_equals_the_eviction_and_copies_no_byte() {
     // Random sessions of mixed roles, contents, metas, msgids and times:
     // the view a read gets (shared bytes, messages left out anywhere) is
     // what a write at the same time would leave.
-    let mut x = 0x1234_5678_9abc_def0u64;
-    let mut next = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rng = StdRng::seed_from_u64(0x1234_5678_9abc_def0u64);
+    let mut next = move |n: u64| rng.gen_range(0..n);
     let roles = ["user", "assistant", "tool", "tool", "system", "critic"];
     for _ in 0..300 {
         let cfg = Settings {

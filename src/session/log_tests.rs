@@ -1,6 +1,8 @@
 //! Unit tests of the message log (log.rs).
 
 use super::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 fn push(log: &mut MessageLog, id: u64, role: &str, content: &str) {
     log.push(
@@ -434,13 +436,8 @@ fn retain_in_place_equals_a_rebuild_and_keeps_the_log_writable() {
     // Random logs (evicted prefixes, settled or not), random messages kept:
     // in place (the buffer is the log's own) and rebuilt (it is shared with
     // a copy) give the same log, and both take further pushes and evictions.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |n: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
+    let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15u64);
+    let mut next = move |n: u64| rng.gen_range(0..n);
     for round in 0..400 {
         let mut log = MessageLog::new();
         let n = 1 + next(40);
