@@ -11,24 +11,45 @@ use redis_module::{enum_configuration, RedisString};
 
 use crate::tokenizer::Encoding;
 
-pub static TTL: AtomicI64 = AtomicI64::new(86_400);
-pub static EXT_TTL: AtomicI64 = AtomicI64::new(86_400);
-pub static MAX_TOKENS: AtomicI64 = AtomicI64::new(80_000);
-pub static MAX_MESSAGES: AtomicI64 = AtomicI64::new(30);
-pub static SUMMARIZE_RATIO: AtomicI64 = AtomicI64::new(15);
-pub static SUMMARIZE_FALLBACK_TOKENS: AtomicI64 = AtomicI64::new(15_000);
-pub static SUMMARIZE_KEEP: AtomicI64 = AtomicI64::new(10);
+/// The defaults of the integer settings: the statics below start at them
+/// and lib.rs registers them (with their ranges) from here.
+pub mod default {
+    pub const TTL: i64 = 86_400;
+    pub const EXT_TTL: i64 = 86_400;
+    pub const MAX_TOKENS: i64 = 80_000;
+    pub const MAX_MESSAGES: i64 = 30;
+    pub const SUMMARIZE_RATIO: i64 = 15;
+    pub const SUMMARIZE_FALLBACK_TOKENS: i64 = 15_000;
+    pub const SUMMARIZE_KEEP: i64 = 10;
+    pub const SUMMARIZE_HEADROOM: i64 = 20;
+    pub const MAX_MESSAGE_BYTES: i64 = 4 * 1024 * 1024;
+    pub const ASYNC_THRESHOLD_BYTES: i64 = 64 * 1024;
+    pub const MAX_TOKENS_LIMIT: i64 = 10_000_000;
+    pub const MAX_MESSAGES_LIMIT: i64 = 100_000;
+    pub const MAX_AGE: i64 = 0;
+    pub const COUNT_THREADS: i64 = 2;
+    pub const DEBUG_COUNT_DELAY_MS: i64 = 0;
+}
+
+pub static TTL: AtomicI64 = AtomicI64::new(default::TTL);
+pub static EXT_TTL: AtomicI64 = AtomicI64::new(default::EXT_TTL);
+pub static MAX_TOKENS: AtomicI64 = AtomicI64::new(default::MAX_TOKENS);
+pub static MAX_MESSAGES: AtomicI64 = AtomicI64::new(default::MAX_MESSAGES);
+pub static SUMMARIZE_RATIO: AtomicI64 = AtomicI64::new(default::SUMMARIZE_RATIO);
+pub static SUMMARIZE_FALLBACK_TOKENS: AtomicI64 =
+    AtomicI64::new(default::SUMMARIZE_FALLBACK_TOKENS);
+pub static SUMMARIZE_KEEP: AtomicI64 = AtomicI64::new(default::SUMMARIZE_KEEP);
 /// Percent of the caps kept free below the summarize thresholds.
-pub static SUMMARIZE_HEADROOM: AtomicI64 = AtomicI64::new(20);
-pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(4 * 1024 * 1024);
-pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(64 * 1024);
+pub static SUMMARIZE_HEADROOM: AtomicI64 = AtomicI64::new(default::SUMMARIZE_HEADROOM);
+pub static MAX_MESSAGE_BYTES: AtomicI64 = AtomicI64::new(default::MAX_MESSAGE_BYTES);
+pub static ASYNC_THRESHOLD_BYTES: AtomicI64 = AtomicI64::new(default::ASYNC_THRESHOLD_BYTES);
+pub static MAX_TOKENS_LIMIT: AtomicI64 = AtomicI64::new(default::MAX_TOKENS_LIMIT);
+pub static MAX_MESSAGES_LIMIT: AtomicI64 = AtomicI64::new(default::MAX_MESSAGES_LIMIT);
+pub static MAX_AGE: AtomicI64 = AtomicI64::new(default::MAX_AGE);
+pub static COUNT_THREADS: AtomicI64 = AtomicI64::new(default::COUNT_THREADS);
 /// Testing knob (as Redis's own `key-load-delay`): a worker waits this long
 /// before counting, so tests can inject faults while a count is in flight.
-pub static MAX_TOKENS_LIMIT: AtomicI64 = AtomicI64::new(10_000_000);
-pub static MAX_MESSAGES_LIMIT: AtomicI64 = AtomicI64::new(100_000);
-pub static MAX_AGE: AtomicI64 = AtomicI64::new(0);
-pub static COUNT_THREADS: AtomicI64 = AtomicI64::new(2);
-pub static DEBUG_COUNT_DELAY_MS: AtomicI64 = AtomicI64::new(0);
+pub static DEBUG_COUNT_DELAY_MS: AtomicI64 = AtomicI64::new(default::DEBUG_COUNT_DELAY_MS);
 
 pub const DEFAULT_MODEL: &str = "gpt-4o";
 
