@@ -9,6 +9,7 @@ use std::sync::Mutex;
 
 use redis_module::{enum_configuration, RedisString};
 
+use crate::error::setting as setting_error;
 use crate::tokenizer::Encoding;
 
 /// The defaults of the integer settings: the statics below start at them
@@ -164,8 +165,8 @@ impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
             bits |= 1 << (e as u32);
         }
         if bits == 0 {
-            return Err(redis_module::RedisError::Str(
-                "mem.encodings must name at least one encoding (or all)",
+            return Err(setting_error(
+                "mem.encodings must name at least one encoding (or all)".to_owned(),
             ));
         }
         self.0.store(bits, Ordering::Relaxed);
@@ -198,26 +199,16 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
 /// CString conversions (a panic that aborts the server).
 fn config_text<'a>(val: &'a RedisString, name: &str) -> Result<&'a str, redis_module::RedisError> {
     let text = std::str::from_utf8(val.as_slice())
-        .map_err(|_| redis_module::RedisError::String(format!("{name} must be valid UTF-8")))?;
+        .map_err(|_| setting_error(format!("{name} must be valid UTF-8")))?;
     if text
         .chars()
         .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
     {
-        return Err(redis_module::RedisError::String(format!(
+        return Err(setting_error(format!(
             "{name} must not hold control characters (NUL, ...)"
         )));
     }
     Ok(text)
-}
-
-/// The crate turns a set error into a RedisString with a CString (a panic
-/// on NUL): errors that echo the value are made printable first.
-fn setting_error(msg: String) -> redis_module::RedisError {
-    redis_module::RedisError::String(
-        msg.chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect(),
-    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -12,9 +12,6 @@ use redis_module::{raw, Context, RedisError, RedisString};
 use crate::data_type::SESSION_TYPE;
 use crate::session::Session;
 
-/// Redis's reply for a key holding another type.
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
 pub struct SessionKey {
     /// None: a missing key opened read-only (Redis gives no handle then).
     inner: Option<NonNull<raw::RedisModuleKey>>,
@@ -39,7 +36,7 @@ impl SessionKey {
             inner: NonNull::new(ptr),
         };
         if !key.is_empty() && !key.holds_session() {
-            return Err(RedisError::Str(WRONGTYPE));
+            return Err(crate::error::Error::WrongType.into());
         }
         Ok(key)
     }
@@ -107,17 +104,17 @@ impl SessionKey {
         fresh: impl FnOnce() -> Option<Session>,
     ) -> Result<&mut Session, RedisError> {
         if self.is_empty() {
-            self.put(fresh().ok_or_else(crate::commands::error::no_such_key)?)?;
+            self.put(fresh().ok_or_else(crate::error::no_such_key)?)?;
         }
         self.session_mut()
-            .ok_or(RedisError::Str("ERR cannot create the session"))
+            .ok_or(crate::error::invalid("cannot create the session"))
     }
 
     /// Stores `session` in an empty key, or replaces the session in place
     /// (keeping the key's TTL).
     pub fn put(&mut self, session: Session) -> Result<(), RedisError> {
         let Some(k) = self.raw() else {
-            return Err(RedisError::Str("ERR key not opened for writing"));
+            return Err(crate::error::invalid("key not opened for writing"));
         };
         let value = crate::data_type::into_raw(session);
         let raw_type = *SESSION_TYPE.raw_type.borrow();
@@ -141,7 +138,7 @@ impl SessionKey {
         } else {
             // SAFETY: Redis did not take the value, so it is still ours.
             unsafe { crate::data_type::free_session(value) };
-            Err(RedisError::Str("ERR could not store the session"))
+            Err(crate::error::invalid("could not store the session"))
         }
     }
 

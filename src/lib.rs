@@ -11,6 +11,7 @@ pub mod command_docs;
 pub mod commands;
 pub mod config;
 pub mod data_type;
+pub mod error;
 pub mod guard;
 pub mod info;
 pub mod json_format;

@@ -24,7 +24,7 @@ impl<'a> Options<'a> {
             let given = String::from_utf8_lossy(args[i].as_slice()).to_ascii_uppercase();
             let (name, value) = if let Some(&name) = with_value.iter().find(|n| **n == given) {
                 let value = args.get(i + 1).ok_or_else(|| {
-                    err(format!("ERR syntax error, option '{name}' needs a value"))
+                    crate::error::invalid(format!("syntax error, option '{name}' needs a value"))
                 })?;
                 i += 2;
                 (name, Some(value))
@@ -32,14 +32,14 @@ impl<'a> Options<'a> {
                 i += 1;
                 (name, None)
             } else {
-                return Err(err(format!(
-                    "ERR syntax error, unknown option '{}'",
+                return Err(crate::error::invalid(format!(
+                    "syntax error, unknown option '{}'",
                     printable(&given)
                 )));
             };
             if values.iter().any(|(n, _)| *n == name) {
-                return Err(err(format!(
-                    "ERR syntax error, option '{name}' given more than once"
+                return Err(crate::error::invalid(format!(
+                    "syntax error, option '{name}' given more than once"
                 )));
             }
             values.push((name, value));
@@ -67,8 +67,8 @@ impl<'a> Options<'a> {
     /// [`MAX_TTL_SECS`], so no expiry computed from it can overflow.
     pub fn seconds(&self, name: &str, min: u64) -> Result<Option<u64>, RedisError> {
         match self.u64(name, min)? {
-            Some(s) if s > MAX_TTL_SECS => Err(err(format!(
-                "ERR {name} must be at most {MAX_TTL_SECS} (100 years)"
+            Some(s) if s > MAX_TTL_SECS => Err(crate::error::invalid(format!(
+                "{name} must be at most {MAX_TTL_SECS} (100 years)"
             ))),
             other => Ok(other),
         }
@@ -84,7 +84,9 @@ impl<'a> Options<'a> {
         limit: &str,
     ) -> Result<Option<u64>, RedisError> {
         match self.u64(name, min)? {
-            Some(n) if n > max => Err(err(format!("ERR {name} must be at most {max} ({limit})"))),
+            Some(n) if n > max => Err(crate::error::invalid(format!(
+                "{name} must be at most {max} ({limit})"
+            ))),
             n => Ok(n),
         }
     }
@@ -94,8 +96,6 @@ impl<'a> Options<'a> {
         self.get(name).map(|v| utf8(name, v)).transpose()
     }
 }
-
-pub use super::error::err;
 
 /// Keeps error messages on one printable line.
 fn printable(s: &str) -> String {
@@ -118,8 +118,12 @@ pub fn parse_u64(name: &str, v: &RedisString, min: u64) -> Result<u64, RedisErro
     };
     match n {
         Some(n) if n >= min => Ok(n),
-        Some(_) => Err(err(format!("ERR {name} must be at least {min}"))),
-        None => Err(err(format!("ERR {name} is not an integer or out of range"))),
+        Some(_) => Err(crate::error::invalid(format!(
+            "{name} must be at least {min}"
+        ))),
+        None => Err(crate::error::invalid(format!(
+            "{name} is not an integer or out of range"
+        ))),
     }
 }
 
@@ -129,30 +133,32 @@ pub fn utf8<'a>(name: &str, v: &'a RedisString) -> Result<&'a str, RedisError> {
 
 /// [`utf8`] of an argument's bytes (a worker has the bytes, not the string).
 pub fn utf8_bytes<'a>(name: &str, v: &'a [u8]) -> Result<&'a str, RedisError> {
-    std::str::from_utf8(v).map_err(|_| err(format!("ERR {name} is not valid UTF-8")))
+    std::str::from_utf8(v).map_err(|_| crate::error::invalid(format!("{name} is not valid UTF-8")))
 }
 
 pub fn check_role(role: &str) -> Result<(), RedisError> {
     if role.is_empty() || role.len() > MAX_ROLE_BYTES {
-        return Err(err(format!("ERR role must be 1 to {MAX_ROLE_BYTES} bytes")));
+        return Err(crate::error::invalid(format!(
+            "role must be 1 to {MAX_ROLE_BYTES} bytes"
+        )));
     }
     name_chars("role", role)
 }
 
 pub fn check_model(model: &str) -> Result<(), RedisError> {
-    crate::session::check_model(model).map_err(|e| err(format!("ERR {e}")))?;
+    crate::session::check_model(model).map_err(|e| crate::error::invalid(e.to_string()))?;
     name_chars("model name", model)
 }
 
 /// MSGID (and a batch item's `msgid`): 1 to 128 bytes.
 pub fn check_msgid(msgid: &str) -> Result<(), RedisError> {
-    crate::session::check_msgid(msgid).map_err(|e| err(format!("ERR {e}")))?;
+    crate::session::check_msgid(msgid).map_err(|e| crate::error::invalid(e.to_string()))?;
     name_chars("msgid", msgid)
 }
 
 /// See [`crate::session::check_name_chars`].
 pub fn name_chars(what: &str, name: &str) -> Result<(), RedisError> {
-    crate::session::check_name_chars(what, name).map_err(|e| err(format!("ERR {e}")))
+    crate::session::check_name_chars(what, name).map_err(|e| crate::error::invalid(e.to_string()))
 }
 
 /// Content (or summary text) must fit `mem.max-message-bytes`.
@@ -165,13 +171,13 @@ pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
 
 /// The error of [`check_size`].
 pub fn too_large(what: &str, len: usize, max: u64) -> RedisError {
-    err(format!(
-        "ERR {what} is {len} bytes, above mem.max-message-bytes ({max})"
+    crate::error::invalid(format!(
+        "{what} is {len} bytes, above mem.max-message-bytes ({max})"
     ))
 }
 
 /// META must be a JSON object that `FORMAT JSON` can give back to
 /// MEM.IMPORT; it is kept as sent.
 pub fn check_meta(meta: &str) -> Result<(), RedisError> {
-    crate::session::check_meta(meta).map_err(|e| err(format!("ERR {e}")))
+    crate::session::check_meta(meta).map_err(|e| crate::error::invalid(e.to_string()))
 }

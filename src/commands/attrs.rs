@@ -6,8 +6,9 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::reply::Reply;
-use super::{args, error, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
+use super::{args, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
+use crate::error;
 use crate::key::SessionKey;
 use crate::offload::{self, can_block, refuse_where_blocking_is_impossible, Pass};
 use crate::session::{check_attr_name, check_attr_value, Op};
@@ -79,8 +80,8 @@ fn attr_set_checked(
     // stays cheap whatever a client does.
     if let Some(s) = key.session() {
         if s.attr(name).is_none() && s.attr_count() >= MAX_ATTRS {
-            return Err(error::err(format!(
-                "ERR a session holds at most {MAX_ATTRS} attributes"
+            return Err(crate::error::invalid(format!(
+                "a session holds at most {MAX_ATTRS} attributes"
             )));
         }
     }

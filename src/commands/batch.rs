@@ -10,7 +10,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::args::{err, Options};
+use super::args::Options;
 use super::model_switch;
 use super::reply::Reply;
 use super::{
@@ -223,7 +223,7 @@ fn steps(
                 continue;
             }
         }
-        last_id = next_id(last_id).map_err(super::error::session)?;
+        last_id = next_id(last_id).map_err(crate::error::session)?;
         if let Some(msgid) = &m.msgid {
             batch_msgids.insert(msgid.clone(), (last_id, m.tokens));
         }
@@ -266,8 +266,8 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
     let changes = SettingsOptions::parse(&opts, &cfg)?;
     let max_batch_bytes = cfg.max_message_bytes.saturating_mul(4);
     if raw.len() as u64 > max_batch_bytes {
-        return Err(err(format!(
-            "ERR messages is {} bytes, above 4 x mem.max-message-bytes ({max_batch_bytes})",
+        return Err(crate::error::invalid(format!(
+            "messages is {} bytes, above 4 x mem.max-message-bytes ({max_batch_bytes})",
             raw.len()
         )));
     }
@@ -312,7 +312,9 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         None => parse(raw.as_slice(), encoding, limits, false),
     };
     let recounted = parsed.recounted;
-    let mut messages = parsed.messages.map_err(|e| err(format!("ERR {e}")))?;
+    let mut messages = parsed
+        .messages
+        .map_err(|e| crate::error::invalid(e.to_string()))?;
     if parsed.encoding != encoding {
         // The session's model changed while the worker counted.
         model_switch::recount_inline_allowed(parsed.encoding, encoding, raw.len(), &cfg)?;
@@ -330,7 +332,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
             _ => None,
         });
         if !session.messages.has_room_for(added) {
-            return Err(super::error::session(
+            return Err(crate::error::session(
                 crate::session::SessionError::SessionFull,
             ));
         }
@@ -377,7 +379,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
             let outcome = match step {
                 Step::New(op, _) => session
                     .apply_one_of_many(op)
-                    .map_err(super::error::session)?,
+                    .map_err(crate::error::session)?,
                 Step::Duplicate { id, tokens } => {
                     stats::add(&stats::DUPLICATES, 1);
                     session.duplicate_outcome(id, tokens)

@@ -15,7 +15,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let keyname = &args[1];
     let system = args::utf8("system", &args[2])?;
     if system.is_empty() {
-        return Err(RedisError::Str("ERR system must not be empty"));
+        return Err(crate::error::invalid("system must not be empty"));
     }
     args::name_chars("system", system)?;
     let id = args::utf8("conversation_id", &args[3])?;
@@ -46,7 +46,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let session = key.session_or_create(|| op.new_session())?;
     let header = op.header();
-    let outcome = session.apply(op).map_err(super::error::session)?;
+    let outcome = session.apply(op).map_err(crate::error::session)?;
     // The key never expires before this id: a new session gets its TTL (or
     // the id's expiry if later); an existing expiry only moves later.
     let expiry = match remaining {

@@ -12,12 +12,13 @@ use std::cell::Cell;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
 
-use super::args::{self, err, Options};
+use super::args::{self, Options};
 use super::{
-    error, finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate,
-    SettingsOptions, Write,
+    finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions,
+    Write,
 };
 use crate::config::Config;
+use crate::error;
 use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
@@ -87,13 +88,13 @@ impl Plan {
             }
             if let Some(cell) = unbuilt.filter(|_| !tokenizer::is_loaded(settings.encoding)) {
                 cell.set(Some(settings.encoding));
-                return Err(RedisError::Str("ERR the encoding is not built yet"));
+                return Err(crate::error::invalid("the encoding is not built yet"));
             }
             Ok(settings)
         };
         let imported =
             json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
-                ImportError::Invalid(e) => err(format!("ERR invalid document: {e}")),
+                ImportError::Invalid(e) => crate::error::invalid(format!("invalid document: {e}")),
                 ImportError::TooLarge(len) => args::too_large("content", len, max),
                 ImportError::Settings(e) => e,
             })?;
@@ -120,7 +121,7 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
     // while the worker built the session.
     let mut key = SessionKey::open(ctx, keyname, true)?;
     if !key.is_empty() && !opts.has("REPLACE") {
-        return Err(RedisError::Str("BUSYKEY Target key name already exists."));
+        return Err(crate::error::Error::BusyKey.into());
     }
     let now = now_ms();
     let built = match pass {

@@ -6,7 +6,6 @@
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::args::err;
 use crate::key::SessionKey;
 use crate::persistence;
 
@@ -17,8 +16,8 @@ fn internal_only(ctx: &Context, name: &str) -> Result<(), RedisError> {
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Ok(());
     }
-    Err(err(format!(
-        "ERR {name} is internal: it runs only from the master link or while loading the AOF"
+    Err(crate::error::invalid(format!(
+        "{name} is internal: it runs only from the master link or while loading the AOF"
     )))
 }
 
@@ -28,12 +27,13 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 3 && args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let mut op = persistence::decode_op(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
+    let mut op = persistence::decode_op(args[2].as_slice())
+        .map_err(|e| crate::error::invalid(e.to_string()))?;
     if let Some(content) = args.get(3) {
         op = op.with_content(super::args::utf8("content", content)?.to_owned());
     }
     op.validate()
-        .map_err(|e| err(format!("ERR invalid op: {e}")))?;
+        .map_err(|e| crate::error::invalid(format!("invalid op: {e}")))?;
     if let crate::session::Op::Lease { lease, .. } = &op {
         // A promoted replica (or a server after an AOF replay) grants above it.
         super::lease::note_issued(lease.token);
@@ -42,13 +42,13 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match key.session_mut() {
         Some(session) => {
             // apply fails before changing anything.
-            session.apply(op).map_err(super::error::session)?;
+            session.apply(op).map_err(crate::error::session)?;
         }
         None => {
             let Some(mut fresh) = op.new_session() else {
-                return Err(super::error::no_such_key());
+                return Err(crate::error::no_such_key());
             };
-            fresh.apply(op).map_err(super::error::session)?;
+            fresh.apply(op).map_err(crate::error::session)?;
             key.put(fresh)?;
         }
     }
@@ -63,8 +63,8 @@ pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
-    let session =
-        persistence::decode_session(args[2].as_slice()).map_err(|e| err(format!("ERR {e}")))?;
+    let session = persistence::decode_session(args[2].as_slice())
+        .map_err(|e| crate::error::invalid(e.to_string()))?;
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     key.put(session)?;
     super::signal_modified(ctx, &args[1]);

@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::args::{self, err, Options};
+use super::args::{self, Options};
 use super::read::{write_check, CheckOptions, CHECK_FIELDS};
 use super::reply::Reply;
-use super::{arity, default_settings, error, now_ms, replicate_op};
+use super::{arity, default_settings, now_ms, replicate_op};
 use crate::config::Config;
+use crate::error;
 use crate::key::SessionKey;
 use crate::session::{Lease, Op, Session, SessionError, MAX_ID, MAX_LEASE_MS};
 
@@ -40,8 +41,8 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 3)?;
     let lease_ms = args::parse_u64("lease-ms", &args[2], 1)?;
     if lease_ms > MAX_LEASE_MS {
-        return Err(err(format!(
-            "ERR lease-ms must be at most {MAX_LEASE_MS} (a day)"
+        return Err(crate::error::invalid(format!(
+            "lease-ms must be at most {MAX_LEASE_MS} (a day)"
         )));
     }
     let opts = Options::parse(&args[3..], &CheckOptions::NAMES, &[])?;

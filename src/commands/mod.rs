@@ -5,7 +5,6 @@
 pub mod args;
 pub mod attrs;
 mod batch;
-pub mod error;
 mod ext;
 mod import;
 mod internal;
@@ -21,6 +20,7 @@ use std::borrow::Cow;
 use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::config::Config;
+use crate::error;
 use crate::key::SessionKey;
 use crate::persistence;
 use crate::session::{Op, Outcome, Session, Settings, Thresholds};
@@ -143,8 +143,8 @@ impl<'a> SettingsOptions<'a> {
             self.default_model(m)?;
         }
         let bounded = |name: &str, v: Option<u64>, min: u64, max: u64, limit: &str| match v {
-            Some(n) if n < min || n > max => Err(args::err(format!(
-                "ERR the document's {name} {n} is outside {min}..={max} ({limit})"
+            Some(n) if n < min || n > max => Err(crate::error::invalid(format!(
+                "the document's {name} {n} is outside {min}..={max} ({limit})"
             ))),
             other => Ok(other),
         };

@@ -4,8 +4,8 @@
 
 use redis_module::{Context, RedisError, RedisString};
 
-use super::error;
 use crate::config::Config;
+use crate::error;
 use crate::persistence;
 use crate::session::{Recounted, Session, Snapshot};
 use crate::tokenizer::count_message;
@@ -61,7 +61,9 @@ pub fn apply(
 /// (another client's MODEL) before it came back: counting it again here
 /// would hold the server, and a client cannot be blocked twice.
 pub fn changed_meanwhile() -> RedisError {
-    RedisError::Str("TRYAGAIN the session's model changed while this command's texts were counted; send it again")
+    crate::error::try_again(
+        "the session's model changed while this command's texts were counted; send it again",
+    )
 }
 
 /// Whether a text counted under `counted_as` must be counted again under

@@ -3,7 +3,7 @@
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
-use super::args::{self, err, Options};
+use super::args::{self, Options};
 use super::reply::Reply;
 use super::{arity, default_settings, now_ms, thresholds};
 use crate::config::Config;
@@ -28,7 +28,7 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => false,
         Some(f) if f == b"RESP" => false,
         Some(f) if f == b"JSON" => true,
-        Some(_) => return Err(err("ERR FORMAT must be RESP or JSON".to_owned())),
+        Some(_) => return Err(crate::error::invalid("FORMAT must be RESP or JSON")),
     };
     let key = SessionKey::open(ctx, &args[1], false)?;
     // Messages past the session's maxage are never shown, even before the
@@ -99,8 +99,8 @@ impl<'a> CheckOptions<'a> {
         cfg: &Config,
     ) -> Result<CheckOptions<'a>, redis_module::RedisError> {
         if opts.has("MODEL") && opts.has("CONTEXT") {
-            return Err(err(
-                "ERR MODEL and CONTEXT options at the same time are not compatible".to_owned(),
+            return Err(crate::error::invalid(
+                "MODEL and CONTEXT options at the same time are not compatible",
             ));
         }
         let model = opts.str("MODEL")?;

@@ -2,17 +2,17 @@
 
 use redis_module::{Context, RedisResult, RedisString};
 
-use super::args::{self, err, Options};
+use super::args::{self, Options};
 use std::sync::Arc;
 
 use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
-use super::error;
 use super::model_switch;
 use super::{
     arity, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Events,
     Propagate, SettingsOptions, Write,
 };
 use crate::config::Config;
+use crate::error;
 use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
 use crate::session::{next_id, Message, Op, Recounted, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
@@ -72,7 +72,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
     let ts = opts.u64("TS", 0)?;
     if ts.is_some_and(|t| t > MAX_TS as u64) {
-        return Err(err(format!("ERR TS must be at most {MAX_TS} (9999-12-31)")));
+        return Err(crate::error::invalid(format!(
+            "TS must be at most {MAX_TS} (9999-12-31)"
+        )));
     }
     let meta = opts.str("META")?;
     // A large META is walked by the worker (attrs.rs: MAX_INLINE_JSON_BYTES).
@@ -82,7 +84,9 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     if let Some(meta) = meta {
         args::check_size("META", meta.len(), cfg.max_message_bytes)?;
         match counted.as_ref().and_then(|c| c.meta_checked.as_ref()) {
-            Some(verdict) => verdict.clone().map_err(|e| err(format!("ERR {e}")))?,
+            Some(verdict) => verdict
+                .clone()
+                .map_err(|e| crate::error::invalid(e.to_string()))?,
             None if meta_on_worker => {}
             None => args::check_meta(meta)?,
         }

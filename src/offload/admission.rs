@@ -8,6 +8,7 @@
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisString, RedisValue};
 
 use super::cluster_route::{route, Route};
+use crate::error::Error;
 use crate::key::SessionKey;
 
 /// What the fresh command saw, so the resumed one is judged the same way.
@@ -36,8 +37,8 @@ pub fn admit(ctx: &Context, args: &[RedisString], ticket: Ticket) -> Result<(), 
     // Writes are handed back only while not paused (see async_count); this
     // catches a pause that began in between. Replicating now would abort.
     if ctx.avoid_replication_traffic() {
-        return Err(RedisError::Str(
-            "TRYAGAIN writes are paused (CLIENT PAUSE, FAILOVER or SHUTDOWN); the append was not applied",
+        return Err(crate::error::try_again(
+            "writes are paused (CLIENT PAUSE, FAILOVER or SHUTDOWN); the append was not applied",
         ));
     }
     let flags = ctx.get_flags();
@@ -45,21 +46,17 @@ pub fn admit(ctx: &Context, args: &[RedisString], ticket: Ticket) -> Result<(), 
         let slot = keyslot(ctx, key)?;
         match cluster_route(ctx, key, ticket.asking)? {
             Route::Local => {}
-            Route::Moved(addr) => return Err(RedisError::String(format!("MOVED {slot} {addr}"))),
-            Route::Ask(addr) => return Err(RedisError::String(format!("ASK {slot} {addr}"))),
-            Route::Down => return Err(RedisError::Str("CLUSTERDOWN Hash slot not served")),
+            Route::Moved(addr) => return Err(Error::Moved { slot, addr }.into()),
+            Route::Ask(addr) => return Err(Error::Ask { slot, addr }.into()),
+            Route::Down => return Err(Error::ClusterDown.into()),
         }
     }
     acl_check(ctx, args, key)?;
     if flags.contains(ContextFlags::READONLY) {
-        return Err(RedisError::Str(
-            "READONLY You can't write against a read only replica.",
-        ));
+        return Err(Error::ReadOnly.into());
     }
     if flags.contains(ContextFlags::OOM) {
-        return Err(RedisError::Str(
-            "OOM command not allowed when used memory > 'maxmemory'.",
-        ));
+        return Err(Error::OutOfMemory.into());
     }
     Ok(())
 }
@@ -72,9 +69,7 @@ fn acl_check(ctx: &Context, args: &[RedisString], key: &RedisString) -> Result<(
     // user is gone) is freed below.
     let user = unsafe { raw::RedisModule_GetModuleUserFromUserName.unwrap()(name.inner) };
     if user.is_null() {
-        return Err(RedisError::Str(
-            "NOPERM the user of this connection no longer exists",
-        ));
+        return Err(Error::NoPerm("the user of this connection no longer exists").into());
     }
     let mut argv: Vec<*mut raw::RedisModuleString> = args.iter().map(|a| a.inner).collect();
     // Only the logical flags (ACCESS, INSERT, DELETE, UPDATE) are accepted here.
@@ -93,22 +88,23 @@ fn acl_check(ctx: &Context, args: &[RedisString], key: &RedisString) -> Result<(
         (command_ok, key_ok)
     };
     if !command_ok {
-        return Err(RedisError::Str(
-            "NOPERM this user has no permissions to run this command",
-        ));
+        return Err(Error::NoPerm("this user has no permissions to run this command").into());
     }
     if !key_ok {
-        return Err(RedisError::Str(
-            "NOPERM this user has no permissions to access one of the keys used as arguments",
-        ));
+        return Err(Error::NoPerm(
+            "this user has no permissions to access one of the keys used as arguments",
+        )
+        .into());
     }
     Ok(())
 }
 
 fn keyslot(ctx: &Context, key: &RedisString) -> Result<u16, RedisError> {
     match ctx.call("CLUSTER", &[b"KEYSLOT".as_slice(), key.as_slice()])? {
-        RedisValue::Integer(n) => u16::try_from(n).map_err(|_| RedisError::Str("ERR bad key slot")),
-        _ => Err(RedisError::Str("ERR bad key slot")),
+        RedisValue::Integer(n) => {
+            u16::try_from(n).map_err(|_| crate::error::invalid("bad key slot"))
+        }
+        _ => Err(crate::error::invalid("bad key slot")),
     }
 }
 
@@ -118,7 +114,7 @@ fn cluster_route(ctx: &Context, key: &RedisString, asking: bool) -> Result<Route
         RedisValue::BulkString(s) | RedisValue::SimpleString(s) => s,
         RedisValue::BulkRedisString(s) => s.to_string_lossy(),
         RedisValue::StringBuffer(b) => String::from_utf8_lossy(&b).into_owned(),
-        _ => return Err(RedisError::Str("ERR cannot read CLUSTER NODES")),
+        _ => return Err(crate::error::invalid("cannot read CLUSTER NODES")),
     };
     Ok(route(&nodes, slot, SessionKey::exists(ctx, key), asking))
 }

@@ -24,16 +24,16 @@ pub fn cannot_wait(ctx: &Context) -> bool {
 }
 
 pub fn failed(encoding: Encoding) -> RedisError {
-    RedisError::String(format!(
-        "ERR encoding {} could not be built (see the Redis log)",
+    crate::error::invalid(format!(
+        "encoding {} could not be built (see the Redis log)",
         encoding.name()
     ))
 }
 
 /// The refusal where a client cannot wait for a build.
 pub fn busy(encoding: Encoding) -> RedisError {
-    RedisError::String(format!(
-        "TRYAGAIN encoding {} is being built (its first use, 1-2 s), which MULTI/EXEC and scripts \
+    crate::error::try_again(format!(
+        "encoding {} is being built (its first use, 1-2 s), which MULTI/EXEC and scripts \
          cannot wait for: retry shortly",
         encoding.name()
     ))
@@ -70,8 +70,8 @@ pub fn check_allowed(ctx: &Context, encoding: Encoding) -> Result<(), RedisError
 
 /// The refusal of an encoding `mem.encodings` leaves out.
 pub fn not_allowed(encoding: Encoding) -> RedisError {
-    RedisError::String(format!(
-        "ERR encoding {} is not in mem.encodings: this server does not count with it (CONFIG SET mem.encodings)",
+    crate::error::invalid(format!(
+        "encoding {} is not in mem.encodings: this server does not count with it (CONFIG SET mem.encodings)",
         encoding.name()
     ))
 }
@@ -112,8 +112,8 @@ pub fn require(ctx: &Context, encoding: Encoding) -> Result<(), RedisError> {
             .ok_or_else(|| failed(encoding));
     }
     build_in_background(encoding);
-    Err(RedisError::String(format!(
-        "TRYAGAIN the session's encoding {} is being built (its first use): send the command again",
+    Err(crate::error::try_again(format!(
+        "the session's encoding {} is being built (its first use): send the command again",
         encoding.name()
     )))
 }

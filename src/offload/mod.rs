@@ -103,8 +103,8 @@ pub fn refuse_where_blocking_is_impossible(
 ) -> Result<(), RedisError> {
     let cannot = ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING;
     if ctx.get_flags().intersects(cannot) {
-        return Err(RedisError::String(format!(
-            "ERR {what} of {len} bytes (mem.async-threshold-bytes or more) is counted off the main thread, \
+        return Err(crate::error::invalid(format!(
+            "{what} of {len} bytes (mem.async-threshold-bytes or more) is counted off the main thread, \
              which MULTI/EXEC and scripts cannot wait for: send it as a command of its own \
              (MEM.APPENDBATCH appends several messages atomically)"
         )));
@@ -200,7 +200,7 @@ pub fn reply_from_worker(
     let blocked = ctx.block_client();
     let job = move || {
         std::thread::sleep(Config::debug_count_delay());
-        let result = crate::guard::or(Err(crate::commands::error::internal()), work);
+        let result = crate::guard::or(Err(crate::error::internal()), work);
         pool::job_done();
         // Replying needs no lock; dropping the context unblocks the client.
         ThreadSafeContext::with_blocked_client(blocked).reply(result);
@@ -304,21 +304,21 @@ extern "C" fn on_counted(
             .as_mut()
     };
     let Some(pending) = pending else {
-        return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
+        return context.reply(Err(crate::error::invalid("lost the token count"))) as c_int;
     };
     let args = redis_module::decode_args(ctx, argv, argc);
     let Some(resume) = pending.resume.take() else {
-        return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
+        return context.reply(Err(crate::error::invalid("lost the token count"))) as c_int;
     };
     let ticket = pending.ticket;
-    let result = crate::guard::or(Err(crate::commands::error::internal()), || {
+    let result = crate::guard::or(Err(crate::error::internal()), || {
         if let Err(e) = admission::admit(&context, &args, ticket) {
             stats::add(&stats::RESUMED_REFUSED, 1);
             return Err(e);
         }
         resume(&context, args)
     })
-    .map_err(crate::commands::error::ascii);
+    .map_err(crate::error::ascii);
     context.reply(result) as c_int
 }
 
