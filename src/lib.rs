@@ -87,8 +87,15 @@ fn required_api_present() -> bool {
     }
 }
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+/// Module load: the crate's RedisModule_OnLoad calls this with no
+/// catch_unwind of its own, so the body runs under [`guard::or`] (a panic
+/// refuses the load instead of aborting the server).
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
+    guard::or(Status::Err, || init_guarded(ctx, args))
+}
+
+fn init_guarded(ctx: &Context, _args: &[RedisString]) -> Status {
     if !required_api_present() {
         ctx.log_warning("redis-mem: this Redis lacks module API functions redis-mem needs (Redis 7.0+ required)");
         return Status::Err;
@@ -221,7 +228,7 @@ redis_module! {
             ["summarize-headroom", &config::SUMMARIZE_HEADROOM, 20, 0, 90, ConfigurationFlags::DEFAULT, None],
             ["max-message-bytes", &config::MAX_MESSAGE_BYTES, 4_194_304, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
             ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, 65_536, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
-            ["count-threads", &config::COUNT_THREADS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| pool::resize()))],
+            ["count-threads", &config::COUNT_THREADS, 2, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| guard::or((), pool::resize)))],
             ["debug-count-delay-ms", &config::DEBUG_COUNT_DELAY_MS, 0, 0, 60_000, ConfigurationFlags::DEFAULT, None],
         ],
         string: [

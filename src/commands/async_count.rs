@@ -238,20 +238,23 @@ extern "C" fn on_counted(
     argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    // SAFETY: in a blocked client's reply callback, the private data is the
-    // Pending passed to UnblockClient; it stays alive until free_pending.
-    let pending = unsafe {
-        raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
-            .cast::<Pending>()
-            .as_mut()
-    };
-    let Some(pending) = pending else {
-        return context.reply(Err(RedisError::Str("ERR lost the token count"))) as c_int;
-    };
-    let args = redis_module::decode_args(ctx, argv, argc);
-    let output = pending.output.take();
-    let (resume, ticket) = (pending.resume, pending.ticket);
+    // All of it guarded: Redis calls this directly (no crate shim), and a
+    // panic here, before or after the resumed command, would abort.
     let result = crate::guard::or(Err(super::error::internal()), || {
+        // SAFETY: in a blocked client's reply callback, the private data is
+        // the Pending passed to UnblockClient; it stays alive until
+        // free_pending.
+        let pending = unsafe {
+            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+                .cast::<Pending>()
+                .as_mut()
+        };
+        let Some(pending) = pending else {
+            return Err(RedisError::Str("ERR lost the token count"));
+        };
+        let args = redis_module::decode_args(ctx, argv, argc);
+        let output = pending.output.take();
+        let (resume, ticket) = (pending.resume, pending.ticket);
         if let Err(e) = admission::admit(&context, &args, ticket) {
             stats::add(&stats::RESUMED_REFUSED, 1);
             return Err(e);
@@ -267,9 +270,11 @@ extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void
     if !privdata.is_null() {
         // SAFETY: privdata is the Box<Pending> handed to UnblockClient, and
         // `held` the string retained in off_thread, released once here.
-        unsafe {
-            let pending = Box::from_raw(privdata.cast::<Pending>());
-            raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), pending.held as *mut _);
-        }
+        // Guarded: dropping a worker's output runs its destructors.
+        let pending = unsafe { Box::from_raw(privdata.cast::<Pending>()) };
+        let held = pending.held;
+        crate::guard::or((), move || drop(pending));
+        // SAFETY: as above; `held` is freed once, here.
+        unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), held as *mut _) };
     }
 }
