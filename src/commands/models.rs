@@ -52,12 +52,16 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let blocked = ctx.block_client();
     let job = move || {
         std::thread::sleep(Config::debug_count_delay());
+        // ascii, as commands::run does: the reply is sent from here, not
+        // through it, and the crate's error reply truncates each char to a
+        // byte (U+0100 becomes a NUL, its CString unwrap a panic).
         let result = crate::guard::or(Err(super::error::internal()), || {
             let text = args::utf8_bytes("text", &bytes)?;
             Ok(RedisValue::Integer(
                 tokens(encoding, role.as_deref(), text) as i64
             ))
-        });
+        })
+        .map_err(super::error::ascii);
         crate::pool::job_done();
         // Replying needs no lock; dropping the context unblocks the client.
         let reply_to = ThreadSafeContext::with_blocked_client(blocked);
