@@ -72,6 +72,9 @@ enum_configuration! {
 
 pub static DEFAULT_MODEL_CONFIG: ModelSetting =
     ModelSetting(Mutex::new(Cow::Borrowed(DEFAULT_MODEL)));
+/// Its get and set are the crate's (`Mutex<T>`), which unwrap the lock: it
+/// never poisons, as no code holding it can panic (the crate's own get/set
+/// clone or assign a fieldless enum, `Config::current` matches on it).
 pub static DEFAULT_ENCODING: Mutex<EncodingConfig> = Mutex::new(EncodingConfig::o200k_base);
 
 /// `mem.models`: the operator's model table entries (tokenizer/models.rs),
@@ -82,12 +85,7 @@ pub struct ModelsSetting;
 
 impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
-        // create_from_slice: the crate's `create` unwraps a CString, which
-        // panics (aborting the server) on a NUL byte.
-        RedisString::create_from_slice(
-            std::ptr::null_mut(),
-            crate::tokenizer::models::operator_text().as_bytes(),
-        )
+        config_string(crate::tokenizer::models::operator_text)
     }
 
     fn set(
@@ -95,10 +93,12 @@ impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
         _: &redis_module::configuration::ConfigurationContext,
         val: RedisString,
     ) -> Result<(), redis_module::RedisError> {
-        let text = config_text(&val, "mem.models")?;
-        let entries = crate::tokenizer::models::parse(text).map_err(setting_error)?;
-        crate::tokenizer::models::set_operator(entries);
-        Ok(())
+        guarded_set(|| {
+            let text = config_text(&val, "mem.models")?;
+            let entries = crate::tokenizer::models::parse(text).map_err(setting_error)?;
+            crate::tokenizer::models::set_operator(entries);
+            Ok(())
+        })
     }
 }
 
@@ -121,18 +121,19 @@ impl EncodingsSetting {
 
 impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
-        let bits = self.0.load(Ordering::Relaxed);
-        let text = if bits == ALL_ENCODINGS {
-            "all".to_owned()
-        } else {
-            Encoding::ALL
-                .iter()
-                .filter(|e| bits & (1 << (**e as u32)) != 0)
-                .map(|e| e.name())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        RedisString::create_from_slice(std::ptr::null_mut(), text.as_bytes())
+        config_string(|| {
+            let bits = self.0.load(Ordering::Relaxed);
+            if bits == ALL_ENCODINGS {
+                "all".to_owned()
+            } else {
+                Encoding::ALL
+                    .iter()
+                    .filter(|e| bits & (1 << (**e as u32)) != 0)
+                    .map(|e| e.name())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
+        })
     }
 
     fn set(
@@ -140,7 +141,13 @@ impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
         _: &redis_module::configuration::ConfigurationContext,
         val: RedisString,
     ) -> Result<(), redis_module::RedisError> {
-        let text = config_text(&val, "mem.encodings")?;
+        guarded_set(|| self.parse_and_store(&val))
+    }
+}
+
+impl EncodingsSetting {
+    fn parse_and_store(&self, val: &RedisString) -> Result<(), redis_module::RedisError> {
+        let text = config_text(val, "mem.encodings")?;
         let mut bits = 0;
         let names: Vec<&str> = text
             .split([' ', ',', '\t', '\n'])
@@ -179,7 +186,7 @@ pub struct ModelSetting(Mutex<Cow<'static, str>>);
 
 impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
-        RedisString::create_from_slice(std::ptr::null_mut(), lock(&self.0).as_bytes())
+        config_string(|| lock(&self.0).to_string())
     }
 
     fn set(
@@ -187,10 +194,12 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
         _: &redis_module::configuration::ConfigurationContext,
         val: RedisString,
     ) -> Result<(), redis_module::RedisError> {
-        let model = config_text(&val, "mem.default-model")?;
-        crate::session::check_model(model).map_err(setting_error)?;
-        *lock(&self.0) = Cow::Owned(model.to_owned());
-        Ok(())
+        guarded_set(|| {
+            let model = config_text(&val, "mem.default-model")?;
+            crate::session::check_model(model).map_err(setting_error)?;
+            *lock(&self.0) = Cow::Owned(model.to_owned());
+            Ok(())
+        })
     }
 }
 
@@ -209,6 +218,27 @@ fn config_text<'a>(val: &'a RedisString, name: &str) -> Result<&'a str, redis_mo
         )));
     }
     Ok(text)
+}
+
+/// The crate calls a config's get and set from its own `extern "C"` shims,
+/// which catch no panic (one would abort the server): the value is made
+/// under [`crate::guard::or`] (an empty value if it panics), then copied
+/// with `create_from_slice`, which never unwraps a CString.
+fn config_string(value: impl FnOnce() -> String) -> RedisString {
+    let text = crate::guard::or(String::new(), value);
+    RedisString::create_from_slice(std::ptr::null_mut(), text.as_bytes())
+}
+
+/// A config's set under [`crate::guard::or`] (a panic refuses the value),
+/// its error made printable: the crate turns it into a RedisString through
+/// a CString, which panics on a NUL.
+fn guarded_set(
+    set: impl FnOnce() -> Result<(), redis_module::RedisError>,
+) -> Result<(), redis_module::RedisError> {
+    crate::guard::or(Err(crate::error::internal()), set).map_err(|e| match e {
+        redis_module::RedisError::String(s) => setting_error(s),
+        other => other,
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -322,5 +352,29 @@ impl Config {
     /// `mem.debug-count-delay-ms`, read by the workers.
     pub fn debug_count_delay() -> std::time::Duration {
         std::time::Duration::from_millis(get(&DEBUG_COUNT_DELAY_MS))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_set_is_refused_not_propagated() {
+        let r = guarded_set(|| panic!("a bug in a config's set"));
+        assert_eq!(
+            r.unwrap_err().to_string(),
+            crate::error::internal().to_string()
+        );
+    }
+
+    #[test]
+    fn set_errors_carry_no_nul() {
+        // The crate builds its error reply through CString::new(..).unwrap().
+        let r = guarded_set(|| Err(redis_module::RedisError::String("bad \0 value".into())));
+        let msg = r.unwrap_err().to_string();
+        assert!(!msg.contains('\0'), "{msg:?}");
+        assert!(std::ffi::CString::new(msg).is_ok());
+        assert!(guarded_set(|| Ok(())).is_ok());
     }
 }

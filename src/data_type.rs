@@ -59,7 +59,10 @@ pub unsafe extern "C" fn free_session(value: *mut c_void) {
     if !value.is_null() {
         LIVE_SESSIONS.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: value is a Box<Session> that Redis hands back exactly once.
-        drop(unsafe { Box::from_raw(value.cast::<Session>()) });
+        let session = unsafe { Box::from_raw(value.cast::<Session>()) };
+        // Redis calls this directly (also on a lazyfree thread): guarded as
+        // every other callback, though dropping owned memory cannot panic.
+        crate::guard::or((), move || drop(session));
     }
 }
 

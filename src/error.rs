@@ -156,3 +156,30 @@ pub fn bad_attr_name(why: String) -> RedisError {
 pub fn bad_attr_value(why: String) -> RedisError {
     invalid(why)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis_module::Context;
+
+    /// The crate's error reply (`Context::reply_error_string`) makes its
+    /// CString with `c as u8` per char: U+0100, U+4E00 ... become a NUL and
+    /// its unwrap panics, in the crate's own shim. An echoed option name
+    /// (`unknown option 'Ā'`) would abort the server but for [`ascii`].
+    #[test]
+    fn error_replies_never_reach_the_crate_with_a_char_it_truncates_to_nul() {
+        let echoed = ["unknown option 'Ā'", "一", "x\0y", "\u{0300}\u{1000}"];
+        for s in echoed {
+            let raw = std::panic::catch_unwind(|| Context::str_as_legal_resp_string(s));
+            let safe = match ascii(invalid(s)) {
+                RedisError::String(s) => s,
+                other => panic!("{other:?}"),
+            };
+            let made = std::panic::catch_unwind(|| Context::str_as_legal_resp_string(&safe));
+            assert!(made.is_ok(), "{s:?} -> {safe:?}");
+            if s != "x\0y" {
+                assert!(raw.is_err(), "the crate itself would panic on {s:?}");
+            }
+        }
+    }
+}

@@ -86,10 +86,20 @@ fn required_api_present() -> bool {
     }
 }
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+/// Module load: the crate's RedisModule_OnLoad calls this with no
+/// catch_unwind of its own, so the body runs under [`guard::or`] (a panic
+/// refuses the load instead of aborting the server).
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
+    guard::or(Status::Err, || init_guarded(ctx, args))
+}
+
+fn init_guarded(ctx: &Context, args: &[RedisString]) -> Status {
     if !required_api_present() {
         ctx.log_warning("redis-mem: this Redis lacks module API functions redis-mem needs (Redis 7.0+ required)");
+        return Status::Err;
+    }
+    if register_configs(ctx, args) == Status::Err {
         return Status::Err;
     }
     // SAFETY: HANDLE_IO_ERRORS makes failed RDB reads report an error to
@@ -135,6 +145,225 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     info::register(ctx);
     command_docs::register(ctx);
+    Status::Ok
+}
+
+/// The `mem.*` configs, their defaults taken from the module's arguments
+/// (`loadmodule redis-mem.so ttl 3600 default-model gpt-4`), then Redis's
+/// own values (redis.conf `mem.*`, MODULE LOADEX CONFIG) applied over them
+/// by LoadConfigs: what the crate's `configurations:` block with
+/// `module_args_as_configuration` did, but that block runs in the crate's
+/// RedisModule_OnLoad, outside any guard, and a NUL in a string or enum
+/// argument made it panic there (a CString of the default, of the logged
+/// error), aborting the server instead of refusing the load.
+fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
+    use redis_module::configuration::{
+        get_enum_default_config_value, get_i64_default_config_value,
+        get_string_default_config_value, register_enum_configuration, register_i64_configuration,
+        register_string_configuration,
+    };
+    use std::sync::atomic::AtomicI64;
+    type OnChanged =
+        Box<dyn Fn(&redis_module::configuration::ConfigurationContext, &str, &'static AtomicI64)>;
+
+    let refuse = |name: &str, e: &dyn std::fmt::Display| {
+        // guard::log_warning: the crate's logger panics on a NUL.
+        guard::log_warning(&format!("redis-mem: module argument {name}: {e}"));
+        Status::Err
+    };
+    let secs = session::MAX_TTL_SECS as i64;
+    // Not Copy: consts, made anew at each use.
+    const DEFAULT: ConfigurationFlags = ConfigurationFlags::DEFAULT;
+    const MEMORY: ConfigurationFlags = ConfigurationFlags::MEMORY;
+    let numeric: [(&str, &'static AtomicI64, i64, i64, i64, ConfigurationFlags); 15] = [
+        ("ttl", &config::TTL, config::default::TTL, 0, secs, DEFAULT),
+        (
+            "ext-ttl",
+            &config::EXT_TTL,
+            config::default::EXT_TTL,
+            1,
+            secs,
+            DEFAULT,
+        ),
+        (
+            "max-tokens",
+            &config::MAX_TOKENS,
+            config::default::MAX_TOKENS,
+            1,
+            i64::MAX,
+            DEFAULT,
+        ),
+        (
+            "max-messages",
+            &config::MAX_MESSAGES,
+            config::default::MAX_MESSAGES,
+            1,
+            i64::MAX,
+            DEFAULT,
+        ),
+        (
+            "max-tokens-limit",
+            &config::MAX_TOKENS_LIMIT,
+            config::default::MAX_TOKENS_LIMIT,
+            1,
+            i64::MAX,
+            DEFAULT,
+        ),
+        (
+            "max-messages-limit",
+            &config::MAX_MESSAGES_LIMIT,
+            config::default::MAX_MESSAGES_LIMIT,
+            1,
+            i64::MAX,
+            DEFAULT,
+        ),
+        (
+            "max-age",
+            &config::MAX_AGE,
+            config::default::MAX_AGE,
+            0,
+            secs,
+            DEFAULT,
+        ),
+        (
+            "summarize-ratio",
+            &config::SUMMARIZE_RATIO,
+            config::default::SUMMARIZE_RATIO,
+            1,
+            100,
+            DEFAULT,
+        ),
+        (
+            "summarize-fallback-tokens",
+            &config::SUMMARIZE_FALLBACK_TOKENS,
+            config::default::SUMMARIZE_FALLBACK_TOKENS,
+            1,
+            i64::MAX,
+            DEFAULT,
+        ),
+        (
+            "summarize-keep",
+            &config::SUMMARIZE_KEEP,
+            config::default::SUMMARIZE_KEEP,
+            0,
+            i64::MAX,
+            DEFAULT,
+        ),
+        (
+            "summarize-headroom",
+            &config::SUMMARIZE_HEADROOM,
+            config::default::SUMMARIZE_HEADROOM,
+            0,
+            90,
+            DEFAULT,
+        ),
+        (
+            "max-message-bytes",
+            &config::MAX_MESSAGE_BYTES,
+            config::default::MAX_MESSAGE_BYTES,
+            1,
+            512 * 1024 * 1024,
+            MEMORY,
+        ),
+        (
+            "async-threshold-bytes",
+            &config::ASYNC_THRESHOLD_BYTES,
+            config::default::ASYNC_THRESHOLD_BYTES,
+            1,
+            i64::MAX,
+            MEMORY,
+        ),
+        (
+            "count-threads",
+            &config::COUNT_THREADS,
+            config::default::COUNT_THREADS,
+            1,
+            64,
+            DEFAULT,
+        ),
+        (
+            "debug-count-delay-ms",
+            &config::DEBUG_COUNT_DELAY_MS,
+            config::default::DEBUG_COUNT_DELAY_MS,
+            0,
+            60_000,
+            DEFAULT,
+        ),
+    ];
+    for (name, variable, fallback, min, max, flags) in numeric {
+        let value = match get_i64_default_config_value(args, name, fallback) {
+            Ok(v) => v,
+            Err(e) => return refuse(name, &e),
+        };
+        let on_changed: Option<OnChanged> = match name {
+            "count-threads" => Some(Box::new(|_, _, _| guard::or((), offload::pool::resize))),
+            _ => None,
+        };
+        register_i64_configuration(ctx, name, variable, value, min, max, flags, on_changed);
+    }
+    // A string default goes through the crate's CString::new(..).unwrap().
+    let string_default = |name: &str, fallback: &'static str| match get_string_default_config_value(
+        args, name, fallback,
+    ) {
+        Ok(v) if v.contains('\0') => Err(refuse(name, &"must not hold a NUL")),
+        Ok(v) => Ok(v.to_owned()),
+        Err(e) => Err(refuse(name, &e)),
+    };
+    let Ok(model) = string_default("default-model", config::DEFAULT_MODEL) else {
+        return Status::Err;
+    };
+    register_string_configuration(
+        ctx,
+        "default-model",
+        &config::DEFAULT_MODEL_CONFIG,
+        &model,
+        DEFAULT,
+        None,
+    );
+    let Ok(models) = string_default("models", "") else {
+        return Status::Err;
+    };
+    register_string_configuration(
+        ctx,
+        "models",
+        &config::MODELS_CONFIG,
+        &models,
+        DEFAULT,
+        None,
+    );
+    let Ok(encodings) = string_default("encodings", "all") else {
+        return Status::Err;
+    };
+    register_string_configuration(
+        ctx,
+        "encodings",
+        &config::ENCODINGS_CONFIG,
+        &encodings,
+        DEFAULT,
+        None,
+    );
+    let encoding = match get_enum_default_config_value(
+        args,
+        "default-encoding",
+        config::EncodingConfig::o200k_base,
+    ) {
+        Ok(v) => v,
+        Err(e) => return refuse("default-encoding", &e),
+    };
+    register_enum_configuration(
+        ctx,
+        "default-encoding",
+        &config::DEFAULT_ENCODING,
+        encoding,
+        DEFAULT,
+        None,
+    );
+    // SAFETY: the module's load context; every config is registered above.
+    // Its result is not checked, as the crate did not: a value Redis refuses
+    // is logged by Redis.
+    if let Some(load_configs) = unsafe { redis_module::raw::RedisModule_LoadConfigs } {
+        unsafe { load_configs(ctx.ctx) };
+    }
     Status::Ok
 }
 
@@ -205,33 +434,4 @@ redis_module! {
         ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
         ["mem._put", mem_put, "write", 1, 1, 1, ""],
     ],
-    configurations: [
-        i64: [
-            ["ttl", &config::TTL, config::default::TTL, 0, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
-            ["ext-ttl", &config::EXT_TTL, config::default::EXT_TTL, 1, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
-            ["max-tokens", &config::MAX_TOKENS, config::default::MAX_TOKENS, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["max-messages", &config::MAX_MESSAGES, config::default::MAX_MESSAGES, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["max-tokens-limit", &config::MAX_TOKENS_LIMIT, config::default::MAX_TOKENS_LIMIT, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["max-messages-limit", &config::MAX_MESSAGES_LIMIT, config::default::MAX_MESSAGES_LIMIT, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["max-age", &config::MAX_AGE, config::default::MAX_AGE, 0, session::MAX_TTL_SECS as i64, ConfigurationFlags::DEFAULT, None],
-            ["summarize-ratio", &config::SUMMARIZE_RATIO, config::default::SUMMARIZE_RATIO, 1, 100, ConfigurationFlags::DEFAULT, None],
-            ["summarize-fallback-tokens", &config::SUMMARIZE_FALLBACK_TOKENS, config::default::SUMMARIZE_FALLBACK_TOKENS, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["summarize-keep", &config::SUMMARIZE_KEEP, config::default::SUMMARIZE_KEEP, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
-            ["summarize-headroom", &config::SUMMARIZE_HEADROOM, config::default::SUMMARIZE_HEADROOM, 0, 90, ConfigurationFlags::DEFAULT, None],
-            ["max-message-bytes", &config::MAX_MESSAGE_BYTES, config::default::MAX_MESSAGE_BYTES, 1, 512 * 1024 * 1024, ConfigurationFlags::MEMORY, None],
-            ["async-threshold-bytes", &config::ASYNC_THRESHOLD_BYTES, config::default::ASYNC_THRESHOLD_BYTES, 1, i64::MAX, ConfigurationFlags::MEMORY, None],
-            ["count-threads", &config::COUNT_THREADS, config::default::COUNT_THREADS, 1, 64, ConfigurationFlags::DEFAULT, Some(Box::new(|_, _, _| offload::pool::resize()))],
-            ["debug-count-delay-ms", &config::DEBUG_COUNT_DELAY_MS, config::default::DEBUG_COUNT_DELAY_MS, 0, 60_000, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [
-            ["default-model", &config::DEFAULT_MODEL_CONFIG, config::DEFAULT_MODEL, ConfigurationFlags::DEFAULT, None],
-            ["models", &config::MODELS_CONFIG, "", ConfigurationFlags::DEFAULT, None],
-            ["encodings", &config::ENCODINGS_CONFIG, "all", ConfigurationFlags::DEFAULT, None],
-        ],
-        bool: [],
-        enum: [
-            ["default-encoding", &config::DEFAULT_ENCODING, config::EncodingConfig::o200k_base, ConfigurationFlags::DEFAULT, None],
-        ],
-        module_args_as_configuration: true,
-    ]
 }

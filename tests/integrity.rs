@@ -1188,3 +1188,93 @@ fn control_characters_in_names_are_refused_on_every_way_in() {
     );
     assert_eq!(config_get(&mut con, "mem.encodings"), "o200k_base");
 }
+
+/// A redis-server without the module, that MODULE LOAD may load it into.
+struct BareServer(std::process::Child);
+
+impl Drop for BareServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_nul_in_a_module_argument_refuses_the_load_and_the_server_lives() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("redis-mem-bare-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+    let child = std::process::Command::new(bin)
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args([
+            "--enable-module-command",
+            "yes",
+            "--dir",
+            dir.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    let _server = BareServer(child);
+    let url = format!("redis://127.0.0.1:{port}/");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut con = loop {
+        let ok = redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c).map(|_| c));
+        match ok {
+            Ok(c) => break c,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(e) => panic!("redis-server did not start: {e}"),
+        }
+    };
+    let module = module_path().display().to_string();
+    // The crate's RedisModule_OnLoad made a CString of a string config's
+    // default, and of the error naming an unknown enum value: a NUL there
+    // aborted the server.
+    for (name, value) in [
+        ("default-model", &b"a\0b"[..]),
+        ("models", b"\0"),
+        ("encodings", b"all\0"),
+        ("default-encoding", b"x\0"),
+    ] {
+        let e = redis::cmd("MODULE")
+            .arg("LOAD")
+            .arg(&module)
+            .arg(name)
+            .arg(value)
+            .query::<Value>(&mut con)
+            .expect_err("a NUL in a module argument refuses the load");
+        assert!(err_text(&e).starts_with("ERR"), "{name}: {}", err_text(&e));
+        let pong: String = redis::cmd("PING")
+            .query(&mut con)
+            .expect("the server lives");
+        assert_eq!(pong, "PONG");
+    }
+    // Arguments without a NUL still set the configs' defaults.
+    let _: Value = redis::cmd("MODULE")
+        .arg("LOAD")
+        .arg(&module)
+        .arg("ttl")
+        .arg("77")
+        .arg("default-model")
+        .arg("gpt-4")
+        .arg("default-encoding")
+        .arg("cl100k_base")
+        .query(&mut con)
+        .expect("load with arguments");
+    assert_eq!(config_get(&mut con, "mem.ttl"), "77");
+    assert_eq!(config_get(&mut con, "mem.default-model"), "gpt-4");
+    assert_eq!(config_get(&mut con, "mem.default-encoding"), "cl100k_base");
+    let _ = std::fs::remove_dir_all(&dir);
+}

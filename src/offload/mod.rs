@@ -200,7 +200,11 @@ pub fn reply_from_worker(
     let blocked = ctx.block_client();
     let job = move || {
         std::thread::sleep(Config::debug_count_delay());
-        let result = crate::guard::or(Err(crate::error::internal()), work);
+        // ascii, as commands::run does: the reply is sent from here, not
+        // through it, and the crate's error reply truncates each char to a
+        // byte (U+0100 becomes a NUL, its CString unwrap a panic).
+        let result =
+            crate::guard::or(Err(crate::error::internal()), work).map_err(crate::error::ascii);
         pool::job_done();
         // Replying needs no lock; dropping the context unblocks the client.
         ThreadSafeContext::with_blocked_client(blocked).reply(result);
@@ -296,22 +300,25 @@ extern "C" fn on_counted(
     argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    // SAFETY: in a blocked client's reply callback, the private data is the
-    // Pending passed to UnblockClient; it stays alive until free_pending.
-    let pending = unsafe {
-        raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
-            .cast::<Pending>()
-            .as_mut()
-    };
-    let Some(pending) = pending else {
-        return context.reply(Err(crate::error::invalid("lost the token count"))) as c_int;
-    };
-    let args = redis_module::decode_args(ctx, argv, argc);
-    let Some(resume) = pending.resume.take() else {
-        return context.reply(Err(crate::error::invalid("lost the token count"))) as c_int;
-    };
-    let ticket = pending.ticket;
+    // All of it guarded: Redis calls this directly (no crate shim), and a
+    // panic here, before or after the resumed command, would abort.
     let result = crate::guard::or(Err(crate::error::internal()), || {
+        // SAFETY: in a blocked client's reply callback, the private data is
+        // the Pending passed to UnblockClient; it stays alive until
+        // free_pending.
+        let pending = unsafe {
+            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+                .cast::<Pending>()
+                .as_mut()
+        };
+        let Some(pending) = pending else {
+            return Err(crate::error::invalid("lost the token count"));
+        };
+        let args = redis_module::decode_args(ctx, argv, argc);
+        let Some(resume) = pending.resume.take() else {
+            return Err(crate::error::invalid("lost the token count"));
+        };
+        let ticket = pending.ticket;
         if let Err(e) = admission::admit(&context, &args, ticket) {
             stats::add(&stats::RESUMED_REFUSED, 1);
             return Err(e);
@@ -327,9 +334,11 @@ extern "C" fn free_pending(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void
     if !privdata.is_null() {
         // SAFETY: privdata is the Box<Pending> handed to UnblockClient, and
         // `held` the string retained in block, released once here.
-        unsafe {
-            let pending = Box::from_raw(privdata.cast::<Pending>());
-            raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), pending.held as *mut _);
-        }
+        // Guarded: dropping a worker's output runs its destructors.
+        let pending = unsafe { Box::from_raw(privdata.cast::<Pending>()) };
+        let held = pending.held;
+        crate::guard::or((), move || drop(pending));
+        // SAFETY: as above; `held` is freed once, here.
+        unsafe { raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), held as *mut _) };
     }
 }

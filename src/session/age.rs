@@ -49,6 +49,8 @@ impl Session {
         let mut gone = vec![false; len];
         let mut i = 0;
         while i < spared_from {
+            // i < len, so group_len_at(i) is 1..=len - i: end <= len
+            // (old and gone have len entries) and the loop advances.
             let end = i + self.group_len_at(i);
             if old[i..end].iter().all(|o| *o) {
                 gone[i..end].iter_mut().for_each(|g| *g = true);

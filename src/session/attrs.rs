@@ -159,6 +159,7 @@ impl Session {
                 continue;
             };
             match at.get(&name) {
+                // `at` holds only indices of entries pushed to `out`.
                 Some(&i) => out[i].1 = value.to_string(),
                 None => {
                     at.insert(name.clone(), out.len());

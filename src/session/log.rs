@@ -548,6 +548,8 @@ impl MessageLog {
         if self.retain_in_place(&kept) {
             return;
         }
+        // kept has one entry per head (built from them above): every
+        // kept[i] below has i < self.len().
         let bytes: usize = (0..self.len())
             .filter(|&i| kept[i])
             .map(|i| self.data(i).len())
@@ -595,6 +597,7 @@ impl MessageLog {
         let Some(buf) = Arc::get_mut(&mut self.buf) else {
             return false;
         };
+        // first_gone indexes kept, whose length is that of ranges.
         let mut write = ranges[first_gone].0;
         for (i, &(from, to)) in ranges.iter().enumerate().skip(first_gone) {
             if !kept[i] {

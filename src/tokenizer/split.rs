@@ -135,6 +135,7 @@ impl<'a> Iterator for Pieces<'a> {
             if level + 1 == self.splitter.stages.len() {
                 return self.text.get(start + from..start + to);
             }
+            // level + 1 < stages.len() <= MAX_STAGES (checked in new).
             self.frames[level + 1] = (start + from, start + to, 0);
             self.depth += 1;
         }
