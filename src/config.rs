@@ -197,6 +197,9 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
         guarded_set(|| {
             let model = config_text(&val, "mem.default-model")?;
             crate::session::check_model(model).map_err(setting_error)?;
+            // As MODEL takes it: no tab or newline either (mem.models may
+            // hold them, as separators).
+            crate::session::check_name_chars("mem.default-model", model).map_err(setting_error)?;
             *lock(&self.0) = Cow::Owned(model.to_owned());
             Ok(())
         })

@@ -88,7 +88,13 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             v => Err(format!("unknown redis-mem encoding version {v}")),
         };
         match result {
-            Ok(session) => into_raw(session),
+            Ok(session) => {
+                // A token the payload carries (RESTORE from a node whose
+                // clock ran ahead) is never granted again for the key name,
+                // whatever happens to the key next.
+                crate::commands::note_issued(session.leases.last_token);
+                into_raw(session)
+            }
             Err(e) => {
                 crate::guard::log_warning(&format!("redis-mem: refusing to load a session: {e}"));
                 std::ptr::null_mut()

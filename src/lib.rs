@@ -156,11 +156,52 @@ fn init_guarded(ctx: &Context, args: &[RedisString]) -> Status {
 /// RedisModule_OnLoad, outside any guard, and a NUL in a string or enum
 /// argument made it panic there (a CString of the default, of the logged
 /// error), aborting the server instead of refusing the load.
+/// The module arguments as `(name, value)` pairs, each name one of `known`
+/// and given once, no value holding a NUL; else the name at fault and why.
+fn module_args(
+    args: &[RedisString],
+    known: &[&str],
+) -> Result<Vec<(String, String)>, (String, String)> {
+    if args.len() % 2 != 0 {
+        let last = args.last().map(|a| a.to_string_lossy()).unwrap_or_default();
+        return Err((
+            last,
+            "module arguments come in `name value` pairs".to_owned(),
+        ));
+    }
+    let mut out: Vec<(String, String)> = Vec::with_capacity(args.len() / 2);
+    for pair in args.chunks(2) {
+        let name = pair[0].to_string_lossy();
+        let value = pair[1].to_string_lossy();
+        if !known.contains(&name.as_str()) {
+            return Err((name, format!("unknown (one of {})", known.join(", "))));
+        }
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err((name, "given twice".to_owned()));
+        }
+        if value.contains('\0') {
+            return Err((name, "must not hold a NUL".to_owned()));
+        }
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// Redis's integer syntax (string2ll): an optional `-`, digits, no leading
+/// zero but in `0` itself, no `+`, no spaces.
+fn redis_integer(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical = digits == "0" || (!digits.is_empty() && !digits.starts_with('0'));
+    if !canonical || !digits.bytes().all(|b| b.is_ascii_digit()) || text == "-0" {
+        return None;
+    }
+    text.parse().ok()
+}
+
 fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
     use redis_module::configuration::{
-        get_enum_default_config_value, get_i64_default_config_value,
-        get_string_default_config_value, register_enum_configuration, register_i64_configuration,
-        register_string_configuration,
+        get_enum_default_config_value, get_string_default_config_value,
+        register_enum_configuration, register_i64_configuration, register_string_configuration,
     };
     use std::sync::atomic::AtomicI64;
     type OnChanged =
@@ -290,10 +331,27 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
             DEFAULT,
         ),
     ];
+    // Every argument a `name value` pair naming one of the settings, once,
+    // each value as CONFIG SET would take it: the crate's readers skip
+    // unknown names and check no range (`count-threads 0` left every large
+    // append waiting forever).
+    let known: Vec<&str> = numeric
+        .iter()
+        .map(|n| n.0)
+        .chain(["default-model", "models", "encodings", "default-encoding"])
+        .collect();
+    let given = match module_args(args, &known) {
+        Ok(given) => given,
+        Err((name, e)) => return refuse(&name, &e),
+    };
     for (name, variable, fallback, min, max, flags) in numeric {
-        let value = match get_i64_default_config_value(args, name, fallback) {
-            Ok(v) => v,
-            Err(e) => return refuse(name, &e),
+        let value = match given.iter().find(|(n, _)| n == name) {
+            None => fallback,
+            Some((_, text)) => match redis_integer(text) {
+                Some(v) if (min..=max).contains(&v) => v,
+                Some(_) => return refuse(name, &format!("{text} is outside {min}..={max}")),
+                None => return refuse(name, &format!("{text:?} is not an integer")),
+            },
         };
         let on_changed: Option<OnChanged> = match name {
             "count-threads" => Some(Box::new(|_, _, _| guard::or((), offload::pool::resize))),
@@ -358,11 +416,16 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
         DEFAULT,
         None,
     );
+    // Applies the defaults and redis.conf's `mem.*` lines through each
+    // config's set: a value a set refuses (a default-model with a newline, a
+    // bad mem.models line) refuses the load, as CONFIG SET would refuse it,
+    // instead of leaving the setting at its default unsaid.
     // SAFETY: the module's load context; every config is registered above.
-    // Its result is not checked, as the crate did not: a value Redis refuses
-    // is logged by Redis.
     if let Some(load_configs) = unsafe { redis_module::raw::RedisModule_LoadConfigs } {
-        unsafe { load_configs(ctx.ctx) };
+        if unsafe { load_configs(ctx.ctx) } != redis_module::raw::REDISMODULE_OK as i32 {
+            guard::log_warning("redis-mem: a mem.* setting was refused (see above); not loaded");
+            return Status::Err;
+        }
     }
     Status::Ok
 }

@@ -74,7 +74,8 @@ fn hostile_mem_models_values_are_refused_and_change_nothing() {
         ("p*=qwen2:1,P*=glm4:2".into(), "more than once"),
         (long, "1 to 256 bytes"),
         (many, "at most 1024"),
-        ("ok=qwen2:1 x=qwen2:1\r".into(), "window"),
+        // \r separates entries (CRLF files), so it never sits in a name.
+        ("ok=qwen2:1 a\rb=qwen2:1".into(), "expected"),
     ];
     for (value, why) in &bad {
         let e = cmd(&mut con, &["CONFIG", "SET", "mem.models", value]).unwrap_err();

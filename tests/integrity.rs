@@ -1200,7 +1200,7 @@ impl Drop for BareServer {
 }
 
 #[test]
-fn a_nul_in_a_module_argument_refuses_the_load_and_the_server_lives() {
+fn a_bad_module_argument_refuses_the_load_and_the_server_lives() {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("redis-mem-bare-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -1261,6 +1261,38 @@ fn a_nul_in_a_module_argument_refuses_the_load_and_the_server_lives() {
             .expect("the server lives");
         assert_eq!(pong, "PONG");
     }
+    // Module arguments are held to what CONFIG SET takes: ranges, Redis's
+    // integer syntax, known names, name value pairs (`count-threads 0` left
+    // every large append waiting forever; `ttl -1` made sessions immortal;
+    // a mistyped name was ignored).
+    for args in [
+        &["count-threads", "0"][..],
+        &["ttl", "-1"],
+        &["ext-ttl", "0"],
+        &["summarize-ratio", "0"],
+        &["max-age", "99999999999"],
+        &["max-message-bytes", "0"],
+        &["ttl", "01"],
+        &["ttl", "+5"],
+        &["tll", "60"],
+        &["ttl", "60", "ttl", "70"],
+        &["encodings", "o200k_base", "cl100k_base"],
+        &["default-model", "gpt-4o\n"],
+    ] {
+        let e = redis::cmd("MODULE")
+            .arg("LOAD")
+            .arg(&module)
+            .arg(args)
+            .query::<Value>(&mut con)
+            .expect_err("refused");
+        assert!(
+            err_text(&e).starts_with("ERR"),
+            "{args:?}: {}",
+            err_text(&e)
+        );
+        let modules: Value = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+        assert_eq!(modules, Value::Array(vec![]), "{args:?}: not loaded");
+    }
     // Arguments without a NUL still set the configs' defaults.
     let _: Value = redis::cmd("MODULE")
         .arg("LOAD")
@@ -1277,4 +1309,68 @@ fn a_nul_in_a_module_argument_refuses_the_load_and_the_server_lives() {
     assert_eq!(config_get(&mut con, "mem.default-model"), "gpt-4");
     assert_eq!(config_get(&mut con, "mem.default-encoding"), "cl100k_base");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What MEM.IMPORT takes from a document is held to what the commands take
+/// (hostile pass): no control characters in external system names,
+/// departed msgids or member (attribute) names, a message's `tokens` at
+/// most mem.max-tokens-limit as TOKENS, a departed msgid's tokens what a
+/// message can count; and mem.default-model refuses what MODEL refuses.
+#[test]
+fn an_import_takes_only_what_the_commands_take() {
+    let server = Server::start();
+    let mut con = server.client();
+    let ours = |member: &str, history: &str| {
+        format!(
+            r#"{{"model":"gpt-4o","conversation_history":[{history}],"redis_mem":{{"ttl":600{member}}}}}"#
+        )
+    };
+    let one = r#"{"id":3,"role":"user","content":"hi","tokens":5}"#;
+    for (doc, why) in [
+        (
+            ours(
+                r#","external":{"s\u0001":{"id":"c","expires":99999999999999}}"#,
+                one,
+            ),
+            "control characters",
+        ),
+        (
+            ours(
+                r#","last_id":3,"departed_msgids":[{"msgid":"a\u0001","id":1,"tokens":3}]"#,
+                one,
+            ),
+            "control characters",
+        ),
+        (
+            ours(
+                r#","last_id":3,"departed_msgids":[{"msgid":"a","id":1,"tokens":18446744073709551615}]"#,
+                one,
+            ),
+            "tokens",
+        ),
+        (
+            ours("", r#"{"role":"user","content":"hi","tokens":10000001}"#),
+            "mem.max-tokens-limit",
+        ),
+        (
+            r#"{"conversation_history":[],"a\u001b[31m":{}}"#.to_owned(),
+            "control characters",
+        ),
+    ] {
+        let e = err(&mut con, &["MEM.IMPORT", "mem:{imp}", &doc]);
+        assert!(e.contains(why), "{doc}: {e}");
+        assert_eq!(int(&mut con, &["EXISTS", "mem:{imp}"]), 0);
+    }
+    // At the limit it is kept, as TOKENS keeps it.
+    let doc = ours("", r#"{"role":"user","content":"hi","tokens":10000000}"#);
+    ok(&mut con, &["MEM.IMPORT", "mem:{imp}", &doc]);
+    assert_eq!(
+        int_field(&info(&mut con, "mem:{imp}"), "total_tokens"),
+        10_000_000
+    );
+    let e = err(
+        &mut con,
+        &["CONFIG", "SET", "mem.default-model", "gpt-4o\n"],
+    );
+    assert!(e.contains("control characters"), "{e}");
 }

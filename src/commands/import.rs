@@ -76,6 +76,10 @@ impl Plan {
             restricted,
         } = self;
         let max = cfg.max_message_bytes;
+        let limits = json_format::Limits {
+            message_bytes: max,
+            given_tokens: cfg.max_tokens_limit,
+        };
         let settings = |doc: json_format::DocSettings<'_>| {
             // The document's model and settings unless an option names
             // others; a new session's settings otherwise.
@@ -92,12 +96,13 @@ impl Plan {
             }
             Ok(settings)
         };
-        let imported =
-            json_format::import(text, now, max, settings, count_message).map_err(|e| match e {
+        let imported = json_format::import(text, now, limits, settings, count_message).map_err(
+            |e| match e {
                 ImportError::Invalid(e) => crate::error::invalid(format!("invalid document: {e}")),
                 ImportError::TooLarge(len) => args::too_large("content", len, max),
                 ImportError::Settings(e) => e,
-            })?;
+            },
+        )?;
         // Encoded and copied into a string here, on the worker for a large
         // document: the kept session can be as large as the document.
         let encoded = persistence::encode_session(&imported.session);

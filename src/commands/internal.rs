@@ -65,6 +65,7 @@ pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let session = persistence::decode_session(args[2].as_slice())
         .map_err(|e| crate::error::invalid(e.to_string()))?;
+    super::note_issued(session.leases.last_token);
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     key.put(session)?;
     super::signal_modified(ctx, &args[1]);

@@ -32,7 +32,7 @@ pub use batch::append_batch;
 pub use ext::{ext_get, ext_set};
 pub use import::import;
 pub use internal::{apply, put};
-pub use lease::summarize_begin;
+pub use lease::{note_issued, summarize_begin};
 pub use models::{count, models};
 pub use read::{get, info, summarize_check};
 pub use write::{append, summarize};

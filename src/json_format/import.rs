@@ -78,10 +78,20 @@ pub struct DocSettings<'d> {
 /// new session's settings from the document's model and settings;
 /// tokens are counted with `count`, times default to `now`, and a content
 /// above `max_message_bytes` is refused. Every error leaves nothing behind.
+/// What an import may hold, as the commands would take it.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A message's content (`mem.max-message-bytes`).
+    pub message_bytes: u64,
+    /// A message's `tokens` given by the document, as MEM.APPEND's TOKENS
+    /// (`mem.max-tokens-limit`, and what a message can store).
+    pub given_tokens: u64,
+}
+
 pub fn import<E>(
     text: &str,
     now: i64,
-    max_message_bytes: u64,
+    limits: Limits,
     settings: impl FnOnce(DocSettings<'_>) -> Result<Settings, E>,
     count: impl Fn(Encoding, &str, &str) -> u64,
 ) -> Result<Imported, ImportError<E>> {
@@ -121,6 +131,7 @@ pub fn import<E>(
         if name.is_empty() || name.len() > MAX_ATTR_NAME_BYTES {
             return Err(format!("member name {raw:.80} must be 1 to {MAX_ATTR_NAME_BYTES} bytes (an attribute name)").into());
         }
+        check_name_chars("a member name (an attribute name)", &name)?;
     }
     let extra = Attrs::from_raw(std::mem::take(&mut root.pairs));
     let written_by_us = root.stored.is_some_and(|s| s.get() != "null");
@@ -159,7 +170,8 @@ pub fn import<E>(
         count,
         keep_tokens,
         now,
-        max_message_bytes,
+        max_message_bytes: limits.message_bytes,
+        max_given_tokens: limits.given_tokens.min(MAX_MESSAGE_TOKENS),
         with_ids: None,
         index: 0,
         trimmed: 0,
@@ -601,6 +613,7 @@ struct Builder<'a, C, E> {
     keep_tokens: bool,
     now: i64,
     max_message_bytes: u64,
+    max_given_tokens: u64,
     /// Whether the messages carry ids (as the first one does).
     with_ids: Option<bool>,
     index: usize,
@@ -642,6 +655,13 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         let message = Message {
             id,
             tokens: match m.tokens.filter(|_| self.keep_tokens) {
+                Some(n) if n > self.max_given_tokens => {
+                    return Err(format!(
+                        "conversation_history[{}]: tokens {n} is above {} (mem.max-tokens-limit)",
+                        self.index, self.max_given_tokens
+                    )
+                    .into())
+                }
                 Some(n) => n,
                 None => (self.count)(self.session.settings.encoding, &m.role, &m.content),
             },

@@ -14,7 +14,7 @@ mod stored;
 #[cfg(test)]
 mod tests;
 
-pub use import::{import, DocSettings, ImportError, Imported};
+pub use import::{import, DocSettings, ImportError, Imported, Limits};
 pub use stored::STORED_MEMBER;
 
 /// ISO 8601 UTC with milliseconds, e.g. `2025-01-31T12:00:00.000Z`.

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::session::{
-    check_msgid, Departed, ExternalId, Session, MAX_DEPARTED, MAX_EXPIRY_MS, MAX_ID,
+    check_msgid, check_name_chars, Departed, ExternalId, Session, MAX_DEPARTED, MAX_ID,
+    MAX_MESSAGE_TOKENS, MAX_TTL_SECS,
 };
 
 /// The member's name in the document.
@@ -125,8 +126,13 @@ impl StoredIn {
             if system.is_empty() {
                 return Err(format!("{STORED_MEMBER}.external: an empty system name"));
             }
+            check_name_chars("an external system name", &system)
+                .map_err(|e| format!("{STORED_MEMBER}.external: {e}"))?;
             if e.expires > now {
-                let expires_at = e.expires.min(MAX_EXPIRY_MS);
+                // As MEM.EXTSET's EX allows: at most 100 years ahead.
+                let expires_at = e
+                    .expires
+                    .min(now.saturating_add(MAX_TTL_SECS as i64 * 1000));
                 session.external.insert(
                     system,
                     ExternalId {
@@ -143,7 +149,15 @@ impl StoredIn {
         }
         let mut previous = 0;
         for d in self.departed_msgids {
-            check_msgid(&d.msgid).map_err(|e| format!("{STORED_MEMBER}.departed_msgids: {e}"))?;
+            check_msgid(&d.msgid)
+                .and_then(|()| check_name_chars("msgid", &d.msgid))
+                .map_err(|e| format!("{STORED_MEMBER}.departed_msgids: {e}"))?;
+            if d.tokens > MAX_MESSAGE_TOKENS {
+                return Err(format!(
+                    "{STORED_MEMBER}.departed_msgids: tokens {} is above {MAX_MESSAGE_TOKENS}",
+                    d.tokens
+                ));
+            }
             if d.id <= previous
                 || d.id > session.last_id
                 || session.messages.position(d.id).is_some()

@@ -24,8 +24,21 @@ fn settings_for(caps: (u64, u64), model: Option<&str>) -> Settings {
 
 const ROOMY: (u64, u64) = (1_000_000, 1 << 40);
 
+fn limits(message_bytes: u64) -> Limits {
+    Limits {
+        message_bytes,
+        given_tokens: 10_000_000,
+    }
+}
+
 fn import_with(text: &str, caps: (u64, u64)) -> Result<Imported, ImportError<()>> {
-    import(text, 9, 1 << 30, |d| Ok(settings_for(caps, d.model)), count)
+    import(
+        text,
+        9,
+        limits(1 << 30),
+        |d| Ok(settings_for(caps, d.model)),
+        count,
+    )
 }
 
 fn parse(text: &str) -> Result<Imported, String> {
@@ -326,7 +339,7 @@ fn content_above_the_limit_and_a_refused_model_are_their_own_errors() {
     let r = import(
         doc,
         0,
-        5,
+        limits(5),
         |d| Ok::<_, ()>(settings_for(ROOMY, d.model)),
         count,
     );
@@ -335,7 +348,7 @@ fn content_above_the_limit_and_a_refused_model_are_their_own_errors() {
     let r = import(
         doc,
         0,
-        5,
+        limits(5),
         |d| {
             if d.model == Some("m") {
                 Err("refused")
@@ -558,7 +571,7 @@ fn format_json_tokens_stand_under_the_documents_own_model() {
         let imported = import(
             text,
             9,
-            1 << 30,
+            limits(1 << 30),
             |d| Ok::<_, ()>(settings_for(ROOMY, caps_model.or(d.model))),
             count,
         )

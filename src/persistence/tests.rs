@@ -856,5 +856,10 @@ fn msgid_named_twice_is_corrupt() {
         let err = decode_session(&encode_session(&s)).unwrap_err();
         assert!(err.contains("named twice"), "{err}");
     }
+    // A departed msgid whose id is a held message's: it would leave again.
+    let mut departed_but_held = sample();
+    departed_but_held.msgids.departed[0].id = 5;
+    let err = decode_session(&encode_session(&departed_but_held)).unwrap_err();
+    assert!(err.contains("still held"), "{err}");
     assert!(decode_session(&encode_session(&sample())).is_ok());
 }

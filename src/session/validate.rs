@@ -395,6 +395,14 @@ impl Session {
             if d.id <= prev || d.id > self.last_id {
                 return Err(format!("departed msgid of id {} out of order", d.id));
             }
+            // A departed message is no longer held (one that is would leave
+            // again, naming its id twice: an RDB no load could read).
+            if self.messages.position(d.id).is_some() {
+                return Err(format!(
+                    "departed msgid of id {}, a message still held",
+                    d.id
+                ));
+            }
             prev = d.id;
         }
         // No write stores a msgid the session knows (it answers the retry),

@@ -281,7 +281,10 @@ pub const MAX_ENTRIES: usize = 1024;
 /// tokens (0 = unknown). Empty: no operator entries.
 pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
     let mut entries: Vec<Entry> = Vec::new();
-    for item in text.split([' ', ',', '\t', '\n']).filter(|s| !s.is_empty()) {
+    for item in text
+        .split([' ', ',', '\t', '\n', '\r'])
+        .filter(|s| !s.is_empty())
+    {
         let bad = |why: &str| {
             format!(
                 "mem.models entry '{}': {why}",
