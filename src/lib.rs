@@ -162,7 +162,7 @@ fn module_args(
     args: &[RedisString],
     known: &[&str],
 ) -> Result<Vec<(String, String)>, (String, String)> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         let last = args.last().map(|a| a.to_string_lossy()).unwrap_or_default();
         return Err((
             last,
