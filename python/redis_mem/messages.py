@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any, Dict, Optional, Tuple
 
 try:
@@ -83,9 +84,39 @@ def _empty(v: Any) -> bool:
     return v is None or v == {} or v == []
 
 
+MAX_ROLE_BYTES = 64
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(s: str) -> str:
+    """Lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", s) if _SURROGATE.search(s) else s
+
+
+def clean_json(v: Any) -> Any:
+    """``v`` with every string (keys included) through :func:`clean_text`."""
+    if isinstance(v, str):
+        return clean_text(v)
+    if isinstance(v, dict):
+        return {clean_text(str(k)): clean_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean_json(x) for x in v]
+    return v
+
+
+def _is_name(text: str, max_bytes: int) -> bool:
+    """What the module takes as a role or msgid: 1 to ``max_bytes`` bytes
+    of UTF-8, no ASCII control character."""
+    raw = text.encode("utf-8", "surrogatepass")
+    return 0 < len(raw) <= max_bytes and not any(b < 0x20 or b == 0x7F for b in raw)
+
+
 def _role_of(msg: BaseMessage) -> str:
     if isinstance(msg, ChatMessage):
-        return msg.role
+        # A role the module refuses (empty, long, a newline) goes to META,
+        # the role column says "chat"; read back as it was.
+        return msg.role if _is_name(msg.role, MAX_ROLE_BYTES) else "chat"
     t = msg.type
     if t.endswith("MessageChunk"):  # e.g. AIMessageChunk
         t = t[: -len("MessageChunk")].lower()
@@ -102,7 +133,7 @@ def message_to_mem(msg: BaseMessage) -> Tuple[str, str, Dict[str, Any]]:
     for k, v in data.items():
         if k in ("content", "type") or _empty(v):
             continue
-        if k == "role" and isinstance(msg, ChatMessage):
+        if k == "role" and isinstance(msg, ChatMessage) and _is_name(msg.role, MAX_ROLE_BYTES):
             continue  # stored in the role column
         meta[k] = v
     content = msg.content
@@ -111,18 +142,24 @@ def message_to_mem(msg: BaseMessage) -> Tuple[str, str, Dict[str, Any]]:
         # the content column (so tokens are counted on it), the blocks to META.
         meta[_CONTENT] = data.get("content")
         content = msg.text if isinstance(getattr(msg, "text", None), str) else msg.text()
-    return _role_of(msg), content, meta
+    # Lone surrogates cannot be sent as UTF-8: replaced, not raised.
+    return _role_of(msg), clean_text(content), clean_json(meta)
 
 
 def msgid_of(msg: BaseMessage) -> Optional[str]:
     """The MSGID of a LangChain message: its ``id`` (a provider's message
-    id, or one the application set), hashed when too long; None when it
-    has none (the client then makes one up)."""
+    id, or one the application set), hashed when the module would refuse it
+    (too long, a control character, a lone surrogate); None when it has
+    none (the client then makes one up)."""
     mid = getattr(msg, "id", None)
     if not mid:
         return None
     mid = str(mid)
-    if len(mid.encode("utf-8")) > MAX_MSGID_BYTES:
+    try:
+        mid.encode("utf-8")
+    except UnicodeEncodeError:
+        return "sha256:" + hashlib.sha256(mid.encode("utf-8", "surrogatepass")).hexdigest()
+    if not _is_name(mid, MAX_MSGID_BYTES):
         return "sha256:" + hashlib.sha256(mid.encode("utf-8")).hexdigest()
     return mid
 
@@ -162,7 +199,7 @@ def message_from_mem(m: Message) -> BaseMessage:
     if extra:  # META members of another client: keep them visible
         data["additional_kwargs"] = {**extra, **data.get("additional_kwargs", {})}
     if cls is ChatMessage:
-        data["role"] = m.role
+        data["role"] = meta.get("role", m.role)
     try:
         out: BaseMessage = cls(**data)
         return out

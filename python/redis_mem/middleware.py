@@ -68,7 +68,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import threading
 import time
 import uuid
@@ -114,6 +113,8 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from ._replies import AppendResult, Message, SummarizeBegin
 from .client import AsyncRedisMemClient, RedisMemClient
 from .messages import SUMMARY_SOURCE, message_from_mem, message_to_mem, msgid_of, summary_message
+from .messages import clean_json as _clean_json
+from .messages import clean_text as _clean_text
 from .summarizing import SUMMARY_PROMPT, summary_prompt
 
 __all__ = [
@@ -150,7 +151,6 @@ DEFAULT_MAX_TOKENS = 80_000
 #: token cap (1/4): a larger one would evict the whole conversation before it.
 MESSAGE_TOKEN_SHARE = 4
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 T = TypeVar("T")
 #: An I/O request of the core: (operation, arguments...).
@@ -174,21 +174,6 @@ def _is_summary(m: BaseMessage) -> bool:
 def _approx_tokens(m: BaseMessage) -> int:
     # Local memory only (Redis down): about 4 characters a token.
     return 3 + len(str(m.content)) // 4
-
-
-def _clean_text(s: str) -> str:
-    """Lone surrogates (not encodable as UTF-8) replaced by U+FFFD."""
-    return _SURROGATE.sub("\ufffd", s) if _SURROGATE.search(s) else s
-
-
-def _clean_json(v: Any) -> Any:
-    if isinstance(v, str):
-        return _clean_text(v)
-    if isinstance(v, dict):
-        return {_clean_text(str(k)): _clean_json(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean_json(x) for x in v]
-    return v
 
 
 def _truncate(text: str, limit: int, marker: str = TRUNCATED_MARKER) -> Tuple[str, int]:

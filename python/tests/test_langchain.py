@@ -247,3 +247,27 @@ def test_messages_are_sent_with_msgids_and_a_retried_call_stores_nothing_twice(c
     assert [m.content for m in h.messages] == ["book it", "booked", "no id"]
     # They still come back equal to what was added.
     assert h.messages == turn
+
+
+def test_ids_and_roles_the_module_would_refuse_are_stored_not_raised(clean):
+    """A message id with a control character (or a lone surrogate) becomes a
+    hashed MSGID, and a ChatMessage role the module refuses (a newline,
+    empty, over 64 bytes) is kept in META: the batch is stored, not lost to
+    an error, and a retry is still recognised."""
+    r = clean.client()
+    h = RedisMemChatMessageHistory(KEY, r)
+    turn = [
+        HumanMessage("hi", id="turn-1\n"),
+        AIMessage("hello", id="run\ud800x"),
+        ChatMessage(role="critic\nnotes", content="fine"),
+        ChatMessage(role="", content="empty role"),
+        ChatMessage(role="r" * 65, content="long role"),
+    ]
+    h.add_messages(turn)
+    stored = RedisMemClient(r).get(KEY)
+    assert [m.msgid.startswith("sha256:") for m in stored[:2]] == [True, True]
+    assert [m.role for m in stored[2:]] == ["chat", "chat", "chat"]
+    back = h.messages
+    assert [getattr(m, "role", None) for m in back[2:]] == ["critic\nnotes", "", "r" * 65]
+    h.add_messages(turn[:2])
+    assert [x.duplicate for x in h.last_results] == [True, True]
