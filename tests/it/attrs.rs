@@ -300,7 +300,7 @@ mod imported_members {
     /// to 64 bytes", src/commands/attrs.rs attr_name -> check_attr_name), so an
     /// attribute the session holds can never be removed member by member.
     #[test]
-    fn attack2_imported_member_attrdel_cannot_remove() {
+    fn imported_member_attrdel_cannot_remove() {
         let server = Server::start();
         let mut con = server.client();
         let k = "mem:{imp-names}";

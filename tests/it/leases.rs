@@ -593,7 +593,7 @@ mod concurrent_begin {
     
 
     #[test]
-    fn attack2_concurrent_summarize_begin_grants_one_lease() {
+    fn concurrent_summarize_begin_grants_one_lease() {
         let server = Server::start();
         let mut con = server.client();
         let k = "mem:{lease-race}";

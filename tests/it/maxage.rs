@@ -333,7 +333,7 @@ mod with_leases_and_retries {
     /// a lease for an `upto` that MEM.SUMMARIZE then refuses (the id was aged
     /// out): the worker makes an LLM call for nothing and the lease blocks.
     #[test]
-    fn attack2_summarize_begin_counts_messages_past_maxage() {
+    fn summarize_begin_counts_messages_past_maxage() {
         let server = Server::start();
         let mut con = server.client();
         let k = "mem:{aged-begin}";
@@ -392,7 +392,7 @@ mod with_leases_and_retries {
     /// raw session) reports the messages past maxage: `messages 30`,
     /// `total_tokens 180`, `summarize 1`, while MEM.INFO says 0 / 0.
     #[test]
-    fn attack2_retry_reply_counts_messages_past_maxage() {
+    fn retry_reply_counts_messages_past_maxage() {
         let server = Server::start();
         let mut con = server.client();
         let k = "mem:{aged-retry}";

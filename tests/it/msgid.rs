@@ -506,7 +506,7 @@ mod replica_retries {
     }
 
     #[test]
-    fn attack2_retries_replicate_nothing() {
+    fn retries_replicate_nothing() {
         let master = Server::start();
         let mut con = master.client();
         let (_r, mut rcon) = start_replica(&master);

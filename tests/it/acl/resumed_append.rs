@@ -53,11 +53,11 @@ fn revoked_while_counting(revoke: &[&str]) {
 }
 
 #[test]
-fn attack_acl_key_pattern_revoked_while_counting_refuses_the_resumed_append() {
+fn acl_key_pattern_revoked_while_counting_refuses_the_resumed_append() {
     revoked_while_counting(&["resetkeys", "~other:*"]);
 }
 
 #[test]
-fn attack_acl_command_revoked_while_counting_refuses_the_resumed_append() {
+fn acl_command_revoked_while_counting_refuses_the_resumed_append() {
     revoked_while_counting(&["-mem.append"]);
 }

@@ -24,7 +24,7 @@ fn body(i: usize) -> String {
 }
 
 #[test]
-fn attack3_copy_at_caps_does_not_grow_either_key() {
+fn copy_at_caps_does_not_grow_either_key() {
     let server = Server::start();
     let mut con = server.client();
     let (src, dst) = ("mem:{cp}:src", "mem:{cp}:dst");
@@ -88,7 +88,7 @@ fn small(i: usize) -> String {
 }
 
 #[test]
-fn attack3_copy_then_summarize_and_refill_reads_back() {
+fn copy_then_summarize_and_refill_reads_back() {
     let server = Server::start();
     let mut con = server.client();
     let (src, dst) = ("mem:{cp2}:src", "mem:{cp2}:dst");

@@ -12,7 +12,7 @@ use crate::support::faults::*;
 use crate::support::session;
 
 #[test]
-fn attack_accepted_meta_round_trips_through_format_json_and_import() {
+fn accepted_meta_round_trips_through_format_json_and_import() {
     let server = Server::start();
     let mut con = conn(server.port, 0);
     let metas = [
@@ -64,7 +64,7 @@ fn attack_accepted_meta_round_trips_through_format_json_and_import() {
 /// serde_json::Value: a 23-digit integer comes back as a float, a duplicated
 /// member loses a value.
 #[test]
-fn attack_imported_members_are_kept_verbatim() {
+fn imported_members_are_kept_verbatim() {
     let server = Server::start();
     let mut con = conn(server.port, 0);
     let profile = r#"{"n":12345678901234567890123,"a":1,"a":2}"#;

@@ -33,7 +33,7 @@ fn exec_survives(server: &Server, key: &str, refused: &[&str]) {
 }
 
 #[test]
-fn attack_a_refused_summarize_does_not_invalidate_watch() {
+fn a_refused_summarize_does_not_invalidate_watch() {
     let server = Server::start();
     let mut c = conn(server.port, 0);
     qok(&mut c, &["MEM.APPEND", "s", "user", "hello"]);
@@ -41,7 +41,7 @@ fn attack_a_refused_summarize_does_not_invalidate_watch() {
 }
 
 #[test]
-fn attack_wrongtype_does_not_invalidate_watch() {
+fn wrongtype_does_not_invalidate_watch() {
     let server = Server::start();
     let mut c = conn(server.port, 0);
     qok(&mut c, &["SET", "str", "v"]);

@@ -43,7 +43,7 @@ fn roles(i: usize) -> &'static str {
 }
 
 #[test]
-fn attack3_hundred_thousand_messages_at_the_cap() {
+fn hundred_thousand_messages_at_the_cap() {
     let master = Server::start();
     let mut con = master.client();
     ok(
@@ -151,7 +151,7 @@ fn attack3_hundred_thousand_messages_at_the_cap() {
 }
 
 #[test]
-fn attack3_metas_of_megabytes_and_ids_near_two_to_the_53() {
+fn metas_of_megabytes_and_ids_near_two_to_the_53() {
     let server = Server::start();
     let mut con = server.client();
     let k = "mem:{meta}";
@@ -227,7 +227,7 @@ fn attack3_metas_of_megabytes_and_ids_near_two_to_the_53() {
 }
 
 #[test]
-fn attack3_a_session_of_sixty_megabytes_round_trips() {
+fn a_session_of_sixty_megabytes_round_trips() {
     let server = Server::start();
     let mut con = server.client();
     ok(
@@ -275,7 +275,7 @@ fn attack3_a_session_of_sixty_megabytes_round_trips() {
 }
 
 #[test]
-fn attack3_summarizing_a_hundred_thousand_messages_gives_the_memory_back() {
+fn summarizing_a_hundred_thousand_messages_gives_the_memory_back() {
     let server = Server::start();
     let mut con = server.client();
     ok(

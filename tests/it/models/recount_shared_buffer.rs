@@ -43,7 +43,7 @@ fn switch_model(
 }
 
 #[test]
-fn attack3_model_switch_while_the_snapshot_shares_the_buffer() {
+fn model_switch_while_the_snapshot_shares_the_buffer() {
     let master = Server::start();
     let mut con = master.client();
     let (_replica, mut rcon) = start_replica(&master);

@@ -13,7 +13,7 @@ fn text(bytes: usize, seed: usize) -> String {
 }
 
 #[test]
-fn attack_a_large_import_does_not_count_on_the_main_thread() {
+fn a_large_import_does_not_count_on_the_main_thread() {
     let server = Server::start();
     let mut c = conn(server.port, 0);
     let items: Vec<serde_json::Value> = (0..4)

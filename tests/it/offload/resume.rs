@@ -16,7 +16,7 @@ fn small(i: usize) -> String {
 }
 
 #[test]
-fn attack3_resumed_large_appends_on_a_session_changed_meanwhile() {
+fn resumed_large_appends_on_a_session_changed_meanwhile() {
     let (master, replica) = master_and_replica(&[]);
     let mut m = conn(master.port, 0);
     let mut r = conn(replica.port, 0);

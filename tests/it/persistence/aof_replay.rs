@@ -145,7 +145,7 @@ fn run(con: &mut redis::Connection, k: &str) {
 }
 
 #[test]
-fn attack2_combined_writes_survive_aof_replay_and_rewrite() {
+fn combined_writes_survive_aof_replay_and_rewrite() {
     for rewrite in [false, true] {
         let mut server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
         let mut con = server.client();

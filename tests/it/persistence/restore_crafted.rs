@@ -135,7 +135,7 @@ fn tagged(tag: &[u8], content: &str) -> Vec<u8> {
 }
 
 #[test]
-fn attack3_crafted_message_sections_are_refused() {
+fn crafted_message_sections_are_refused() {
     let server = Server::start();
     let mut con = server.client();
     let s = sample(&mut con);
@@ -426,7 +426,7 @@ fn attack3_crafted_message_sections_are_refused() {
 }
 
 #[test]
-fn attack3_well_formed_limits_restore_and_behave() {
+fn well_formed_limits_restore_and_behave() {
     let server = Server::start();
     let mut con = server.client();
     let s = sample(&mut con);

@@ -86,7 +86,7 @@ fn step(
 }
 
 #[test]
-fn attack2_everything_combined_stays_loadable_and_replicated() {
+fn everything_combined_stays_loadable_and_replicated() {
     let master = Server::start();
     let mut con = master.client();
     let (_replica, mut rcon) = start_replica(&master);

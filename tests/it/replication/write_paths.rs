@@ -260,7 +260,7 @@ fn round_trips(extra: &[&str], what: &str) {
 }
 
 #[test]
-fn attack3_every_write_path_replicates_and_round_trips_with_rdb_preamble() {
+fn every_write_path_replicates_and_round_trips_with_rdb_preamble() {
     round_trips(
         &["--appendonly", "yes", "--aof-use-rdb-preamble", "yes"],
         "preamble",
@@ -268,7 +268,7 @@ fn attack3_every_write_path_replicates_and_round_trips_with_rdb_preamble() {
 }
 
 #[test]
-fn attack3_every_write_path_replicates_and_round_trips_without_rdb_preamble() {
+fn every_write_path_replicates_and_round_trips_without_rdb_preamble() {
     round_trips(
         &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"],
         "no preamble",

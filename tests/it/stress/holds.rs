@@ -98,7 +98,7 @@ fn report(con: &mut redis::Connection, what: &str) {
 }
 
 #[test]
-fn attack3_forty_mb_session_at_its_caps_compacts_and_reads_back() {
+fn forty_mb_session_at_its_caps_compacts_and_reads_back() {
     let server = Server::start();
     let mut con = server.client();
     open_limits(&mut con);
@@ -164,7 +164,7 @@ fn attack3_forty_mb_session_at_its_caps_compacts_and_reads_back() {
 }
 
 #[test]
-fn attack3_maxage_evicting_one_old_message_per_write_on_a_large_session() {
+fn maxage_evicting_one_old_message_per_write_on_a_large_session() {
     let server = Server::start();
     let mut con = server.client();
     open_limits(&mut con);
@@ -209,7 +209,7 @@ fn attack3_maxage_evicting_one_old_message_per_write_on_a_large_session() {
 }
 
 #[test]
-fn attack3_maxage_read_view_of_a_large_session_with_one_old_message() {
+fn maxage_read_view_of_a_large_session_with_one_old_message() {
     let server = Server::start();
     let mut con = server.client();
     open_limits(&mut con);
