@@ -2,7 +2,6 @@
 //! with the session, at the top level of FORMAT JSON, editable one by one;
 //! refusals change nothing; persisted, dumped and replicated.
 
-
 use crate::support::server::*;
 use crate::support::session::{digest, dump, json_text, ok};
 
@@ -292,7 +291,6 @@ fn a_session_holds_a_bounded_number_of_attributes() {
 mod imported_members {
     use crate::support::reply::*;
     use crate::support::server::*;
-    
 
     /// MEM.IMPORT keeps every other member verbatim, including names ATTRSET
     /// would refuse ("" and names over 64 bytes); MEM.ATTRGET lists them, but

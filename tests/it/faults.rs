@@ -6,12 +6,11 @@
 //! Nothing asserts on timing: the order of events is observed (the client
 //! blocked, the worker's count done) rather than assumed.
 
-
 use crate::support::cluster::{keyslot, names_in_slots, Cluster};
-use crate::support::server::*;
 use crate::support::faults::*;
-use redis::Connection;
+use crate::support::server::*;
 use crate::support::session;
+use redis::Connection;
 
 const KEY: &str = "mem:{fault}";
 

@@ -5,7 +5,6 @@
 //! giving back the whole session, imports that keep a long history whole,
 //! numeric timestamps, and replicas keeping diskless async loading.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
 use redis::Value;

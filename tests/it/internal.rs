@@ -4,7 +4,6 @@
 //! that do not decode or break an invariant are refused, never half-applied
 //! and never a crash.
 
-
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;

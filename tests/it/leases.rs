@@ -5,7 +5,6 @@
 //! replicas identically; and 4 workers racing on 20 sessions never
 //! summarize one session at once nor waste a summary.
 
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::support::reply::*;
 use crate::support::server::*;
-use crate::support::session::{info_field, wait_until};
 use crate::support::session;
+use crate::support::session::{info_field, wait_until};
 
 const BEGIN_FIELDS: [&str; 10] = [
     "summarize",
@@ -590,7 +589,6 @@ fn four_workers_racing_on_twenty_sessions() {
 mod concurrent_begin {
     use crate::support::reply::*;
     use crate::support::server::*;
-    
 
     #[test]
     fn concurrent_summarize_begin_grants_one_lease() {

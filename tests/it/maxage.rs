@@ -5,7 +5,6 @@
 //! Old messages are made with explicit TS values in the past rather than
 //! long sleeps; the only wait is a second or so for a read-time test.
 
-
 use std::time::Duration;
 
 use crate::support::server::*;
@@ -317,9 +316,9 @@ fn an_import_drops_what_is_past_maxage_before_the_caps() {
 /// retry's reply count only the messages not past maxage (defects found
 /// in the v2 review).
 mod with_leases_and_retries {
-    use std::time::Duration;
     use crate::support::reply::*;
     use crate::support::server::*;
+    use std::time::Duration;
 
     fn fields(con: &mut redis::Connection, args: &[&str]) -> Vec<(String, redis::Value)> {
         as_fields(ok(con, args))

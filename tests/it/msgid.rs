@@ -5,7 +5,6 @@
 //! no event, no replication); msgids survive DEBUG RELOAD and reach replicas;
 //! MEM.GET, FORMAT JSON, MEM.IMPORT and MEM.APPENDBATCH carry them.
 
-
 use std::time::Duration;
 
 use crate::support::reply::*;

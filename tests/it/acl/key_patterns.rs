@@ -1,9 +1,6 @@
 //! ACL key patterns apply to every MEM.* command (the internal ones
 //! included).
 
-
-
-
 use crate::support::server::*;
 use crate::support::session::*;
 

@@ -4,9 +4,8 @@
 //! command permission is revoked while its append waits for a worker must
 //! get NOPERM, and the key must not be written.
 
-
-use crate::support::server::*;
 use crate::support::faults::*;
+use crate::support::server::*;
 
 fn revoked_while_counting(revoke: &[&str]) {
     let server = Server::start();

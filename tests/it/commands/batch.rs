@@ -1,12 +1,11 @@
 //! MEM.APPENDBATCH: several messages in one atomic command (what an agent
 //! step needs without MULTI/EXEC), equal to the same MEM.APPENDs one by one.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
+use crate::support::session;
 use redis::Value;
 use serde_json::{json, Value as Json};
-use crate::support::session;
 
 fn batch(
     con: &mut redis::Connection,

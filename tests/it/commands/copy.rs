@@ -3,7 +3,6 @@
 //! place. A session at its caps must not grow without bound after a COPY,
 //! and both keys must read back what was written to each.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
 use crate::support::session;

@@ -6,14 +6,13 @@
 //! holds the job (`mem.debug-count-delay-ms`) and the order of events is
 //! observed (CLIENT LIST shows the importer blocked).
 
-
 use std::io::Write;
 
-use crate::support::server::*;
 use crate::support::faults::*;
+use crate::support::server::*;
+use crate::support::session;
 use redis::{Connection, Value};
 use serde_json::json;
-use crate::support::session;
 
 /// A document of about `n` KB: a summary, `n` messages (with times, some
 /// META and tool results), a model, other members with values no parser's
@@ -246,7 +245,12 @@ fn a_large_document_refused_by_the_worker_changes_nothing() {
         .to_string();
     assert!(e.contains("above mem.max-message-bytes (500)"), "{e}");
     wait_jobs(&mut c, start + 5);
-    session::assert_same(&before, &session::snap(&mut c, "k"), "refused imports", 1000);
+    session::assert_same(
+        &before,
+        &session::snap(&mut c, "k"),
+        "refused imports",
+        1000,
+    );
     assert_eq!(qint(&mut c, &["EXISTS", "fresh"]), 0);
 }
 

@@ -6,9 +6,8 @@
 //! it into a serde_json::Value and re-serializes it: integers beyond 64 bits
 //! become floats (digits lost), duplicate members collapse.
 
-
-use crate::support::server::*;
 use crate::support::faults::*;
+use crate::support::server::*;
 use crate::support::session;
 
 #[test]

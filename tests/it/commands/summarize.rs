@@ -2,7 +2,6 @@
 //! with the module loaded. Expected token counts are computed with
 //! tiktoken-rs, never hard-coded.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
 use redis::Value;

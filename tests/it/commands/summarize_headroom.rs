@@ -5,7 +5,6 @@
 //! larger than the token cap; at headroom 0 (the old rule) it comes with
 //! the eviction, or, for the large window, never.
 
-
 use std::time::Duration;
 
 use crate::support::reply::*;

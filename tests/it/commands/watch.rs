@@ -4,9 +4,8 @@
 //! key clean. Today every key MEM.* opens for writing is signalled as
 //! modified when it is closed (Redis 7.0 moduleCloseKey), even on error.
 
-
-use crate::support::server::*;
 use crate::support::faults::*;
+use crate::support::server::*;
 use crate::support::session;
 
 fn exec_survives(server: &Server, key: &str, refused: &[&str]) {

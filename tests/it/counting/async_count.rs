@@ -5,10 +5,9 @@
 //! a client cannot block (MULTI, Lua), and survives a client that leaves.
 //! Correctness only: timing belongs to `make bench`.
 
-
 use crate::support::server::*;
-use redis::Value;
 use crate::support::session;
+use redis::Value;
 
 fn o200(s: &str) -> i64 {
     tiktoken_rs::o200k_base_singleton().encode_ordinary(s).len() as i64

@@ -1,13 +1,10 @@
 //! Memory: writes above maxmemory fail with OOM and change nothing, and
 //! MEMORY USAGE tracks the content's size.
 
-
-
 use redis::Value;
 
 use crate::support::server::*;
 use crate::support::session::*;
-
 
 // ---- memory -----------------------------------------------------------------
 

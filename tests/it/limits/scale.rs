@@ -3,7 +3,6 @@
 //! ids near 2^53 and a session of many MB: reads, MEMORY USAGE against
 //! used_memory, DEBUG RELOAD, DUMP/RESTORE, replication.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
 use crate::support::session;

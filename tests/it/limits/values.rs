@@ -4,7 +4,6 @@
 //! deleted the key right after OK), ids bounded to 2^53-1, META and imported
 //! members that `FORMAT JSON` gives back to MEM.IMPORT.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
 use serde_json::{json, Value as Json};

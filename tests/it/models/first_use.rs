@@ -5,10 +5,9 @@
 //! AOF rewrite + restart and replica digests, and the main thread never held
 //! more than 10 ms by a MEM.* command (SLOWLOG).
 
-
 use crate::support::server::*;
-use crate::support::session::digest;
 use crate::support::session;
+use crate::support::session::digest;
 
 fn info_line(con: &mut redis::Connection, field: &str) -> String {
     let info: String = redis::cmd("INFO").arg("mem").query(con).unwrap();

@@ -6,7 +6,6 @@
 //! reads back as written with its cl100k count, the memory held during the
 //! count stayed bounded, and a replica holds the same session.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
 use crate::support::session;

@@ -5,10 +5,9 @@
 //! client switched the model is refused with TRYAGAIN rather than counted
 //! again on the main thread. Observed by what clients can see, never timed.
 
-
 use crate::support::server::*;
-use redis::Value;
 use crate::support::session;
+use redis::Value;
 
 fn cl100(s: &str) -> i64 {
     tiktoken_rs::cl100k_base_singleton()

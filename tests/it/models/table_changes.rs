@@ -2,7 +2,6 @@
 //! sessions and under writes waiting for an encoding's build, and
 //! `mem.default-encoding` moved to an encoding not built yet.
 
-
 use crate::support::server::*;
 use crate::support::session::digest;
 

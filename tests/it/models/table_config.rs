@@ -3,7 +3,6 @@
 //! MEM.COUNT with hostile texts and options, ACL, TOKENS edge values with
 //! MSGID retries, batches, summaries and model switches.
 
-
 use std::process::{Command, Stdio};
 
 use crate::support::server::*;

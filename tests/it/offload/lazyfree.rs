@@ -2,7 +2,6 @@
 //! UNLINK, FLUSHALL ASYNC and lazy expiry hand them to Redis's background
 //! thread, as Redis does for its own large values; small ones are freed at once.
 
-
 use crate::support::server::*;
 
 fn stat(con: &mut redis::Connection, field: &str) -> i64 {

@@ -4,9 +4,8 @@
 //! The model-switch and summary cases of this review are in
 //! models::switch and counting::async_count.
 
-
-use crate::support::server::*;
 use crate::support::faults::*;
+use crate::support::server::*;
 
 fn text(bytes: usize, seed: usize) -> String {
     varied_text(bytes, seed)

@@ -2,7 +2,6 @@
 //! sending large appends at once queues on it instead of starting a thread
 //! each, and what the burst allocated is given back.
 
-
 use crate::support::server::*;
 
 fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {

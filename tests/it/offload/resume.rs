@@ -3,12 +3,11 @@
 //! evictions at the caps, a summary of everything, a refill. Each resumed
 //! message lands whole, in order, readable, with the replica in step.
 
-
-use crate::support::reply::*;
-use crate::support::server::*;
 use crate::support::faults::{
     assert_replica_same, conn, master_and_replica, set_delay, wait_replicas, Appender, Outcome,
 };
+use crate::support::reply::*;
+use crate::support::server::*;
 use crate::support::session;
 
 fn small(i: usize) -> String {

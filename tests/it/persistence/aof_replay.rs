@@ -2,12 +2,11 @@
 //! mixed TS, batches, leases, summaries, attributes, model switches) replayed
 //! from the AOF, with and without a rewrite, give back the same session.
 
-
 use std::time::Duration;
 
 use crate::support::server::*;
-use crate::support::session::digest;
 use crate::support::session;
+use crate::support::session::digest;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -2,15 +2,14 @@
 //! rewrites (with and without the RDB preamble), RDB, DEBUG RELOAD,
 //! DUMP/RESTORE, COPY and MIGRATE. Run with `-- --nocapture` for the figures.
 
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::server::*;
-use redis::Value;
 use crate::support::session::*;
+use redis::Value;
 
 const THREADS: usize = 4;
 

@@ -16,13 +16,12 @@
 //! `REDIS_MEM_MODULE=/path/to/that/release.so REDIS_MEM_FIXTURES=vN \
 //!   cargo test --release --test it -- --ignored persistence::fixtures::write_fixtures`
 
-
 use std::path::{Path, PathBuf};
 
+use crate::support::fixtures;
 use crate::support::server::*;
 use redis::Value;
 use serde_json::{json, Value as Json};
-use crate::support::fixtures;
 
 const TEN_YEARS: &str = "315360000";
 

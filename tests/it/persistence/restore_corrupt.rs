@@ -2,8 +2,6 @@
 //! crash, nothing half-applied (crafted message sections:
 //! persistence::restore_crafted).
 
-
-
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;

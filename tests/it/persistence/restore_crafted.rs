@@ -5,11 +5,10 @@
 //! limits. Each must be refused (or, when well formed, accepted and behave),
 //! and the server must stay up.
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
-use redis::Value;
 use crate::support::session;
+use redis::Value;
 
 const CONTENT: &str = "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ";
 

@@ -3,12 +3,11 @@
 //! replica must match (digest + FORMAT JSON), and DEBUG RELOAD, DUMP/RESTORE
 //! and FORMAT JSON -> MEM.IMPORT must keep the session loadable.
 
-
 use std::time::Duration;
 
 use crate::support::server::*;
-use crate::support::session::{digest, json_text};
 use crate::support::session;
+use crate::support::session::{digest, json_text};
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -3,7 +3,6 @@
 //! DIGEST-VALUE, MEM.GET FORMAT JSON, PTTL), it serves the read commands,
 //! refuses writes, and ends identical after a full resync.
 
-
 use redis::Value;
 
 use crate::support::server::*;

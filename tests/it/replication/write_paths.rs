@@ -7,12 +7,11 @@
 //! RDB preamble) and a restart, DEBUG RELOAD, DUMP/RESTORE and MIGRATE, and
 //! come back identical.
 
-
+use crate::support::faults::{assert_replica_same, conn, master_and_replica, wait_replicas};
+use crate::support::reply;
 use crate::support::reply::{append, get, int, ok};
 use crate::support::server::*;
-use crate::support::faults::{assert_replica_same, conn, master_and_replica, wait_replicas};
 use crate::support::session;
-use crate::support::reply;
 
 fn big(i: usize, bytes: usize) -> String {
     format!("{i:06} {}", varied_text(bytes, i * 7 + 1))

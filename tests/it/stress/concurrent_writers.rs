@@ -2,15 +2,12 @@
 //! acknowledged append is present once, in each client's order, and the
 //! session stays consistent.
 
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-
 use crate::support::server::*;
 use crate::support::session::*;
-
 
 const BIG_CAPS: [&str; 4] = ["MAXMSGS", "100000", "MAXTOKENS", "10000000"];
 

@@ -2,7 +2,6 @@
 //! payloads): the server never crashes, every failure is an error reply
 //! that changes nothing, and every session stays consistent.
 
-
 use std::collections::HashMap;
 
 use rand::rngs::StdRng;

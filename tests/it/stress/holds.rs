@@ -3,11 +3,10 @@
 //! USAGE says); the SLOWLOG figures are printed for the report, never
 //! asserted (no timed assertions: the machine is shared).
 
-
 use crate::support::reply::*;
 use crate::support::server::*;
-use redis::Value;
 use crate::support::session;
+use redis::Value;
 
 fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
     int(con, &["MEMORY", "USAGE", key, "SAMPLES", "0"])
