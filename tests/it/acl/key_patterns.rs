@@ -1,12 +1,9 @@
 //! ACL key patterns apply to every MEM.* command (the internal ones
 //! included).
 
+use crate::support::report::*;
 use crate::support::server::*;
 use crate::support::session::*;
-
-use crate::support::report::*;
-
-// ---- ACL --------------------------------------------------------------------
 
 #[test]
 fn acl_key_patterns_apply_to_every_command() {

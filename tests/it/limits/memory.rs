@@ -6,8 +6,6 @@ use redis::Value;
 use crate::support::server::*;
 use crate::support::session::*;
 
-// ---- memory -----------------------------------------------------------------
-
 #[test]
 fn writes_under_maxmemory_fail_with_oom_and_change_nothing() {
     let server = Server::start();

@@ -6,12 +6,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 
+use crate::support::report::*;
 use crate::support::server::*;
 use crate::support::session::*;
-
-use crate::support::report::*;
-
-// ---- corrupt DUMP payloads ----------------------------------------------
 
 fn restore_check(
     con: &mut redis::Connection,

@@ -8,12 +8,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Value;
 
+use crate::support::report::*;
 use crate::support::server::*;
 use crate::support::session::*;
-
-use crate::support::report::*;
-
-// ---- the fuzzer -----------------------------------------------------------
 
 const FUZZ_KEYS: [&str; 3] = ["mem:{fz}:a", "mem:{fz}:b", "mem:{fz}:c"];
 const OPTIONS: [&str; 16] = [
