@@ -67,7 +67,7 @@ clean:
 # threads and memory; run on a quiet machine. Writes a section of docs/PERFORMANCE.md.
 holds: build
 	rm -f target/holds-suite.txt
-	REDIS_MEM_HOLDS=$(CURDIR)/target/holds-suite.txt cargo test --release --tests -- --test-threads 1 >/dev/null 2>&1 || true
+	REDIS_MEM_HOLDS=$(CURDIR)/target/holds-suite.txt cargo test --release --test it -- --test-threads 1 >/dev/null 2>&1 || true
 	@echo "test suite: MEM.* commands holding the main thread >= 1 ms, longest first:"
 	@sort -rn target/holds-suite.txt | head -15
 	target/venv/bin/python benches/holds.py --module target/release/libredis_mem.so --suite target/holds-suite.txt --out docs/PERFORMANCE.md

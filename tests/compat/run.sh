@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# `make test-compat`: the integration tests (tests/*.rs, not the unit tests)
+# `make test-compat`: the integration tests (the one binary tests/it, not the
+# unit tests)
 # once per server of tests/compat/servers.sh, with REDIS_SERVER / REDIS_CLI
 # pointing at that server's binaries. Prints one summary line per server and
 # exits non-zero if any server's run failed.
 #
 #   COMPAT_SERVERS="redis-7.0 valkey-8.1" tests/compat/run.sh   # a subset
-#   extra arguments go to cargo test, e.g. `tests/compat/run.sh --test smoke`
+#   extra arguments go to cargo test, e.g. `tests/compat/run.sh --test it smoke::`
+#   (a module path of tests/it picks a feature: commands::append, replication, ...)
 #
 # Each run's full output: target/compat/logs/<server>.log.
 set -euo pipefail
@@ -18,10 +20,10 @@ mkdir -p "$LOGS"
 # shellcheck disable=SC2086
 servers="$(tests/compat/servers.sh ${COMPAT_SERVERS:-})"
 
-# `--test '*'`: every integration test target and no unit tests (`--tests`
-# would run the library's unit tests again). Compiled once up front so the
-# per-server timings are test time only.
-targets=(--test '*')
+# `--test it`: the integration tests (all in tests/it) and no unit tests
+# (`--tests` would run the library's unit tests again). Compiled once up front
+# so the per-server timings are test time only.
+targets=(--test it)
 [ $# -eq 0 ] || targets=("$@")
 cargo test --release --no-run "${targets[@]}" >&2
 
@@ -49,9 +51,9 @@ while IFS=$'\t' read -r name version bin cli; do
             }
         }
         END { print p + 0, f + 0, g + 0 }' "$log")
-    # Failed tests, as "binary::test".
+    # Failed tests, as "binary::module::test" (it::commands::append::...).
     failures="$(awk '
-        /^     Running / { bin = $2; sub(/.*\//, "", bin); sub(/\.rs$/, "", bin) }
+        /^     Running / { bin = $2; sub(/^tests\//, "", bin); sub(/\/main\.rs$/, "", bin); sub(/.*\//, "", bin); sub(/\.rs$/, "", bin) }
         / \.\.\. FAILED$/ { print bin "::" $2 }' "$log" | paste -sd' ' -)"
     if [ "$rc" -ne 0 ] || [ "$failed" -gt 0 ] || [ "$passed" -eq 0 ]; then
         status=1

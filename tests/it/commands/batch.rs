@@ -1,0 +1,197 @@
+//! MEM.APPENDBATCH: several messages in one atomic command (what an agent
+//! step needs without MULTI/EXEC), equal to the same MEM.APPENDs one by one.
+
+use crate::support::reply::*;
+use crate::support::server::*;
+use crate::support::session;
+use redis::Value;
+use serde_json::{json, Value as Json};
+
+fn batch(
+    con: &mut redis::Connection,
+    key: &str,
+    messages: &Json,
+    opts: &[&str],
+) -> Vec<Vec<(String, Value)>> {
+    let text = messages.to_string();
+    let mut args = vec!["MEM.APPENDBATCH", key, &text];
+    args.extend_from_slice(opts);
+    match ok(con, &args) {
+        Value::Array(items) => items.into_iter().map(as_fields).collect(),
+        other => panic!("MEM.APPENDBATCH reply is not an array: {other:?}"),
+    }
+}
+
+fn step() -> Json {
+    json!([
+        {"role": "user", "content": "Weather in Paris?", "ts": 1_700_000_000_000i64},
+        {"role": "assistant", "content": "", "ts": 1_700_000_001_000i64,
+         "meta": {"tool_calls": [{"id": "c1", "name": "weather"}]}},
+        {"role": "tool", "content": "{\"temp_c\": 21}", "ts": 1_700_000_002_000i64, "meta": {"tool_call_id": "c1"}},
+        {"role": "assistant", "content": "21 °C. 晴れ。", "ts": 1_700_000_003_000i64}
+    ])
+}
+
+/// The same messages through MEM.APPEND, one by one.
+fn one_by_one(
+    con: &mut redis::Connection,
+    key: &str,
+    messages: &Json,
+    opts: &[&str],
+) -> Vec<Vec<(String, Value)>> {
+    messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let ts = m["ts"].to_string();
+            let meta = m.get("meta").map(Json::to_string);
+            let mut args = vec!["TS", ts.as_str()];
+            if let Some(meta) = &meta {
+                args.extend(["META", meta.as_str()]);
+            }
+            args.extend_from_slice(opts);
+            append(
+                con,
+                key,
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap(),
+                &args,
+            )
+        })
+        .collect()
+}
+
+fn history(con: &mut redis::Connection, key: &str) -> Json {
+    json_doc(con, key)["conversation_history"].clone()
+}
+
+#[test]
+fn a_batch_equals_the_same_appends_one_by_one() {
+    let server = Server::start();
+    let mut con = server.client();
+    let opts = ["MAXMSGS", "3", "TTL", "600"];
+    let replies = batch(&mut con, "mem:{b}", &step(), &opts);
+    let singles = one_by_one(&mut con, "mem:{s}", &step(), &opts);
+    assert_eq!(replies.len(), 4);
+    for (i, (b, s)) in replies.iter().zip(&singles).enumerate() {
+        assert_eq!(names(b), OUTCOME_FIELDS, "reply {i}");
+        assert_eq!(b, s, "reply {i} differs from MEM.APPEND's");
+    }
+    // MAXMSGS 3 trimmed the first message within the batch, as it would one by one.
+    assert_eq!(int_field(&replies[3], "trimmed"), 1);
+    assert_eq!(history(&mut con, "mem:{b}"), history(&mut con, "mem:{s}"));
+    assert_eq!(
+        int_field(&replies[0], "tokens"),
+        mt_o("user", "Weather in Paris?")
+    );
+    let pttl = int(&mut con, &["PTTL", "mem:{b}"]);
+    assert!(pttl > 590_000 && pttl <= 600_000, "{pttl}");
+}
+
+#[test]
+fn a_bad_message_refuses_the_whole_batch() {
+    let server = Server::start();
+    let mut con = server.client();
+    append(&mut con, "mem:{k}", "user", "first", &[]);
+    let before = snap(&mut con, "mem:{k}");
+    let good = json!({"role": "user", "content": "ok"});
+    let cases: Vec<(String, &str)> = vec![
+        ("[]".into(), "1 to 1000 messages"),
+        ("{}".into(), "JSON array"),
+        ("not json".into(), "JSON array"),
+        (
+            json!([good, {"role": "", "content": "x"}]).to_string(),
+            "messages[1]: role",
+        ),
+        (json!([good, {"role": "user"}]).to_string(), "JSON array"),
+        (
+            json!([good, {"role": "user", "content": "x", "meta": [1]}]).to_string(),
+            "META must be a JSON object",
+        ),
+        (
+            json!([good, {"role": "user", "content": "x", "extra": 1}]).to_string(),
+            "unknown field",
+        ),
+        (
+            json!([good, {"role": "user", "content": "x", "ts": 253_402_300_800_000i64}])
+                .to_string(),
+            "ts must be at most",
+        ),
+        (
+            json!(vec![good.clone(); 1001]).to_string(),
+            "1 to 1000 messages",
+        ),
+    ];
+    for (text, needle) in cases {
+        assert_err(&mut con, &["MEM.APPENDBATCH", "mem:{k}", &text], needle);
+        assert_unchanged(&mut con, "mem:{k}", &before, &format!("after {text:.60}"));
+    }
+    assert_err(
+        &mut con,
+        &["MEM.APPENDBATCH", "mem:{k}"],
+        "wrong number of arguments",
+    );
+    assert_err(
+        &mut con,
+        &["MEM.APPENDBATCH", "mem:{k}", "[]", "BOGUS", "1"],
+        "unknown option",
+    );
+    ok(&mut con, &["SET", "plain", "x"]);
+    assert_err(
+        &mut con,
+        &["MEM.APPENDBATCH", "plain", &json!([good]).to_string()],
+        "WRONGTYPE",
+    );
+}
+
+#[test]
+fn a_large_batch_is_counted_on_the_pool_and_replicates_identically() {
+    let master = Server::start();
+    let mut con = master.client();
+    let (_replica, mut rcon) = start_replica(&master);
+    let big: Vec<Json> = (0..6)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("{i} ").repeat(15_000)}))
+        .collect();
+    let before = info_mem(&mut con, "counts_off_thread");
+    let replies = batch(
+        &mut con,
+        "mem:{big}",
+        &Json::Array(big.clone()),
+        &["MAXMSGS", "100"],
+    );
+    // (A worker counts a job done just after handing its result back.)
+    poll_until(&mut con, "the batch counted on the pool", |c| {
+        info_mem(c, "counts_off_thread") == before + 1
+    });
+    for (reply, m) in replies.iter().zip(&big) {
+        assert_eq!(
+            int_field(reply, "tokens"),
+            mt_o(m["role"].as_str().unwrap(), m["content"].as_str().unwrap())
+        );
+    }
+    // Inside MULTI (which cannot wait for a worker) a large batch is refused.
+    let text = Json::Array(big).to_string();
+    let r: redis::RedisResult<Vec<Value>> = redis::pipe()
+        .atomic()
+        .cmd("MEM.APPENDBATCH")
+        .arg("mem:{multi}")
+        .arg(&text)
+        .query(&mut con);
+    let e = r.expect_err("a large batch inside MULTI must be refused");
+    assert!(err_text(&e).contains("cannot wait for"), "{e}");
+    assert_eq!(int(&mut con, &["EXISTS", "mem:{multi}"]), 0);
+    let _: Value = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
+    for key in ["mem:{big}"] {
+        assert_eq!(
+            session::digest(&mut con, key),
+            session::digest(&mut rcon, key),
+            "{key}"
+        );
+        assert_eq!(
+            session::json_text(&mut con, key),
+            session::json_text(&mut rcon, key),
+            "{key}"
+        );
+    }
+}

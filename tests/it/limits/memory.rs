@@ -1,0 +1,135 @@
+//! Memory: writes above maxmemory fail with OOM and change nothing, and
+//! MEMORY USAGE tracks the content's size.
+
+use redis::Value;
+
+use crate::support::server::*;
+use crate::support::session::*;
+
+#[test]
+fn writes_under_maxmemory_fail_with_oom_and_change_nothing() {
+    let server = Server::start();
+    let mut con = server.client();
+    let big = "lorem ipsum dolor sit amet ".repeat(200);
+    for s in 0..20 {
+        let key = format!("mem:{{oom}}:{s}");
+        for _ in 0..20 {
+            ok(&mut con, &["MEM.APPEND", &key, "user", &big]);
+        }
+    }
+    let key = "mem:{oom}:0";
+    ok(&mut con, &["MEM.EXTSET", key, "dify", "before-oom"]);
+    let before = snap(&mut con, key);
+    let used: u64 = info_field(&mut con, "memory", "used_memory")
+        .unwrap()
+        .parse()
+        .unwrap();
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+    );
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory", &(used / 2).to_string()],
+    );
+    let upto = int_field(&map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", key]), "upto").to_string();
+    let doc = r#"{"conversation_history":[{"role":"user","content":"x"}]}"#;
+    let mut refused = 0;
+    for args in [
+        vec!["MEM.APPEND", key, "user", "no room"],
+        vec!["MEM.APPEND", "mem:{oom}:new", "user", "no room"],
+        vec!["MEM.SUMMARIZE", key, &upto, "no room for a summary"],
+        vec!["MEM.EXTSET", key, "dify", "after-oom"],
+        vec!["MEM.EXTSET", "mem:{oom}:new", "dify", "x"],
+        vec!["MEM.IMPORT", "mem:{oom}:new", doc],
+        vec!["MEM.IMPORT", key, doc, "REPLACE"],
+    ] {
+        let e = cmd(&mut con, &args).expect_err(&format!("{args:?} succeeded above maxmemory"));
+        assert!(
+            e.to_string().contains("OOM") || e.code() == Some("OOM"),
+            "{args:?}: {e}"
+        );
+        refused += 1;
+    }
+    assert_same(
+        &before,
+        &snap(&mut con, key),
+        "refused writes under maxmemory",
+        1000,
+    );
+    assert_eq!(ok(&mut con, &["EXISTS", "mem:{oom}:new"]), Value::Int(0));
+    // Reads still work.
+    check_consistent(&mut con, key);
+    ok(&mut con, &["MEM.SUMMARIZE_CHECK", key]);
+    assert_eq!(
+        ok(&mut con, &["MEM.EXTGET", key, "dify"]),
+        Value::BulkString(b"before-oom".to_vec())
+    );
+    ok(&mut con, &["MEM.GET", key, "LAST", "2"]);
+    // And writes again once there is room.
+    ok(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+    ok(&mut con, &["MEM.APPEND", key, "user", "room again"]);
+    println!("hostile/oom: {refused} writes refused with OOM above maxmemory, session unchanged, reads served");
+}
+
+#[test]
+fn memory_usage_tracks_content_size() {
+    let server = Server::start();
+    let mut con = server.client();
+    let text = |n: usize| {
+        let words = "the quick brown fox jumps over a lazy dog while counting tokens ";
+        words.repeat(n / words.len() + 1)[..n].to_owned()
+    };
+    for (key, size) in [("mem:{mu}:small", 600), ("mem:{mu}:big", 6000)] {
+        for i in 0..30 {
+            let mut content = text(size);
+            content.replace_range(0..4, &format!("{i:04}"));
+            ok(
+                &mut con,
+                &[
+                    "MEM.APPEND",
+                    key,
+                    "user",
+                    &content,
+                    "MAXMSGS",
+                    "30",
+                    "MAXTOKENS",
+                    "1000000",
+                ],
+            );
+        }
+        let info = map_reply(&mut con, &["MEM.INFO", key]);
+        assert_eq!(int_field(&info, "messages"), 30);
+    }
+    let usage = |con: &mut redis::Connection, key: &str| -> i64 {
+        redis::from_redis_value(&ok(con, &["MEMORY", "USAGE", key, "SAMPLES", "0"])).unwrap()
+    };
+    let small = usage(&mut con, "mem:{mu}:small");
+    let big = usage(&mut con, "mem:{mu}:big");
+    let expected = 30 * (6000 - 600);
+    let diff = big - small;
+    println!("hostile/memory usage: 30 x 600 B -> {small} B, 30 x 6000 B -> {big} B, difference {diff} (content difference {expected})");
+    assert!(
+        small >= 30 * 600,
+        "MEMORY USAGE {small} below the content size"
+    );
+    assert!(
+        diff as f64 >= expected as f64 * 0.9 && diff as f64 <= expected as f64 * 1.5,
+        "MEMORY USAGE difference {diff} does not track the content difference {expected}"
+    );
+    // Summarizing shrinks it.
+    let upto = int_field(
+        &map_reply(
+            &mut con,
+            &["MEM.SUMMARIZE_CHECK", "mem:{mu}:big", "KEEP", "5"],
+        ),
+        "upto",
+    )
+    .to_string();
+    ok(&mut con, &["MEM.SUMMARIZE", "mem:{mu}:big", &upto, "short"]);
+    let after = usage(&mut con, "mem:{mu}:big");
+    assert!(
+        after < big - 20 * 6000,
+        "MEMORY USAGE after summarizing 25 messages: {after} (was {big})"
+    );
+}

@@ -1,0 +1,5 @@
+//! Limits: values bounded so they round-trip, maxmemory and MEMORY USAGE, sessions at their caps.
+
+mod memory;
+mod scale;
+mod values;

@@ -1,0 +1,265 @@
+//! A MODEL that moves a session to another tokenizer re-counts it (the one
+//! case of re-tokenizing): a large session on the worker pool, replicated
+//! as one re-count op (never the whole session), exact under the new
+//! encoding; a large text counted under the old encoding while another
+//! client switched the model is refused with TRYAGAIN rather than counted
+//! again on the main thread. Observed by what clients can see, never timed.
+
+use crate::support::server::*;
+use crate::support::session;
+use redis::Value;
+
+fn cl100(s: &str) -> i64 {
+    tiktoken_rs::cl100k_base_singleton()
+        .encode_ordinary(s)
+        .len() as i64
+}
+
+fn text(bytes: usize, seed: usize) -> String {
+    varied_text(bytes, seed)
+}
+
+fn commandstat_calls(con: &mut redis::Connection, command: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    let want = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&want))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_large_session_is_recounted_on_the_pool_and_replicated_as_an_op() {
+    let master = Server::start();
+    let mut con = master.client();
+    let (_replica, mut rcon) = start_replica(&master);
+    let texts: Vec<String> = (0..6).map(|i| text(150_000, i)).collect();
+    for t in &texts {
+        cmd(
+            &mut con,
+            &[
+                "MEM.APPEND",
+                "mem:{big}",
+                "user",
+                t,
+                "MAXTOKENS",
+                "10000000",
+            ],
+        )
+        .unwrap();
+    }
+    cmd(
+        &mut con,
+        &["MEM.SUMMARIZE", "mem:{big}", "1", "an early summary"],
+    )
+    .unwrap();
+    cmd(
+        &mut con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"],
+    )
+    .unwrap();
+    let done = info_mem(&mut con, "counts_off_thread");
+    let url = master.url();
+    let switch = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        map_reply(
+            &mut c,
+            &[
+                "MEM.APPEND",
+                "mem:{big}",
+                "user",
+                "now on gpt-4",
+                "MODEL",
+                "gpt-4",
+            ],
+        )
+    });
+    // The small append waits on the pool for its session's re-count; the
+    // server meanwhile serves others, and the session is still on o200k.
+    poll_until(&mut con, "the switching append blocked on a worker", |c| {
+        blocked_appends(c) == 1
+    });
+    let info = map_reply(&mut con, &["MEM.INFO", "mem:{big}"]);
+    assert_eq!(str_field(&info, "encoding"), "o200k_base");
+    let reply = switch.join().unwrap();
+    assert_eq!(
+        info_mem(&mut con, "counts_off_thread"),
+        done + 1,
+        "the re-count ran on the pool"
+    );
+    // Exact under cl100k_base: every kept message, the summary, the new one.
+    let doc = session::parse_doc(&session::json_text(&mut con, "mem:{big}"));
+    for m in &doc.messages {
+        assert_eq!(
+            m.tokens as i64,
+            3 + cl100(&m.role) + cl100(&m.content),
+            "id {}",
+            m.id
+        );
+    }
+    assert_eq!(
+        doc.summary_tokens as i64,
+        3 + cl100("system") + cl100("an early summary")
+    );
+    assert_eq!(int_field(&reply, "total_tokens") as u64, doc.total_tokens);
+    // Replicated as ops: the replica never received the whole session.
+    let _: Value = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
+    assert_eq!(
+        session::digest(&mut con, "mem:{big}"),
+        session::digest(&mut rcon, "mem:{big}")
+    );
+    assert_eq!(
+        session::json_text(&mut con, "mem:{big}"),
+        session::json_text(&mut rcon, "mem:{big}")
+    );
+    assert_eq!(
+        commandstat_calls(&mut rcon, "mem._put"),
+        0,
+        "a model switch replicated the whole session"
+    );
+    assert!(commandstat_calls(&mut rcon, "mem._apply") >= 9);
+}
+
+#[test]
+fn a_small_session_switches_inline_and_inside_multi() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["MEM.APPEND", "mem:{s}", "user", "hello there"]).unwrap();
+    // cl100k_base is built on first use, which MULTI cannot wait for (that
+    // refusal: models::encodings): built first.
+    cmd(&mut con, &["MEM.COUNT", "gpt-4", "x"]).unwrap();
+    let done = info_mem(&mut con, "counts_off_thread");
+    let r: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("MEM.APPEND")
+        .arg("mem:{s}")
+        .arg("user")
+        .arg("switch")
+        .arg("MODEL")
+        .arg("gpt-4")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        int_field(&as_fields(r[0].clone()), "total_tokens"),
+        (3 + cl100("user") + cl100("hello there")) + (3 + cl100("user") + cl100("switch"))
+    );
+    assert_eq!(
+        info_mem(&mut con, "counts_off_thread"),
+        done,
+        "a small re-count stays inline"
+    );
+    // A large session cannot be re-counted inside MULTI: refused, unchanged.
+    cmd(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            "mem:{l}",
+            "user",
+            &text(100_000, 1),
+            "MAXTOKENS",
+            "10000000",
+        ],
+    )
+    .unwrap();
+    let before = session::snap(&mut con, "mem:{l}");
+    let r: redis::RedisResult<Vec<Value>> = redis::pipe()
+        .atomic()
+        .cmd("MEM.APPEND")
+        .arg("mem:{l}")
+        .arg("user")
+        .arg("x")
+        .arg("MODEL")
+        .arg("gpt-4")
+        .query(&mut con);
+    assert!(r
+        .expect_err("refused in MULTI")
+        .to_string()
+        .contains("re-count of a model switch"));
+    session::assert_same(
+        &before,
+        &session::snap(&mut con, "mem:{l}"),
+        "refused switch",
+        1000,
+    );
+}
+
+#[test]
+fn a_large_text_counted_before_another_client_switched_the_model_is_refused_with_tryagain() {
+    let server = Server::start();
+    let mut con = server.client();
+    // Both encodings built first (cl100k_base is built on first use), so the
+    // switch below is immediate.
+    cmd(&mut con, &["MEM.COUNT", "gpt-4", "x"]).unwrap();
+    cmd(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            "mem:{r}",
+            "user",
+            "first",
+            "MAXTOKENS",
+            "10000000",
+            "TTL",
+            "0",
+        ],
+    )
+    .unwrap();
+    cmd(
+        &mut con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"],
+    )
+    .unwrap();
+    let big = text(300_000, 4);
+    let batch = serde_json::json!([{"role": "user", "content": text(300_000, 5)}]).to_string();
+    for (what, args) in [
+        (
+            "MEM.APPEND",
+            vec!["MEM.APPEND", "mem:{r}", "user", big.as_str()],
+        ),
+        (
+            "MEM.APPENDBATCH",
+            vec!["MEM.APPENDBATCH", "mem:{r}", batch.as_str()],
+        ),
+    ] {
+        cmd(
+            &mut con,
+            &[
+                "MEM.APPEND",
+                "mem:{r}",
+                "user",
+                "back to o200k",
+                "MODEL",
+                "gpt-4o",
+            ],
+        )
+        .unwrap();
+        let url = server.url();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let sender = std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let mut command = redis::cmd(&args[0]);
+            for a in &args[1..] {
+                command.arg(a);
+            }
+            command.query::<Value>(&mut c)
+        });
+        poll_until(&mut con, "the large write blocked on a worker", |c| {
+            info_mem(c, "counts_in_flight") == 1
+        });
+        // Another client moves the session to cl100k meanwhile.
+        cmd(
+            &mut con,
+            &["MEM.APPEND", "mem:{r}", "user", "switch", "MODEL", "gpt-4"],
+        )
+        .unwrap();
+        let before = session::snap(&mut con, "mem:{r}");
+        let e = sender
+            .join()
+            .unwrap()
+            .expect_err("counted under the old encoding");
+        assert_eq!(e.code(), Some("TRYAGAIN"), "{what}: {e}");
+        session::assert_same(&before, &session::snap(&mut con, "mem:{r}"), what, 1000);
+    }
+    assert!(server.log().lines().all(|l| !l.contains("ASSERTION")));
+}

@@ -1,0 +1,67 @@
+//! Large sessions are freed off the main thread (the type's free_effort):
+//! UNLINK, FLUSHALL ASYNC and lazy expiry hand them to Redis's background
+//! thread, as Redis does for its own large values; small ones are freed at once.
+
+use crate::support::server::*;
+
+fn stat(con: &mut redis::Connection, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in INFO memory"))
+}
+
+fn session(con: &mut redis::Connection, key: &str, messages: usize) {
+    for i in 0..messages {
+        cmd(
+            con,
+            &[
+                "MEM.APPEND",
+                key,
+                "user",
+                &format!("message {i}"),
+                "MAXMSGS",
+                "100000",
+                "MAXTOKENS",
+                "10000000",
+            ],
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn large_sessions_are_freed_lazily_and_small_ones_at_once() {
+    let server = Server::with_args(&["--lazyfree-lazy-expire", "yes"]);
+    let mut con = server.client();
+    session(&mut con, "mem:{small}", 10);
+    session(&mut con, "mem:{large}", 300);
+    session(&mut con, "mem:{flush}", 300);
+    session(&mut con, "mem:{expire}", 300);
+    assert_eq!(info_mem(&mut con, "sessions"), 4);
+    let lazy = stat(&mut con, "lazyfreed_objects");
+    cmd(&mut con, &["UNLINK", "mem:{small}"]).unwrap();
+    assert_eq!(
+        stat(&mut con, "lazyfreed_objects"),
+        lazy,
+        "a 10-message session is freed at once"
+    );
+    assert_eq!(info_mem(&mut con, "sessions"), 3);
+    cmd(&mut con, &["UNLINK", "mem:{large}"]).unwrap();
+    poll_until(&mut con, "the large session freed in the background", |c| {
+        stat(c, "lazyfreed_objects") == lazy + 1
+    });
+    cmd(&mut con, &["PEXPIRE", "mem:{expire}", "1"]).unwrap();
+    poll_until(
+        &mut con,
+        "the expired session freed in the background",
+        |c| stat(c, "lazyfreed_objects") == lazy + 2,
+    );
+    cmd(&mut con, &["FLUSHALL", "ASYNC"]).unwrap();
+    poll_until(&mut con, "every session freed", |c| {
+        info_mem(c, "sessions") == 0
+    });
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}

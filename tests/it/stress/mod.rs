@@ -1,0 +1,5 @@
+//! Stress: concurrent writers, the fuzzer, main-thread holds on sessions of tens of MB.
+
+mod concurrent_writers;
+mod fuzz;
+mod holds;
