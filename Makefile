@@ -32,7 +32,10 @@ run: build
 # fetched once into target/compat/). TEST_COMPAT= (empty) skips that last step.
 TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
 test: build
+	@cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo fmt --check
+	cargo clippy --release --all-targets -- -D warnings
 	cargo test --release
 	python/run_tests.sh
 	tests/oracle/run.sh

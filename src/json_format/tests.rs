@@ -193,10 +193,7 @@ fn ids_must_be_all_or_none_and_increasing() {
 #[test]
 fn render_puts_extra_members_at_the_top_level() {
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = crate::session::Attrs::from_text(Some(&String::from(
-        r#"{"user_profile":{"a":1}}"#.to_owned(),
-    )))
-    .unwrap();
+    s.extra = crate::session::Attrs::from_text(Some(r#"{"user_profile":{"a":1}}"#)).unwrap();
     let out: Value =
         serde_json::from_slice(&render(Some(&s), None, std::iter::empty(), "m")).unwrap();
     assert_eq!(out["user_profile"]["a"], 1);
@@ -238,7 +235,7 @@ fn meta_at_the_deepest_allowed_level_comes_back_through_import() {
     let doc = rendered(&session_with_meta(&deepest));
     let back = parse(&doc).expect("FORMAT JSON with META at the deepest level imports");
     assert_eq!(
-        back.session.messages.get(0).unwrap().meta.as_deref(),
+        back.session.messages.get(0).unwrap().meta,
         Some(deepest.as_str())
     );
     // One level more is refused at append time, and rightly: the document
@@ -268,13 +265,13 @@ fn imported_members_at_the_deepest_allowed_level_come_back() {
     let members = format!(r#"{{"ctx":{}}}"#, nested(depth - 1));
     assert!(crate::session::check_members(&members).is_ok());
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = crate::session::Attrs::from_text(Some(&String::from(members.clone()))).unwrap();
+    s.extra = crate::session::Attrs::from_text(Some(&members.clone())).unwrap();
     let back = parse(&rendered(&s)).expect("members at the deepest level import");
     assert_eq!(back.session.extra.text().as_deref(), Some(members.as_str()));
     let deeper = format!(r#"{{"ctx":{}}}"#, nested(depth));
     assert!(crate::session::check_members(&deeper).is_err());
     let mut s = Session::new(crate::session::tests::settings(), 0);
-    s.extra = crate::session::Attrs::from_text(Some(&String::from(deeper))).unwrap();
+    s.extra = crate::session::Attrs::from_text(Some(&deeper)).unwrap();
     assert!(parse(&rendered(&s)).unwrap_err().contains("nested deeper"));
 }
 
@@ -369,7 +366,7 @@ fn meta_and_members_are_kept_verbatim() {
         r#"{{"p":1, "user_profile" : {profile},"conversation_history":[{{"role":"user","content":"x","meta":{meta}}}],"p":[ 2 ],"total_tokens":5,"n":-9223372036854775809}}"#
     );
     let s = parse(&doc).unwrap().session;
-    assert_eq!(s.messages.get(0).unwrap().meta.as_deref(), Some(meta));
+    assert_eq!(s.messages.get(0).unwrap().meta, Some(meta));
     let extra = format!(r#"{{"p":1,"user_profile":{profile},"p":[ 2 ],"n":-9223372036854775809}}"#);
     assert_eq!(
         s.extra.text().as_deref(),

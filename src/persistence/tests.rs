@@ -354,7 +354,7 @@ fn lived_in() -> Session {
         .messages
         .iter()
         .zip(s.messages.iter().skip(1))
-        .find(|(_, next)| &*next.role != "tool")
+        .find(|(_, next)| next.role != "tool")
         .map(|(m, _)| m.id)
         .unwrap();
     s.apply(Op::Summarize {

@@ -10,7 +10,7 @@ fn push(log: &mut MessageLog, id: u64, role: &str, content: &str) {
         id as i64 * 10,
         id,
         role,
-        (id % 3 == 0).then_some("{\"k\":1}"),
+        id.is_multiple_of(3).then_some("{\"k\":1}"),
         content,
     )
     .unwrap();

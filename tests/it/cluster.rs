@@ -203,7 +203,7 @@ fn populate(cc: &mut ClusterConnection, key: &str, i: usize) {
     assert_eq!(int_field(&c, "upto_tokens"), t1 + t2);
 
     let mut expect_msgs = 3;
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         let s = qmap(
             cc,
             &[
@@ -222,7 +222,7 @@ fn populate(cc: &mut ClusterConnection, key: &str, i: usize) {
         Value::Array(a) => a,
         other => panic!("MEM.GET {key}: {other:?}"),
     };
-    assert_eq!(all.len(), expect_msgs + usize::from(i % 3 == 0));
+    assert_eq!(all.len(), expect_msgs + usize::from(i.is_multiple_of(3)));
     let last = as_fields(all.last().unwrap().clone());
     assert_eq!(int_field(&last, "id"), 3);
     assert_eq!(str_field(&last, "role"), "assistant");
@@ -231,7 +231,7 @@ fn populate(cc: &mut ClusterConnection, key: &str, i: usize) {
     let h = history(&doc);
     assert_eq!(h.len(), expect_msgs);
     assert_eq!(doc["model"], "gpt-4o");
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         assert_eq!(doc["summary"]["upto"], 2);
     } else {
         assert!(doc["summary"].is_null());
@@ -786,10 +786,7 @@ fn failover(
         assert_eq!(int_field(&r, "id"), last + 1, "{key}");
         let info = qmap(con, &["MEM.INFO", key]);
         assert_eq!(int_field(&info, "last_id"), last + 1);
-        assert_eq!(
-            qstr(con, &["MEM.EXTGET", key, "dify"]).starts_with("conv-"),
-            true
-        );
+        assert!(qstr(con, &["MEM.EXTGET", key, "dify"]).starts_with("conv-"));
     }
     // The old master, now a replica, follows.
     assert!(

@@ -182,7 +182,8 @@ fn a_large_batch_is_counted_on_the_pool_and_replicates_identically() {
     assert!(err_text(&e).contains("cannot wait for"), "{e}");
     assert_eq!(int(&mut con, &["EXISTS", "mem:{multi}"]), 0);
     let _: Value = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
-    for key in ["mem:{big}"] {
+    {
+        let key = "mem:{big}";
         assert_eq!(
             session::digest(&mut con, key),
             session::digest(&mut rcon, key),

@@ -470,6 +470,8 @@ fn debug_reload_leaves_every_session_identical() {
         "mem:{ext}",
         "mem:{claude}",
     ];
+    // Each key: its type, model, TTL, entries and MEM.INFO, compared after.
+    #[allow(clippy::type_complexity)]
     let before: Vec<(String, String, i64, Vec<Entry>, Vec<(String, Value)>)> = keys
         .iter()
         .map(|k| {

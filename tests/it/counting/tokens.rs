@@ -310,7 +310,7 @@ fn run(rng: &mut Rng) -> String {
 
 fn piece(rng: &mut Rng) -> String {
     match rng.below(12) {
-        0 | 1 | 2 => english(rng),
+        0..=2 => english(rng),
         3 => rng.pick(CODE).to_string(),
         4 => {
             let v = json_text(rng, 0);

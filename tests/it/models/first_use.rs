@@ -86,7 +86,7 @@ fn many_clients_at_once_on_an_unbuilt_encoding() {
         let want = if i % 2 == 0 {
             d.count(text) as i64
         } else {
-            msg(&d, "user", text)
+            msg(d, "user", text)
         };
         assert_eq!(*n, want, "client {i}");
     }
@@ -161,7 +161,7 @@ fn clients_killed_and_keys_flushed_while_an_encoding_is_built() {
     // The resumed writes see the keys as they are now.
     let q = tiktoken::get_encoding("qwen2").unwrap();
     let r = as_fields(switch.join().unwrap().unwrap());
-    assert_eq!(int_field(&r, "tokens"), msg(&q, "assistant", "hi"));
+    assert_eq!(int_field(&r, "tokens"), msg(q, "assistant", "hi"));
     let info = map_reply(&mut con, &["MEM.INFO", "s"]);
     assert_eq!(
         (
@@ -171,7 +171,7 @@ fn clients_killed_and_keys_flushed_while_an_encoding_is_built() {
         (1, "qwen2"),
         "a new session"
     );
-    assert_eq!(int_field(&info, "total_tokens"), msg(&q, "assistant", "hi"));
+    assert_eq!(int_field(&info, "total_tokens"), msg(q, "assistant", "hi"));
     // The waiting append resumes before or after the re-made "d" (the
     // machine decides): either way the session holds both messages, counted
     // under the encoding of the last write's model.
@@ -182,7 +182,7 @@ fn clients_killed_and_keys_flushed_while_an_encoding_is_built() {
     let want = match str_field(&info, "encoding").as_str() {
         "glm5" => {
             let g = tiktoken::get_encoding("glm5").unwrap();
-            msg(&g, "user", "x") + msg(&g, "user", "again")
+            msg(g, "user", "x") + msg(g, "user", "again")
         }
         "cl100k_base" => {
             let c = tiktoken_rs::cl100k_base_singleton();
@@ -276,9 +276,7 @@ fn sessions_loaded_with_an_unbuilt_encoding_refuse_multi_and_scripts_with_tryaga
     assert!(!got.to_uppercase().contains("TRYAGAIN"), "{got}");
     let q = tiktoken::get_encoding("qwen2").unwrap();
     let info = map_reply(&mut con, &["MEM.INFO", "q"]);
-    assert!(
-        int_field(&info, "total_tokens") >= msg(&q, "user", "你好") + msg(&q, "assistant", "x")
-    );
+    assert!(int_field(&info, "total_tokens") >= msg(q, "user", "你好") + msg(q, "assistant", "x"));
 }
 
 #[test]
@@ -332,11 +330,11 @@ fn a_replica_promoted_counts_with_encodings_it_never_built() {
     // The promoted replica builds glm4 on first use, while its client waits.
     let r = map_reply(&mut rcon, &["MEM.APPEND", "g", "user", "ok"]);
     let g = tiktoken::get_encoding("glm4").unwrap();
-    assert_eq!(int_field(&r, "tokens"), msg(&g, "user", "ok"));
+    assert_eq!(int_field(&r, "tokens"), msg(g, "user", "ok"));
     let info = map_reply(&mut rcon, &["MEM.INFO", "g"]);
     assert_eq!(
         int_field(&info, "total_tokens"),
-        msg(&g, "user", "智谱 GLM") + 4_294_967_295 + msg(&g, "user", "ok")
+        msg(g, "user", "智谱 GLM") + 4_294_967_295 + msg(g, "user", "ok")
     );
     assert_eq!(
         as_int(cmd(&mut rcon, &["MEM.COUNT", "minimax-m2", "hi"]).unwrap()),
@@ -444,7 +442,7 @@ fn model_switches_across_families_survive_aof_rewrite_restart_and_match_the_repl
         }
         assert_eq!(
             int_field(&f, "tokens"),
-            msg(&q, &role, &content),
+            msg(q, &role, &content),
             "{role} {content}"
         );
     }

@@ -76,7 +76,7 @@ fn the_table_changed_while_a_write_waits_for_its_encoding() {
         &["MEM.APPEND", "h", "user", "hello 你好", "MODEL", "house-1"],
     );
     let g = tiktoken::get_encoding("glm5").unwrap();
-    assert_eq!(int_field(&r, "tokens"), msg(&g, "user", "hello 你好"));
+    assert_eq!(int_field(&r, "tokens"), msg(g, "user", "hello 你好"));
     // Moved to a built encoding meanwhile: counted again, inline, under it.
     cmd(
         &mut con,
@@ -101,12 +101,12 @@ fn the_table_changed_while_a_write_waits_for_its_encoding() {
     )
     .unwrap();
     let r = as_fields(waiting.join().unwrap().unwrap());
-    assert_eq!(int_field(&r, "tokens"), msg(&g, "assistant", "ok 好的"));
+    assert_eq!(int_field(&r, "tokens"), msg(g, "assistant", "ok 好的"));
     let info = map_reply(&mut con, &["MEM.INFO", "h"]);
     assert_eq!(str_field(&info, "encoding"), "glm5");
     assert_eq!(
         int_field(&info, "total_tokens"),
-        msg(&g, "user", "hello 你好") + msg(&g, "assistant", "ok 好的")
+        msg(g, "user", "hello 你好") + msg(g, "assistant", "ok 好的")
     );
 }
 
@@ -219,12 +219,12 @@ fn the_default_encoding_moved_to_an_unbuilt_one() {
         &["MEM.APPEND", "c", "user", "x", "MODEL", "claude-sonnet-4-5"],
     );
     let d = tiktoken::get_encoding("deepseek_v3").unwrap();
-    assert_eq!(int_field(&r, "tokens"), msg(&d, "user", "x"));
+    assert_eq!(int_field(&r, "tokens"), msg(d, "user", "x"));
     let info = map_reply(&mut con, &["MEM.INFO", "c"]);
     assert_eq!(str_field(&info, "encoding"), "deepseek_v3");
     assert_eq!(
         int_field(&info, "total_tokens"),
-        msg(&d, "user", "hello") + msg(&d, "user", "x")
+        msg(d, "user", "hello") + msg(d, "user", "x")
     );
     // A count of an unknown model follows the default too.
     let n = cmd(&mut con, &["MEM.COUNT", "no-such-model", "深度求索"]).unwrap();
@@ -276,7 +276,7 @@ fn debug_reload_and_flushall_async_while_writes_wait_for_a_build() {
     assert_eq!(str_field(&info, "encoding"), "llama3");
     assert_eq!(
         int_field(&info, "total_tokens"),
-        msg(&l, "user", "before") + msg(&l, "user", "after")
+        msg(l, "user", "before") + msg(l, "user", "after")
     );
     // Retries after the reload are duplicates.
     let r = map_reply(
@@ -319,6 +319,6 @@ fn debug_reload_and_flushall_async_while_writes_wait_for_a_build() {
     let t = tiktoken::get_encoding("mistral_v3").unwrap();
     assert_eq!(
         int_field(&map_reply(&mut con, &["MEM.INFO", "r"]), "total_tokens"),
-        msg(&t, "user", "again") + msg(&t, "user", "before")
+        msg(t, "user", "again") + msg(t, "user", "before")
     );
 }

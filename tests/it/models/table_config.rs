@@ -432,7 +432,7 @@ fn mem_count_hostile_texts_roles_and_acl() {
     let server = Server::start();
     let mut con = server.client();
     let o200k = tiktoken_rs::o200k_base_singleton();
-    let o = Counter(&o200k);
+    let o = Counter(o200k);
     assert_eq!(count(&mut con, &["MEM.COUNT", "gpt-4o", ""]), 0);
     assert_eq!(
         count(&mut con, &["MEM.COUNT", "gpt-4o", "", "ROLE", "user"]),

@@ -1,7 +1,7 @@
 //! attack2: one session through MSGID + MAXAGE (mixed TS) + trims + summaries
 //! + leases + imports + model switches + attributes; after every step the
-//! replica must match (digest + FORMAT JSON), and DEBUG RELOAD, DUMP/RESTORE
-//! and FORMAT JSON -> MEM.IMPORT must keep the session loadable.
+//!   replica must match (digest + FORMAT JSON), and DEBUG RELOAD, DUMP/RESTORE
+//!   and FORMAT JSON -> MEM.IMPORT must keep the session loadable.
 
 use std::time::Duration;
 

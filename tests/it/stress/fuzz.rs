@@ -54,6 +54,11 @@ impl Gen {
         &items[self.rng.gen_range(0..items.len())]
     }
 
+    /// One of `words`.
+    fn word(&mut self, words: &[&'static str]) -> &'static str {
+        words[self.rng.gen_range(0..words.len())]
+    }
+
     fn random_bytes(&mut self, max: usize) -> Vec<u8> {
         let n = self.rng.gen_range(0..=max);
         (0..n).map(|_| self.rng.gen()).collect()
@@ -232,7 +237,7 @@ impl Gen {
                     .into_bytes();
                 opt(&mut c, "TS", ts, &mut self.rng);
                 opt(&mut c, "META", s("{\"n\":1}"), &mut self.rng);
-                let model = s(*self.pick(&["gpt-4o", "gpt-4", "claude-3-5-sonnet", "o3-mini"]));
+                let model = s(self.word(&["gpt-4o", "gpt-4", "claude-3-5-sonnet", "o3-mini"]));
                 opt(&mut c, "MODEL", model, &mut self.rng);
                 let ttl = self.rng.gen_range(100..100000u64).to_string().into_bytes();
                 opt(&mut c, "TTL", ttl, &mut self.rng);
@@ -252,17 +257,17 @@ impl Gen {
                 opt(&mut c, "AFTER", n, &mut self.rng);
                 let n = self.number();
                 opt(&mut c, "BUDGET", n, &mut self.rng);
-                let f = s(*self.pick(&["RESP", "JSON", "json", "XML"]));
+                let f = s(self.word(&["RESP", "JSON", "json", "XML"]));
                 opt(&mut c, "FORMAT", f, &mut self.rng);
             }
             4 => {
                 c = if self.rng.gen_bool(0.5) {
                     vec![s("MEM.SUMMARIZE_CHECK"), key]
                 } else {
-                    let lease_ms = s(*self.pick(&["1", "50", "60000", "86400000"]));
+                    let lease_ms = s(self.word(&["1", "50", "60000", "86400000"]));
                     vec![s("MEM.SUMMARIZE_BEGIN"), key, lease_ms]
                 };
-                let m = s(*self.pick(&["gpt-4o", "gpt-4.1", "unknown"]));
+                let m = s(self.word(&["gpt-4o", "gpt-4.1", "unknown"]));
                 opt(&mut c, "MODEL", m, &mut self.rng);
                 let n = self.number();
                 opt(&mut c, "CONTEXT", n, &mut self.rng);
@@ -281,7 +286,7 @@ impl Gen {
                 opt(&mut c, "LEASE", token, &mut self.rng);
             }
             6 => {
-                let sys = s(*self.pick(&["dify", "n8n", "", "x"]));
+                let sys = s(self.word(&["dify", "n8n", "", "x"]));
                 c = vec![s("MEM.EXTSET"), key, sys, s("conv-1")];
                 let n = self.number();
                 opt(&mut c, "EX", n, &mut self.rng);
