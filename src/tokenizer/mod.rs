@@ -121,7 +121,11 @@ impl Encoding {
         let total = PIECE_CACHES.with(|caches| match caches.try_borrow_mut() {
             Ok(mut caches) => match caches.get_mut(self as usize) {
                 Some(slot) => {
-                    let cache = slot.get_or_insert_with(PieceCache::new);
+                    // In the module's region, as every cache: 96 KB per
+                    // encoding and thread, charged to used_memory, evicted
+                    // keys at maxmemory when a keyless MEM.COUNT made one.
+                    let cache = slot
+                        .get_or_insert_with(|| crate::module_memory::for_module(PieceCache::new));
                     tokenizer
                         .split(text.as_str())
                         .map(|piece| cache.count(piece.as_bytes(), uncached))
@@ -219,10 +223,8 @@ pub fn message_tokens(encoding: Encoding, role: &str, content: &str) -> u64 {
 /// (spec §2: `3 + count("system") + count(text)`).
 pub const SUMMARY_COUNTED_AS: &str = "system";
 
-/// The counts the commands make: [`message_tokens`] and
-/// [`Encoding::count`], with the time they took and the tokens recorded for
-/// `INFO mem`.
-/// Counts one chat message (role + content) and records the time it took.
+/// Counts one chat message (role + content), as the commands do: the time
+/// it took and the tokens are recorded for `INFO mem`.
 pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
     let start = Instant::now();
     let tokens = message_tokens(encoding, role, content);

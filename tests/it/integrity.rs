@@ -696,6 +696,23 @@ fn building_encodings_never_evicts_a_key_nor_fails_a_write() {
         let n = int(&mut counter, &["MEM.COUNT", model, "hi"]);
         assert!(n >= 1, "{model}");
     }
+    // Counted again, now inline: the main thread's piece cache of each
+    // encoding (96 KB) is the module's memory too (it was used_memory: ~1 MB
+    // for the open-weight families evicted keys at a tight maxmemory).
+    let before = used(&mut con);
+    for model in [
+        "deepseek-chat",
+        "qwen2.5-72b-instruct",
+        "mistral-large-latest",
+        "kimi-k2",
+    ] {
+        int(&mut counter, &["MEM.COUNT", model, "hello again"]);
+    }
+    let grown = used(&mut con) - before;
+    assert!(
+        grown < 128 << 10,
+        "inline counts grew used_memory by {grown} bytes"
+    );
     let stats: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
     let evicted: i64 = stats
         .lines()

@@ -32,16 +32,8 @@ fn wrap(model: &[u8], payload: &[u8]) -> Vec<u8> {
     session::with_footer(&out, ver)
 }
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
+fn varint(v: u64, out: &mut Vec<u8>) {
+    crate::support::leb128::push(out, v);
 }
 
 /// A one-message session (user, CONTENT, TS 5) and its DUMP / payload.

@@ -20,16 +20,9 @@ impl Pc {
         self.0.push(b);
         self
     }
-    pub fn varint(&mut self, mut v: u64) -> &mut Self {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.0.push(b);
-                return self;
-            }
-            self.0.push(b | 0x80);
-        }
+    pub fn varint(&mut self, v: u64) -> &mut Self {
+        crate::support::leb128::push(&mut self.0, v);
+        self
     }
     pub fn i64(&mut self, v: i64) -> &mut Self {
         self.varint(((v << 1) ^ (v >> 63)) as u64)
