@@ -242,6 +242,9 @@ pub fn all() -> Vec<Doc> {
                 Arg { optional: true, ..flag("REPLACE") },
                 option("MODEL", string("name")),
                 option("TTL", integer("seconds")),
+                option("MAXTOKENS", integer("n")),
+                option("MAXMSGS", integer("n")),
+                option("MAXAGE", integer("seconds")),
             ],
         },
         Doc {

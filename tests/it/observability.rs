@@ -239,6 +239,31 @@ fn command_docs_and_key_specs_are_served() {
         ]
     );
 
+    // MEM.IMPORT's options as its parser takes them (MAXTOKENS, MAXMSGS and
+    // MAXAGE were missing from its docs).
+    let docs: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("mem.import")
+        .query(&mut con)
+        .unwrap();
+    let doc = pairs(&pairs(&docs)[0].1);
+    let Value::Array(args) = find(&doc, "arguments") else {
+        panic!("no arguments")
+    };
+    let tokens: Vec<String> = args
+        .iter()
+        .filter_map(|a| {
+            pairs(a)
+                .iter()
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| redis::from_redis_value(v).unwrap())
+        })
+        .collect();
+    assert_eq!(
+        tokens,
+        ["REPLACE", "MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE"]
+    );
+
     // Key specs: reads are RO, writes RW (IMPORT: OW), all at argument 1.
     let commands = [
         ("mem.get", "RO"),
