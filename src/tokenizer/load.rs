@@ -18,6 +18,7 @@ use bpe_openai::{Normalizable, NormalizedString};
 use either::Either;
 
 use super::split::{Splitter, Stage};
+use super::split_patterns as patterns;
 use super::Encoding;
 
 /// What `Encoding::count` works with: a byte-pair encoding and the
@@ -218,29 +219,13 @@ fn build(e: Encoding) -> Option<Counter> {
 struct Definition {
     vocabulary: fn() -> tiktoken::CoreBpe,
     /// Patterns of each split stage, (pattern, last character is a look-ahead).
-    stages: &'static [&'static [(&'static str, bool)]],
+    stages: &'static [patterns::Stage],
     nfc: bool,
     /// Makes the 32-bit token hashes of `bpe` collision-free for this
     /// vocabulary (found once with `bpe::find_hash_factor_for_dictionary`;
     /// the unit tests build every encoding with it).
     hash_factor: u64,
 }
-
-/// `\s+(?!\S)|\s+` written for engines without look-around (see split.rs).
-macro_rules! with_whitespace {
-    ($head:expr) => {
-        &[
-            (concat!($head, r"|\s+$"), false),
-            (r"\s+\s", true),
-            (r"\s+", false),
-        ]
-    };
-}
-
-/// The cl100k_base pattern; Llama 3 and GLM-4/5 split exactly so.
-const CL100K: &[(&str, bool)] = with_whitespace!(
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-);
 
 fn definition(e: Encoding) -> Option<Definition> {
     use Encoding::*;
@@ -258,7 +243,7 @@ fn definition(e: Encoding) -> Option<Definition> {
         // pattern).
         Llama3 => d(
             tiktoken::encoding::llama3,
-            &[CL100K],
+            patterns::LLAMA3,
             false,
             11_885_191_908_064_990_738,
         ),
@@ -266,35 +251,27 @@ fn definition(e: Encoding) -> Option<Definition> {
         // Isolated splits, no normalizer.
         DeepseekV3 => d(
             tiktoken::encoding::deepseek_v3,
-            &[
-                &[(r"\p{N}{1,3}", false)],
-                &[(r"[一-龥぀-ゟ゠-ヿ]+", false)],
-                with_whitespace!(
-                    r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+"##
-                ),
-            ],
+            patterns::DEEPSEEK_V3,
             false,
             3_138_526_707_862_123_462,
         ),
         // Qwen/Qwen2.5 tokenizer.json: NFC, then single digits.
         Qwen2 => d(
             tiktoken::encoding::qwen2,
-            &[with_whitespace!(
-                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-            )],
+            patterns::QWEN2,
             true,
             10_111_572_184_271_607_110,
         ),
         // zai-org/GLM-4.5 and GLM-5 tokenizer.json: cl100k_base's pattern.
         Glm4 => d(
             tiktoken::encoding::glm4,
-            &[CL100K],
+            patterns::GLM4,
             false,
             17_216_760_580_640_435_706,
         ),
         Glm5 => d(
             tiktoken::encoding::glm5,
-            &[CL100K],
+            patterns::GLM5,
             false,
             2_321_797_000_280_525_654,
         ),
@@ -302,23 +279,14 @@ fn definition(e: Encoding) -> Option<Definition> {
         // o200k-style words that exclude Han.
         KimiK2 => d(
             tiktoken::encoding::kimi_k2,
-            &[with_whitespace!(concat!(
-                r"[\p{Han}]+",
-                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-            ))],
+            patterns::KIMI_K2,
             false,
             18_171_118_807_956_516_409,
         ),
         // MiniMaxAI/MiniMax-M2 tokenizer.json: o200k_base's pattern.
         MinimaxM2 => d(
             tiktoken::encoding::minimax_m2,
-            &[with_whitespace!(concat!(
-                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+"
-            ))],
+            patterns::MINIMAX_M2,
             false,
             3_521_294_511_505_614_368,
         ),
@@ -326,11 +294,7 @@ fn definition(e: Encoding) -> Option<Definition> {
         // digits.
         Tekken => d(
             tiktoken::encoding::mistral_v3,
-            &[with_whitespace!(concat!(
-                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
-                r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*",
-                r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+"
-            ))],
+            patterns::TEKKEN,
             false,
             11_467_484_487_342_338_773,
         ),

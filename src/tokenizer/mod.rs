@@ -10,6 +10,7 @@ pub mod models;
 pub mod piece_count;
 pub mod pretokenize;
 mod split;
+mod split_patterns;
 
 use std::time::Instant;
 
