@@ -543,6 +543,10 @@ mod replica_retries {
         }
         assert_eq!(offset(&mut con), before, "a retry was replicated");
         assert!((session::pttl(&mut con, k) - pttl).abs() < 1000);
+        // The replica has applied the first writes (on a loaded machine the
+        // 200 ms above may not be enough); WAIT only after the offset check,
+        // as its GETACK moves the offset.
+        ok(&mut con, &["WAIT", "1", "5000"]);
         assert_eq!(session::digest(&mut con, k), session::digest(&mut rcon, k));
     }
 }
