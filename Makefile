@@ -29,7 +29,7 @@ run: build
 # target/venv) and its tests, then token counts against the vendors' own tokenizers
 # (tests/oracle, PyPI, venv in target/), then the integration tests again on the other
 # servers users run (test-compat: Valkey 8.0.1, Redis 8.0.2, Valkey 8.1.1; built or
-# fetched once into target/compat/). TEST_COMPAT= (empty) skips that last step.
+# fetched once into ~/.cache/redis-mem/compat/). TEST_COMPAT= (empty) skips that last step.
 TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
 test: build
 	@cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
@@ -43,7 +43,7 @@ test: build
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),
-# fetched/built once into target/compat/ by tests/compat/servers.sh.
+# fetched/built once into ~/.cache/redis-mem/compat/ by tests/compat/servers.sh.
 # COMPAT_SERVERS="redis-7.0 valkey-8.0" picks a subset.
 test-compat: build
 	tests/compat/run.sh

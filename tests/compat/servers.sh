@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The servers `make test-compat` runs the integration tests against, fetched
-# or built from Debian's archive into target/compat/ (nothing installed
-# system-wide, no service started). Idempotent: a second run finds the cached
-# binaries and touches no network.
+# or built from Debian's archive into the user's cache,
+# ~/.cache/redis-mem/compat/ (nothing installed system-wide, no service
+# started). Idempotent: a second run, from this clone or another, finds the
+# cached binaries and touches no network.
 #
 #   tests/compat/servers.sh [NAME...]     NAME: redis-7.0 valkey-8.0 redis-8.0 valkey-8.1
 #
@@ -17,14 +18,16 @@
 #   valkey-8.1  trixie's valkey source package: orig tarball, plain `make`
 #
 # Backports and trixie are reached through a private apt configuration in
-# target/compat/apt/ (its own sources file, lists and caches) on the mirror
+# ~/.cache/redis-mem/compat/apt/ (its own sources file, lists and caches) on the mirror
 # of the machine's own bookworm source: the machine's apt setup is untouched.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-# REDIS_MEM_COMPAT_DIR: where the servers are cached (default target/compat,
-# inside the clone: a clean clone builds them once).
-OUT="${REDIS_MEM_COMPAT_DIR:-$ROOT/target/compat}"
+# REDIS_MEM_COMPAT_DIR: where the servers are cached. By default in the user's
+# cache, as cargo keeps crates in ~/.cargo: a fresh clone reuses the two
+# builds from trixie's sources (~4 min on 2 cores) instead of repeating them.
+# Each server sits in a directory named by its exact version.
+OUT="${REDIS_MEM_COMPAT_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/redis-mem/compat}"
 APTDIR="$OUT/apt"
 DL="$OUT/downloads"
 JOBS="${COMPAT_JOBS:-2}"
