@@ -392,6 +392,18 @@ pub fn poll_until(
     }
 }
 
+/// How many times a test repeats work whose main-thread holds it reports:
+/// 3 under `make holds` (REDIS_MEM_HOLDS set; a report takes the quickest
+/// run, as a busy machine can deschedule any one), once otherwise, where
+/// only the behaviour is asserted.
+pub fn measured_runs() -> usize {
+    if std::env::var_os("REDIS_MEM_HOLDS").is_some() {
+        3
+    } else {
+        1
+    }
+}
+
 /// With REDIS_MEM_HOLDS=<file>, appends the server's SLOWLOG entries of
 /// MEM.* commands ("<microseconds> <command> <test>") to the file: what
 /// `make holds` reports as the longest main-thread holds of the test suite.
