@@ -29,15 +29,16 @@ pub fn redis_cli_bin() -> String {
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
-/// A free loopback port. Each test process starts in its own band (from its
-/// pid) so parallel test binaries do not collide; ports in use are skipped.
+/// A free loopback port. Each test process starts in its own band so
+/// parallel runs do not collide: REDIS_MEM_TEST_PORT_BASE (tests/compat/run.sh
+/// gives each server's run one), else one from its pid; ports in use are
+/// skipped.
 pub fn free_port() -> u16 {
-    let _ = NEXT_PORT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 200) as u16 * 100,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
+    let base = std::env::var("REDIS_MEM_TEST_PORT_BASE")
+        .ok()
+        .and_then(|b| b.parse::<u16>().ok())
+        .unwrap_or(20_000 + (std::process::id() % 200) as u16 * 100);
+    let _ = NEXT_PORT.compare_exchange(0, base, Ordering::SeqCst, Ordering::SeqCst);
     loop {
         let port = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
         // The cluster bus uses port + 10000: keep both free.
