@@ -214,7 +214,9 @@ fn maxage_read_view_of_a_large_session_with_one_old_message() {
     open_limits(&mut con);
     let k = "mem:{view40}";
     let n = 10_000;
-    // The first message ages 3 s from now, the others an hour later.
+    // The first message ages 2-3 s after the last write, the others an hour
+    // later: MAXAGE is set by that last write, from the time the filling
+    // took (seconds on a loaded machine; a write evicts what has aged).
     let now = now_ms();
     ok(
         &mut con,
@@ -230,10 +232,25 @@ fn maxage_read_view_of_a_large_session_with_one_old_message() {
             "MAXTOKENS",
             "1000000000",
             "MAXAGE",
-            "3",
+            "3600",
         ],
     );
-    fill(&mut con, k, n - 1, n, now + 3_600_000, 1);
+    let ts0 = now + 3_600_000;
+    fill(&mut con, k, n - 2, n, ts0, 1);
+    let maxage = (now_ms() - now) / 1000 + 3;
+    ok(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            &body(n - 2),
+            "TS",
+            &(ts0 + n as i64 - 2).to_string(),
+            "MAXAGE",
+            &maxage.to_string(),
+        ],
+    );
     assert_eq!(int_field(&info(&mut con, k), "messages"), n as i64);
     poll_until(&mut con, "the first message is past MAXAGE", |c| {
         get(c, &["MEM.GET", k, "LAST", "1"]);
