@@ -24,29 +24,35 @@ build: deps
 run: build
 	redis-server redis.conf.example
 
-# Unit tests (pure Rust), integration tests (real redis-server processes, Debian's
-# Redis 7.0.15), then the redis-mem Python package (installed into the venv
-# target/venv) and its tests, then token counts against the vendors' own tokenizers
-# (tests/oracle, PyPI, venv in target/), then the integration tests again on the other
-# servers users run (test-compat: Valkey 8.0.1, Redis 8.0.2, Valkey 8.1.1; built or
-# fetched once into ~/.cache/redis-mem/compat/). TEST_COMPAT= (empty) skips that last step.
+# Unit tests (pure Rust); then the integration tests (real servers) on every
+# server users run — Debian bookworm's Redis 7.0.15, and (test-compat's servers,
+# built or fetched once into ~/.cache/redis-mem/compat/) Valkey 8.0.1, Redis 8.0.2,
+# Valkey 8.1.1 — TEST_JOBS of them at once; beside them the redis-mem Python package
+# (installed into the venv target/venv) and its tests, then token counts against the
+# vendors' own tokenizers (tests/oracle, PyPI, venv in target/): those wait on their
+# servers more than they compute. TEST_COMPAT= (empty) runs Redis 7.0 only.
 TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
+TEST_JOBS ?= 4
 test: build
 	@cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
-	cargo test --release
-	python/run_tests.sh
-	tests/oracle/run.sh
-	@if [ -n "$(TEST_COMPAT)" ]; then COMPAT_SERVERS="$(TEST_COMPAT)" tests/compat/run.sh; fi
+	cargo test --release --lib
+	@mkdir -p target; \
+	( python/run_tests.sh && tests/oracle/run.sh ) >target/python-tests.log 2>&1 & py=$$!; \
+	COMPAT_PARALLEL=$(TEST_JOBS) COMPAT_SERVERS="redis-7.0 $(TEST_COMPAT)" tests/compat/run.sh; it=$$?; \
+	wait $$py; pyrc=$$?; \
+	echo "==== the Python package's tests and the oracles (target/python-tests.log):"; \
+	cat target/python-tests.log; \
+	[ $$it -eq 0 ] && [ $$pyrc -eq 0 ]
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),
 # fetched/built once into ~/.cache/redis-mem/compat/ by tests/compat/servers.sh.
 # COMPAT_SERVERS="redis-7.0 valkey-8.0" picks a subset.
 test-compat: build
-	tests/compat/run.sh
+	COMPAT_PARALLEL=$(TEST_JOBS) tests/compat/run.sh
 
 # Side-by-side benchmark (own redis-server, release build); writes docs/PERFORMANCE.md.
 bench: build
