@@ -38,6 +38,7 @@ test: build
 	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo fmt --check
 	cargo clippy --release --all-targets -- -D warnings
+	cargo test --release --no-run
 	cargo test --release --lib
 	@mkdir -p target; \
 	( python/run_tests.sh && tests/oracle/run.sh ) >target/python-tests.log 2>&1 & py=$$!; \
