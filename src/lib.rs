@@ -2,15 +2,17 @@
 //!
 //! - `session`: the pure core (messages, totals, trimming, summarize rules)
 //! - `tokenizer`: exact tiktoken counts and model tables
-//! - `commands`: argument parsing and replies of the MEM.* commands
+//! - `commands`: argument parsing and replies of the MEM.* commands;
+//!   `commands/table.rs` declares each once (registration, docs, options)
+//! - `declare`: how a declaration becomes a Redis command
 //! - `persistence` / `data_type`: the versioned payload and Redis callbacks
 //! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
 
 pub mod alloc_meter;
-pub mod command_docs;
 pub mod commands;
 pub mod config;
 pub mod data_type;
+pub mod declare;
 pub mod error;
 pub mod guard;
 pub mod info;
@@ -144,8 +146,7 @@ fn init_guarded(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     info::register(ctx);
-    command_docs::register(ctx);
-    Status::Ok
+    declare::register(ctx, &commands::table::ALL)
 }
 
 /// The `mem.*` configs, their defaults taken from the module's arguments
@@ -430,32 +431,6 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
     Status::Ok
 }
 
-macro_rules! command {
-    ($name:ident, $body:path) => {
-        fn $name(ctx: &Context, args: Vec<RedisString>) -> redis_module::RedisResult {
-            commands::run(ctx, args, $body)
-        }
-    };
-}
-
-command!(mem_append, commands::append);
-command!(mem_append_batch, commands::append_batch);
-command!(mem_get, commands::get);
-command!(mem_summarize_check, commands::summarize_check);
-command!(mem_summarize, commands::summarize);
-command!(mem_summarize_begin, commands::summarize_begin);
-command!(mem_extset, commands::ext_set);
-command!(mem_extget, commands::ext_get);
-command!(mem_import, commands::import);
-command!(mem_info, commands::info);
-command!(mem_attrset, commands::attr_set);
-command!(mem_attrget, commands::attr_get);
-command!(mem_attrdel, commands::attr_del);
-command!(mem_count, commands::count);
-command!(mem_models, commands::models);
-command!(mem_apply, commands::apply);
-command!(mem_put, commands::put);
-
 // Metered: an encoding's size is measured as it is built (alloc_meter.rs).
 #[cfg(not(test))]
 type Allocator = alloc_meter::Metered<redis_module::alloc::RedisAlloc>;
@@ -476,25 +451,6 @@ redis_module! {
     // RedisModule_AddACLCategory (Redis 7.4+, Valkey 8); elsewhere the crate
     // logs a warning and the module loads without it.
     acl_categories: ["mem",],
+    // The commands: created by init from commands/table.rs.
     init: init,
-    commands: [
-        ["mem.append", mem_append, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.appendbatch", mem_append_batch, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.get", mem_get, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.summarize_begin", mem_summarize_begin, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.extset", mem_extset, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.extget", mem_extget, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.import", mem_import, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.info", mem_info, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, "", "mem"],
-        // Keyless: any node of a cluster answers them.
-        ["mem.count", mem_count, "readonly", 0, 0, 0, "", "mem"],
-        ["mem.models", mem_models, "readonly fast", 0, 0, 0, "", "mem"],
-        ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
-        ["mem._put", mem_put, "write", 1, 1, 1, ""],
-    ],
 }

@@ -3,6 +3,7 @@
 //! which cannot wait for a worker: a large batch is parsed and counted on
 //! the pool like a large MEM.APPEND.
 
+use super::table;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -261,7 +262,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
     let resumed = pass.is_resumed();
     let keyname = &args[1];
     let raw = &args[2];
-    let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &[])?;
+    let opts = Options::parse(&args[3..], &table::APPEND_BATCH)?;
     let cfg = Config::current();
     let changes = SettingsOptions::parse(&opts, &cfg)?;
     let max_batch_bytes = cfg.max_message_bytes.saturating_mul(4);

@@ -1,6 +1,7 @@
 //! MEM.EXTSET and MEM.EXTGET: an orchestrator's own conversation id (Dify,
 //! n8n, ...) kept with the session, each with its own expiry.
 
+use super::table;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
@@ -19,7 +20,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     args::name_chars("system", system)?;
     let id = args::utf8("conversation_id", &args[3])?;
-    let opts = Options::parse(&args[4..], &["EX"], &[])?;
+    let opts = Options::parse(&args[4..], &table::EXT_SET)?;
     let cfg = Config::current();
     args::check_size("system", system.len(), cfg.max_message_bytes)?;
     args::check_size("conversation_id", id.len(), cfg.max_message_bytes)?;

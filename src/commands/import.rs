@@ -8,6 +8,7 @@
 //! may exist now), and stores it. Smaller documents take the same path
 //! inline.
 
+use super::table;
 use std::cell::Cell;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
@@ -118,7 +119,7 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
     super::arity(&args, 3)?;
     let keyname = &args[1];
     let document = &args[2];
-    let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &["REPLACE"])?;
+    let opts = Options::parse(&args[3..], &table::IMPORT)?;
     let cfg = Config::current();
     let changes = SettingsOptions::parse(&opts, &cfg)?;
 

@@ -2,6 +2,7 @@
 //! hears `mem.threshold` may call it; one gets a lease, the others `lease 0`,
 //! so one LLM call is made per summary (session/lease.rs has the rules).
 
+use super::table;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
@@ -45,7 +46,7 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             "lease-ms must be at most {MAX_LEASE_MS} (a day)"
         )));
     }
-    let opts = Options::parse(&args[3..], &CheckOptions::NAMES, &[])?;
+    let opts = Options::parse(&args[3..], &table::SUMMARIZE_BEGIN)?;
     let cfg = Config::current();
     let options = CheckOptions::parse(&opts, &cfg)?;
 

@@ -13,6 +13,7 @@ mod model_switch;
 mod models;
 mod read;
 pub mod reply;
+pub mod table;
 mod write;
 
 use std::borrow::Cow;
@@ -78,8 +79,6 @@ pub struct SettingsOptions<'a> {
 }
 
 impl<'a> SettingsOptions<'a> {
-    pub const NAMES: [&'static str; 5] = ["MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE"];
-
     /// No change: the session's settings, or a new session's.
     pub fn none() -> SettingsOptions<'a> {
         SettingsOptions {

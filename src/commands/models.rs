@@ -1,6 +1,7 @@
 //! MEM.COUNT and MEM.MODELS: keyless, read-only (any node of a cluster
 //! answers them).
 
+use super::table;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
@@ -19,7 +20,7 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let model = args::utf8("model", &args[1])?;
     args::check_model(model)?;
-    let opts = Options::parse(&args[3..], &["ROLE"], &[])?;
+    let opts = Options::parse(&args[3..], &table::COUNT)?;
     let role = opts.str("ROLE")?;
     if let Some(role) = role {
         args::check_role(role)?;

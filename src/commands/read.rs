@@ -1,6 +1,7 @@
 //! The read-only commands: MEM.GET, MEM.SUMMARIZE_CHECK, MEM.INFO. None of
 //! them touches the key's TTL.
 
+use super::table;
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
@@ -15,7 +16,7 @@ use crate::tokenizer;
 /// MEM.GET key [LAST n] [AFTER id] [BUDGET tokens] [FORMAT RESP|JSON]
 pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 2)?;
-    let opts = Options::parse(&args[2..], &["LAST", "AFTER", "BUDGET", "FORMAT"], &[])?;
+    let opts = Options::parse(&args[2..], &table::GET)?;
     let sel = Selection {
         last: opts.u64("LAST", 0)?,
         after: opts.u64("AFTER", 0)?,
@@ -92,8 +93,6 @@ pub struct CheckOptions<'a> {
 }
 
 impl<'a> CheckOptions<'a> {
-    pub const NAMES: [&'static str; 3] = ["MODEL", "CONTEXT", "KEEP"];
-
     pub fn parse(
         opts: &Options<'a>,
         cfg: &Config,
@@ -147,7 +146,7 @@ pub fn write_check(reply: &Reply, check: &SummarizeCheck) {
 /// MEM.SUMMARIZE_CHECK key [MODEL name | CONTEXT tokens] [KEEP n]
 pub fn summarize_check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 2)?;
-    let opts = Options::parse(&args[2..], &CheckOptions::NAMES, &[])?;
+    let opts = Options::parse(&args[2..], &table::SUMMARIZE_CHECK)?;
     let cfg = Config::current();
     let options = CheckOptions::parse(&opts, &cfg)?;
 

@@ -1,5 +1,6 @@
 //! MEM.APPEND and MEM.SUMMARIZE.
 
+use super::table;
 use redis_module::{Context, RedisResult, RedisString};
 
 use super::args::{self, Options};
@@ -50,15 +51,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     let role = args::utf8("role", &args[2])?;
     args::check_role(role)?;
     let raw_content = &args[3];
-    let opts = Options::parse(
-        &args[4..],
-        &[
-            &["TS", "META", "MSGID", "TOKENS"][..],
-            &SettingsOptions::NAMES,
-        ]
-        .concat(),
-        &[],
-    )?;
+    let opts = Options::parse(&args[4..], &table::APPEND)?;
     let cfg = Config::current();
     // The message's tokens as the client knows them (a provider's usage):
     // not counted. Bounded as a session's cap is.
@@ -227,7 +220,7 @@ fn summarize_counted(
     pass: Pass<CountedSummary>,
 ) -> RedisResult {
     arity(&args, 4)?;
-    let lease = Options::parse(&args[4..], &["LEASE"], &[])?.u64("LEASE", 1)?;
+    let lease = Options::parse(&args[4..], &table::SUMMARIZE)?.u64("LEASE", 1)?;
     let resumed = pass.is_resumed();
     let counted = pass.output();
     let keyname = &args[1];
