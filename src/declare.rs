@@ -2,10 +2,10 @@
 //! `RedisModule_CreateCommand` (name, entry point, flags, first/last/step
 //! key), its ACL category, and `RedisModule_SetCommandInfo` (Redis 7.0+:
 //! `COMMAND DOCS`, redis-cli's argument hints, key specs with the read/write
-//! flags of ACL patterns `%R~` / `%W~` and cluster routing). The
-//! declarations themselves are in `commands/table.rs`, one per command, and
-//! each parser takes its options from its command's `args`, so the
-//! registration, the docs and the parsing cannot drift apart.
+//! flags of ACL patterns `%R~` / `%W~` and cluster routing). Each command
+//! is declared once, beside its handler in `commands/` (`commands/table.rs`
+//! lists them), and each parser takes its options from its command's
+//! `args`, so the registration, the docs and the parsing cannot drift apart.
 
 use std::ffi::{c_char, c_int, CString};
 
@@ -190,7 +190,7 @@ macro_rules! entry {
 pub(crate) use entry;
 
 /// What the crate's `redis_command!` entry did, the body run under
-/// `commands::run` (a panic becomes an error reply).
+/// the guard: a panic becomes an error reply instead of a dead server.
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` are those Redis passed to the entry point.
@@ -202,7 +202,8 @@ pub unsafe fn call(
 ) -> c_int {
     let context = Context::new(ctx);
     let args = redis_module::decode_args(ctx, argv, argc);
-    let response = crate::commands::run(&context, args, body);
+    let response = crate::guard::or(Err(crate::error::internal()), || body(&context, args))
+        .map_err(crate::error::ascii);
     context.reply(response) as c_int
 }
 

@@ -242,6 +242,8 @@ const CL100K: &[(&str, bool)] = with_whitespace!(
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
 );
 
+/// Each open-weight encoding's vocabulary and pre-tokenizer: a data table,
+/// one arm an encoding (hence its length).
 fn definition(e: Encoding) -> Option<Definition> {
     use Encoding::*;
     let d = |vocabulary, stages, nfc, hash_factor| {
