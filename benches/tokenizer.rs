@@ -46,25 +46,10 @@ use std::time::{Duration, Instant};
 /// The exact message of the server benchmark (benches/bench.py reads the same file).
 const MESSAGE_600: &str = include_str!("message_600.txt");
 
-/// A small deterministic generator (xorshift64*), so every run counts the same corpus.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
+/// The tests' seeded RNG (rand's StdRng), so every run counts the same corpus.
+#[path = "../tests/it/support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Message sizes in bytes (a chat mix: short turns, typical answers, long pastes).
 const SIZES: [usize; 6] = [120, 300, 600, 600, 1500, 4000];
@@ -333,7 +318,7 @@ struct Corpus {
 
 fn corpora() -> Vec<Corpus> {
     const PER_KIND: usize = 96; // 16 of each size: ~190 KB per kind
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::seeded(0x9E37_79B9_7F4A_7C15);
     let mut make = |name: &'static str, f: fn(&mut Rng, usize) -> String| {
         let messages = (0..PER_KIND)
             .map(|i| f(&mut rng, SIZES[i % SIZES.len()]))

@@ -92,7 +92,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 // A token the payload carries (RESTORE from a node whose
                 // clock ran ahead) is never granted again for the key name,
                 // whatever happens to the key next.
-                crate::commands::note_issued(session.leases.last_token);
+                crate::session::note_issued(session.leases.last_token);
                 into_raw(session)
             }
             Err(e) => {

@@ -2,15 +2,18 @@
 //!
 //! - `session`: the pure core (messages, totals, trimming, summarize rules)
 //! - `tokenizer`: exact tiktoken counts and model tables
-//! - `commands`: argument parsing and replies of the MEM.* commands
+//! - `commands`: argument parsing and replies of the MEM.* commands;
+//!   each declared once beside its handler (registration, docs, options),
+//!   listed in `commands/table.rs`
+//! - `declare`: how a declaration becomes a Redis command
 //! - `persistence` / `data_type`: the versioned payload and Redis callbacks
 //! - `key`, `config`, `stats`, `info`, `guard`: Redis glue
 
 pub mod alloc_meter;
-pub mod command_docs;
 pub mod commands;
 pub mod config;
 pub mod data_type;
+pub mod declare;
 pub mod error;
 pub mod guard;
 pub mod info;
@@ -144,8 +147,7 @@ fn init_guarded(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     info::register(ctx);
-    command_docs::register(ctx);
-    Status::Ok
+    declare::register(ctx, &commands::table::ALL)
 }
 
 /// The `mem.*` configs, their defaults taken from the module's arguments
@@ -198,25 +200,23 @@ fn redis_integer(text: &str) -> Option<i64> {
     text.parse().ok()
 }
 
-fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
-    use redis_module::configuration::{
-        get_enum_default_config_value, get_string_default_config_value,
-        register_enum_configuration, register_i64_configuration, register_string_configuration,
-    };
-    use std::sync::atomic::AtomicI64;
-    type OnChanged =
-        Box<dyn Fn(&redis_module::configuration::ConfigurationContext, &str, &'static AtomicI64)>;
+/// A numeric `mem.*` setting: name, variable, default, min, max, flags.
+type Numeric = (
+    &'static str,
+    &'static std::sync::atomic::AtomicI64,
+    i64,
+    i64,
+    i64,
+    ConfigurationFlags,
+);
 
-    let refuse = |name: &str, e: &dyn std::fmt::Display| {
-        // guard::log_warning: the crate's logger panics on a NUL.
-        guard::log_warning(&format!("redis-mem: module argument {name}: {e}"));
-        Status::Err
-    };
+/// The numeric `mem.*` settings (a data table: one row a setting).
+fn numeric_configs() -> [Numeric; 15] {
     let secs = session::MAX_TTL_SECS as i64;
     // Not Copy: consts, made anew at each use.
     const DEFAULT: ConfigurationFlags = ConfigurationFlags::DEFAULT;
     const MEMORY: ConfigurationFlags = ConfigurationFlags::MEMORY;
-    let numeric: [(&str, &'static AtomicI64, i64, i64, i64, ConfigurationFlags); 15] = [
+    [
         ("ttl", &config::TTL, config::default::TTL, 0, secs, DEFAULT),
         (
             "ext-ttl",
@@ -330,7 +330,17 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
             60_000,
             DEFAULT,
         ),
-    ];
+    ]
+}
+
+fn refuse(name: &str, e: &dyn std::fmt::Display) -> Status {
+    // guard::log_warning: the crate's logger panics on a NUL.
+    guard::log_warning(&format!("redis-mem: module argument {name}: {e}"));
+    Status::Err
+}
+
+fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
+    let numeric = numeric_configs();
     // Every argument a `name value` pair naming one of the settings, once,
     // each value as CONFIG SET would take it: the crate's readers skip
     // unknown names and check no range (`count-threads 0` left every large
@@ -344,62 +354,62 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
         Ok(given) => given,
         Err((name, e)) => return refuse(&name, &e),
     };
-    for (name, variable, fallback, min, max, flags) in numeric {
-        let value = match given.iter().find(|(n, _)| n == name) {
-            None => fallback,
-            Some((_, text)) => match redis_integer(text) {
-                Some(v) if (min..=max).contains(&v) => v,
-                Some(_) => return refuse(name, &format!("{text} is outside {min}..={max}")),
-                None => return refuse(name, &format!("{text:?} is not an integer")),
-            },
-        };
-        let on_changed: Option<OnChanged> = match name {
-            "count-threads" => Some(Box::new(|_, _, _| guard::or((), offload::pool::resize))),
-            _ => None,
-        };
-        register_i64_configuration(ctx, name, variable, value, min, max, flags, on_changed);
+    for setting in numeric {
+        if register_numeric(ctx, setting, &given) == Status::Err {
+            return Status::Err;
+        }
     }
-    // A string default goes through the crate's CString::new(..).unwrap().
-    let string_default = |name: &str, fallback: &'static str| match get_string_default_config_value(
-        args, name, fallback,
-    ) {
-        Ok(v) if v.contains('\0') => Err(refuse(name, &"must not hold a NUL")),
-        Ok(v) => Ok(v.to_owned()),
-        Err(e) => Err(refuse(name, &e)),
-    };
-    let Ok(model) = string_default("default-model", config::DEFAULT_MODEL) else {
+    if register_text_configs(ctx, args) == Status::Err {
         return Status::Err;
+    }
+    load_configs(ctx)
+}
+
+/// One numeric setting, its default the module argument's when given.
+fn register_numeric(ctx: &Context, setting: Numeric, given: &[(String, String)]) -> Status {
+    use redis_module::configuration::register_i64_configuration;
+    type OnChanged = Box<
+        dyn Fn(
+            &redis_module::configuration::ConfigurationContext,
+            &str,
+            &'static std::sync::atomic::AtomicI64,
+        ),
+    >;
+    let (name, variable, fallback, min, max, flags) = setting;
+    let value = match given.iter().find(|(n, _)| n == name) {
+        None => fallback,
+        Some((_, text)) => match redis_integer(text) {
+            Some(v) if (min..=max).contains(&v) => v,
+            Some(_) => return refuse(name, &format!("{text} is outside {min}..={max}")),
+            None => return refuse(name, &format!("{text:?} is not an integer")),
+        },
     };
-    register_string_configuration(
+    let on_changed: Option<OnChanged> = match name {
+        "count-threads" => Some(Box::new(|_, _, _| guard::or((), offload::pool::resize))),
+        _ => None,
+    };
+    register_i64_configuration(ctx, name, variable, value, min, max, flags, on_changed);
+    Status::Ok
+}
+
+/// The string and enum settings: default-model, models, encodings,
+/// default-encoding.
+fn register_text_configs(ctx: &Context, args: &[RedisString]) -> Status {
+    use config::{DEFAULT_MODEL, DEFAULT_MODEL_CONFIG, ENCODINGS_CONFIG, MODELS_CONFIG};
+    use redis_module::configuration::{get_enum_default_config_value, register_enum_configuration};
+    // In this order, stopping at the first refused.
+    let refused = register_string(
         ctx,
+        args,
         "default-model",
-        &config::DEFAULT_MODEL_CONFIG,
-        &model,
-        DEFAULT,
-        None,
-    );
-    let Ok(models) = string_default("models", "") else {
+        &DEFAULT_MODEL_CONFIG,
+        DEFAULT_MODEL,
+    ) == Status::Err
+        || register_string(ctx, args, "models", &MODELS_CONFIG, "") == Status::Err
+        || register_string(ctx, args, "encodings", &ENCODINGS_CONFIG, "all") == Status::Err;
+    if refused {
         return Status::Err;
-    };
-    register_string_configuration(
-        ctx,
-        "models",
-        &config::MODELS_CONFIG,
-        &models,
-        DEFAULT,
-        None,
-    );
-    let Ok(encodings) = string_default("encodings", "all") else {
-        return Status::Err;
-    };
-    register_string_configuration(
-        ctx,
-        "encodings",
-        &config::ENCODINGS_CONFIG,
-        &encodings,
-        DEFAULT,
-        None,
-    );
+    }
     let encoding = match get_enum_default_config_value(
         args,
         "default-encoding",
@@ -413,14 +423,46 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
         "default-encoding",
         &config::DEFAULT_ENCODING,
         encoding,
-        DEFAULT,
+        ConfigurationFlags::DEFAULT,
         None,
     );
-    // Applies the defaults and redis.conf's `mem.*` lines through each
-    // config's set: a value a set refuses (a default-model with a newline, a
-    // bad mem.models line) refuses the load, as CONFIG SET would refuse it,
-    // instead of leaving the setting at its default unsaid.
-    // SAFETY: the module's load context; every config is registered above.
+    Status::Ok
+}
+
+/// One string setting, its default the module argument's when given.
+fn register_string<T: redis_module::configuration::ConfigurationValue<RedisString>>(
+    ctx: &Context,
+    args: &[RedisString],
+    name: &str,
+    variable: &'static T,
+    fallback: &'static str,
+) -> Status {
+    use redis_module::configuration::{
+        get_string_default_config_value, register_string_configuration,
+    };
+    // A string default goes through the crate's CString::new(..).unwrap().
+    let default = match get_string_default_config_value(args, name, fallback) {
+        Ok(v) if v.contains('\0') => return refuse(name, &"must not hold a NUL"),
+        Ok(v) => v.to_owned(),
+        Err(e) => return refuse(name, &e),
+    };
+    register_string_configuration(
+        ctx,
+        name,
+        variable,
+        &default,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
+    Status::Ok
+}
+
+/// Applies the defaults and redis.conf's `mem.*` lines through each
+/// config's set: a value a set refuses (a default-model with a newline, a
+/// bad mem.models line) refuses the load, as CONFIG SET would refuse it,
+/// instead of leaving the setting at its default unsaid.
+fn load_configs(ctx: &Context) -> Status {
+    // SAFETY: the module's load context; every config is registered before.
     if let Some(load_configs) = unsafe { redis_module::raw::RedisModule_LoadConfigs } {
         if unsafe { load_configs(ctx.ctx) } != redis_module::raw::REDISMODULE_OK as i32 {
             guard::log_warning("redis-mem: a mem.* setting was refused (see above); not loaded");
@@ -429,32 +471,6 @@ fn register_configs(ctx: &Context, args: &[RedisString]) -> Status {
     }
     Status::Ok
 }
-
-macro_rules! command {
-    ($name:ident, $body:path) => {
-        fn $name(ctx: &Context, args: Vec<RedisString>) -> redis_module::RedisResult {
-            commands::run(ctx, args, $body)
-        }
-    };
-}
-
-command!(mem_append, commands::append);
-command!(mem_append_batch, commands::append_batch);
-command!(mem_get, commands::get);
-command!(mem_summarize_check, commands::summarize_check);
-command!(mem_summarize, commands::summarize);
-command!(mem_summarize_begin, commands::summarize_begin);
-command!(mem_extset, commands::ext_set);
-command!(mem_extget, commands::ext_get);
-command!(mem_import, commands::import);
-command!(mem_info, commands::info);
-command!(mem_attrset, commands::attr_set);
-command!(mem_attrget, commands::attr_get);
-command!(mem_attrdel, commands::attr_del);
-command!(mem_count, commands::count);
-command!(mem_models, commands::models);
-command!(mem_apply, commands::apply);
-command!(mem_put, commands::put);
 
 // Metered: an encoding's size is measured as it is built (alloc_meter.rs).
 #[cfg(not(test))]
@@ -476,25 +492,7 @@ redis_module! {
     // RedisModule_AddACLCategory (Redis 7.4+, Valkey 8); elsewhere the crate
     // logs a warning and the module loads without it.
     acl_categories: ["mem",],
+    // The commands: created by init from their declarations
+    // (commands/table.rs).
     init: init,
-    commands: [
-        ["mem.append", mem_append, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.appendbatch", mem_append_batch, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.get", mem_get, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.summarize_check", mem_summarize_check, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.summarize", mem_summarize, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.summarize_begin", mem_summarize_begin, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.extset", mem_extset, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.extget", mem_extget, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.import", mem_import, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.info", mem_info, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.attrset", mem_attrset, "write deny-oom", 1, 1, 1, "", "mem"],
-        ["mem.attrget", mem_attrget, "readonly", 1, 1, 1, "", "mem"],
-        ["mem.attrdel", mem_attrdel, "write", 1, 1, 1, "", "mem"],
-        // Keyless: any node of a cluster answers them.
-        ["mem.count", mem_count, "readonly", 0, 0, 0, "", "mem"],
-        ["mem.models", mem_models, "readonly fast", 0, 0, 0, "", "mem"],
-        ["mem._apply", mem_apply, "write", 1, 1, 1, ""],
-        ["mem._put", mem_put, "write", 1, 1, 1, ""],
-    ],
 }

@@ -2,6 +2,7 @@
 
 use redis_module::{RedisError, RedisString};
 
+use crate::declare::CommandDecl;
 use crate::session::{MAX_ROLE_BYTES, MAX_TTL_SECS};
 
 /// Options after the positional arguments: `NAME value` pairs (or bare flags),
@@ -11,31 +12,36 @@ pub struct Options<'a> {
 }
 
 impl<'a> Options<'a> {
-    /// Parses `args` against `with_value` (options taking one value) and
-    /// `flags` (options taking none).
+    /// Parses `args` against the options `command` declares (the tokens of
+    /// its `args`: those of a pure token take no value, the others one).
     pub fn parse(
         args: &'a [RedisString],
-        with_value: &[&'static str],
-        flags: &[&'static str],
+        command: &CommandDecl,
     ) -> Result<Options<'a>, RedisError> {
         let mut values: Vec<(&'static str, Option<&'a RedisString>)> = Vec::new();
         let mut i = 0;
         while i < args.len() {
             let given = String::from_utf8_lossy(args[i].as_slice()).to_ascii_uppercase();
-            let (name, value) = if let Some(&name) = with_value.iter().find(|n| **n == given) {
-                let value = args.get(i + 1).ok_or_else(|| {
-                    crate::error::invalid(format!("syntax error, option '{name}' needs a value"))
-                })?;
-                i += 2;
-                (name, Some(value))
-            } else if let Some(&name) = flags.iter().find(|n| **n == given) {
-                i += 1;
-                (name, None)
-            } else {
-                return Err(crate::error::invalid(format!(
-                    "syntax error, unknown option '{}'",
-                    printable(&given)
-                )));
+            let (name, value) = match command.option(&given) {
+                Some((name, true)) => {
+                    let value = args.get(i + 1).ok_or_else(|| {
+                        crate::error::invalid(format!(
+                            "syntax error, option '{name}' needs a value"
+                        ))
+                    })?;
+                    i += 2;
+                    (name, Some(value))
+                }
+                Some((name, false)) => {
+                    i += 1;
+                    (name, None)
+                }
+                None => {
+                    return Err(crate::error::invalid(format!(
+                        "syntax error, unknown option '{}'",
+                        printable(&given)
+                    )))
+                }
             };
             if values.iter().any(|(n, _)| *n == name) {
                 return Err(crate::error::invalid(format!(

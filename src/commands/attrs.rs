@@ -8,6 +8,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::reply::Reply;
 use super::{args, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
+use crate::declare::{entry, key, optional, string, Access::*, CommandDecl};
 use crate::error;
 use crate::key::SessionKey;
 use crate::offload::{self, can_block, refuse_where_blocking_is_impossible, Pass};
@@ -74,7 +75,18 @@ fn attr_set_checked(
         }
         None => check_attr_value(value).map_err(error::bad_attr_value)?,
     }
+    store_attr(ctx, keyname, name, value, &cfg)
+}
 
+/// MEM.ATTRSET's write, its value checked: the session created or updated,
+/// its expiry slid, the op replicated.
+fn store_attr(
+    ctx: &Context,
+    keyname: &RedisString,
+    name: &str,
+    value: &str,
+    cfg: &Config,
+) -> RedisResult {
     let mut key = SessionKey::open(ctx, keyname, true)?;
     // A bounded number of names, so an edit (which looks at every name)
     // stays cheap whatever a client does.
@@ -86,7 +98,7 @@ fn attr_set_checked(
         }
     }
     let now = now_ms();
-    let settings = SettingsOptions::none().merge(key.session(), &cfg);
+    let settings = SettingsOptions::none().merge(key.session(), cfg);
     // Stored as the client wrote it (numbers, key order and all), without
     // the whitespace around it.
     let op = Op::AttrSet {
@@ -174,3 +186,37 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     );
     Ok(RedisValue::Integer(1))
 }
+
+pub static ATTR_SET: CommandDecl = CommandDecl {
+    name: "mem.attrset",
+    entry: entry!(attr_set),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary: "Stores a JSON value under a name beside the history (user_profile, context, ...), returned at the top level of MEM.GET FORMAT JSON; creates the session and refreshes its TTL.",
+    complexity: "O(N) in the size of the session's attributes.",
+    arity: 4,
+    access: Update,
+    args: &[key(), string("name"), string("json")],
+};
+pub static ATTR_GET: CommandDecl = CommandDecl {
+    name: "mem.attrget",
+    entry: entry!(attr_get),
+    flags: "readonly",
+    acl: "mem",
+    summary: "Returns an attribute's JSON text (nil when absent), or without a name a map of every attribute.",
+    complexity: "O(N) in the size of the session's attributes.",
+    arity: -2,
+    access: Read,
+    args: &[key(), optional(string("name"))],
+};
+pub static ATTR_DEL: CommandDecl = CommandDecl {
+    name: "mem.attrdel",
+    entry: entry!(attr_del),
+    flags: "write",
+    acl: "mem",
+    summary: "Removes an attribute; returns 1 when it was set, else 0.",
+    complexity: "O(N) in the size of the session's attributes.",
+    arity: 3,
+    access: Update,
+    args: &[key(), string("name")],
+};

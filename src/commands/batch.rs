@@ -11,18 +11,20 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::args::Options;
-use super::model_switch;
 use super::reply::Reply;
+use super::SETTINGS_OPTIONS;
 use super::{
     finish_write, now_ms, session_thresholds, settings_thresholds, write_outcome, Events,
     Propagate, SettingsOptions,
 };
 use crate::config::Config;
+use crate::declare::{entry, key, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
-use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
+use crate::offload::{self, can_block, encoding_build, model_switch, Pass};
 use crate::persistence;
 use crate::session::{
-    next_id, Message, Op, Recounted, Session, Settings, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
+    next_id, Message, Op, Outcome, Recounted, Session, Settings, Snapshot, Thresholds,
+    MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
 use crate::stats;
 use crate::tokenizer::count_message;
@@ -255,49 +257,26 @@ pub fn append_batch(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// MEM.APPENDBATCH, resumed with the batch parsed and counted off the main
-/// thread.
+/// thread: parse the options, hand a large batch to a worker, parse and
+/// count what is left inline, check the whole batch, commit, reply.
 fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> RedisResult {
     super::arity(&args, 3)?;
     let resumed = pass.is_resumed();
     let keyname = &args[1];
     let raw = &args[2];
-    let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &[])?;
+    let opts = Options::parse(&args[3..], &APPEND_BATCH)?;
     let cfg = Config::current();
     let changes = SettingsOptions::parse(&opts, &cfg)?;
-    let max_batch_bytes = cfg.max_message_bytes.saturating_mul(4);
-    if raw.len() as u64 > max_batch_bytes {
-        return Err(crate::error::invalid(format!(
-            "messages is {} bytes, above 4 x mem.max-message-bytes ({max_batch_bytes})",
-            raw.len()
-        )));
-    }
+    check_batch_size(raw.len(), &cfg)?;
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
     let encoding = settings.encoding;
-    // An encoding not built yet is built by the worker that counts.
-    let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
-    if resumed {
-        encoding_build::require(ctx, encoding)?;
-    }
     // A message's tokens are stored in 32 bits, whatever the limit allows.
     let limits = Limits {
         message_bytes: cfg.max_message_bytes,
         tokens: cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS),
     };
-
-    let large = raw.len() as u64 >= cfg.inline_limit(encoding);
-    let snapshot = if resumed {
-        None
-    } else {
-        model_switch::offload(key.session(), encoding, &cfg)
-    };
-    if !resumed && large {
-        refuse_where_blocking_is_impossible(ctx, "messages", raw.len())?;
-    }
-    if let Some(s) = snapshot.as_ref() {
-        refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
-    }
-    if !resumed && (large || unbuilt || snapshot.is_some()) && can_block(ctx) {
+    if let Some(snapshot) = worker_needed(ctx, &key, raw.len(), encoding, resumed, &cfg)? {
         drop(key);
         return offload::run(ctx, args, 1, 2, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, encoding);
@@ -312,70 +291,164 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         None => parse(raw.as_slice(), encoding, limits, false),
     };
     let recounted = parsed.recounted;
-    let mut messages = parsed
-        .messages
-        .map_err(|e| crate::error::invalid(e.to_string()))?;
-    if parsed.encoding != encoding {
-        // The session's model changed while the worker counted.
-        model_switch::recount_inline_allowed(parsed.encoding, encoding, raw.len(), &cfg)?;
-        messages = count(messages, encoding);
-    }
+    let messages = counted_under(parsed.messages, parsed.encoding, encoding, raw.len(), &cfg)?;
     let now = now_ms();
-    let mut steps = steps(messages, key.session(), &settings, now)?;
-    // Every limit is checked before the first message goes in: a batch
-    // applies whole or not at all (its ops replicate only at the end).
-    if let Some(session) = key.session() {
-        let added = steps.iter().filter_map(|s| match s {
-            Step::New(Op::Append { message, .. }, _) => {
-                Some((&*message.role, message.meta.as_deref(), &*message.content))
-            }
-            _ => None,
-        });
-        if !session.messages.has_room_for(added) {
-            return Err(crate::error::session(
-                crate::session::SessionError::SessionFull,
-            ));
-        }
-    }
-    let thresholds = settings_thresholds(&settings, &cfg);
-    let mut outcomes = Vec::with_capacity(steps.len());
-    if steps.iter().all(|s| matches!(s, Step::Duplicate { .. })) {
-        // A batch retried whole: nothing changes, nothing is replicated.
-        if let Some(session) = key.session() {
-            // The session's totals as reads show them (past maxage left out).
-            let live = session.live(now);
-            let threshold = live.meets(session_thresholds(&live, &cfg));
-            for step in &steps {
-                if let Step::Duplicate { id, tokens } = step {
-                    outcomes.push((live.duplicate_outcome(*id, *tokens), threshold));
-                }
-            }
-            stats::add(&stats::DUPLICATES, outcomes.len() as u64);
-        }
+    let steps = steps(messages, key.session(), &settings, now)?;
+    check_room(key.session(), &steps)?;
+    let outcomes = if steps.iter().all(|s| matches!(s, Step::Duplicate { .. })) {
+        retried_whole(key.session(), &steps, now, &cfg)
     } else {
+        let thresholds = settings_thresholds(&settings, &cfg);
+        let batch = Batch {
+            steps,
+            now,
+            encoding,
+            recounted,
+        };
+        batch.commit(ctx, keyname, &mut key, thresholds)?
+    };
+    let reply = Reply::new(ctx);
+    reply.array(outcomes.len());
+    for (outcome, summarize) in &outcomes {
+        write_outcome(&reply, outcome, *summarize);
+    }
+    Ok(RedisValue::NoReply)
+}
+
+/// The parsed messages, counted under `encoding`: again here when the
+/// session's model changed while the worker counted (refused when large).
+fn counted_under(
+    messages: Result<Vec<Counted>, String>,
+    counted_as: Encoding,
+    encoding: Encoding,
+    len: usize,
+    cfg: &Config,
+) -> Result<Vec<Counted>, RedisError> {
+    let messages = messages.map_err(|e| crate::error::invalid(e.to_string()))?;
+    if counted_as == encoding {
+        return Ok(messages);
+    }
+    model_switch::recount_inline_allowed(counted_as, encoding, len, cfg)?;
+    Ok(count(messages, encoding))
+}
+
+/// A batch holds at most four messages' worth of bytes.
+fn check_batch_size(len: usize, cfg: &Config) -> Result<(), RedisError> {
+    let max_batch_bytes = cfg.max_message_bytes.saturating_mul(4);
+    if len as u64 > max_batch_bytes {
+        return Err(crate::error::invalid(format!(
+            "messages is {len} bytes, above 4 x mem.max-message-bytes ({max_batch_bytes})"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a fresh batch goes to a worker (`Some`, with the session's
+/// snapshot to re-count when the write switches its tokenizer): a large
+/// batch, an encoding not built yet (the worker that counts builds it), a
+/// large session to re-count.
+fn worker_needed(
+    ctx: &Context,
+    key: &SessionKey,
+    len: usize,
+    encoding: Encoding,
+    resumed: bool,
+    cfg: &Config,
+) -> Result<Option<Option<Snapshot>>, RedisError> {
+    let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
+    if resumed {
+        encoding_build::require(ctx, encoding)?;
+    }
+    let (large, snapshot) =
+        offload::heavy_parts(ctx, key.session(), "messages", len, encoding, resumed, cfg)?;
+    let offload = large || unbuilt || snapshot.is_some();
+    Ok((!resumed && offload && can_block(ctx)).then_some(snapshot))
+}
+
+/// Every limit is checked before the first message goes in: a batch
+/// applies whole or not at all (its ops replicate only at the end).
+fn check_room(session: Option<&Session>, steps: &[Step]) -> Result<(), RedisError> {
+    let Some(session) = session else {
+        return Ok(());
+    };
+    let added = steps.iter().filter_map(|s| match s {
+        Step::New(Op::Append { message, .. }, _) => {
+            Some((&*message.role, message.meta.as_deref(), &*message.content))
+        }
+        _ => None,
+    });
+    if session.messages.has_room_for(added) {
+        Ok(())
+    } else {
+        Err(crate::error::session(
+            crate::session::SessionError::SessionFull,
+        ))
+    }
+}
+
+/// A batch retried whole: nothing changes, nothing is replicated; each
+/// message answered as its original was.
+fn retried_whole(
+    session: Option<&Session>,
+    steps: &[Step],
+    now: i64,
+    cfg: &Config,
+) -> Vec<(Outcome, bool)> {
+    let mut outcomes = Vec::with_capacity(steps.len());
+    if let Some(session) = session {
+        // The session's totals as reads show them (past maxage left out).
+        let live = session.live(now);
+        let threshold = live.meets(session_thresholds(&live, cfg));
+        for step in steps {
+            if let Step::Duplicate { id, tokens } = step {
+                outcomes.push((live.duplicate_outcome(*id, *tokens), threshold));
+            }
+        }
+        stats::add(&stats::DUPLICATES, outcomes.len() as u64);
+    }
+    outcomes
+}
+
+/// A checked batch with something new in it, ready to commit.
+struct Batch {
+    steps: Vec<Step>,
+    now: i64,
+    encoding: Encoding,
+    /// The session's counts under `encoding`, counted by the worker.
+    recounted: Option<Recounted>,
+}
+
+impl Batch {
+    /// Applies every step, replicates the ops, sets the expiry; the
+    /// outcome of each message and whether the session then meets its
+    /// summarization threshold.
+    fn commit(
+        mut self,
+        ctx: &Context,
+        keyname: &RedisString,
+        key: &mut SessionKey,
+        thresholds: Thresholds,
+    ) -> Result<Vec<(Outcome, bool)>, RedisError> {
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
-        let first = steps.iter().find_map(|s| match s {
+        let first = self.steps.iter().find_map(|s| match s {
             Step::New(op, _) => op.new_session(),
             Step::Duplicate { .. } => None,
         });
+        let now = self.now;
         let session = key.session_or_create(|| first)?;
         // A new tokenizer: the session re-counted first (replicated as an op).
-        model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
-        // Each op as its header and its content's string (the worker's, or
-        // made here for a small batch): MEM._APPLY key header content.
-        let mut wires = Vec::with_capacity(steps.len());
-        for step in steps.iter_mut() {
-            if let Step::New(op, wire) = step {
-                let content = match wire.take() {
-                    Some(Wire(s)) => s,
-                    None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
-                };
-                wires.push((persistence::encode_op(&op.header()), content));
-            }
-        }
-        let how = Propagate::Ops(wires);
-        for step in steps {
+        model_switch::apply(
+            ctx,
+            keyname,
+            session,
+            now,
+            self.encoding,
+            self.recounted.as_ref(),
+        )?;
+        let how = Propagate::Ops(wires(ctx, &mut self.steps));
+        let mut outcomes = Vec::with_capacity(self.steps.len());
+        for step in self.steps {
             let outcome = match step {
                 Step::New(op, _) => session
                     .apply_one_of_many(op)
@@ -390,12 +463,43 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         session.settle();
         let expiry = session.key_expiry(now);
         let events = Events::appends(&outcomes);
-        finish_write(ctx, keyname, &key, how, expiry, now, &events);
+        finish_write(ctx, keyname, key, how, expiry, now, &events);
+        Ok(outcomes)
     }
-    let reply = Reply::new(ctx);
-    reply.array(outcomes.len());
-    for (outcome, summarize) in &outcomes {
-        write_outcome(&reply, outcome, *summarize);
-    }
-    Ok(RedisValue::NoReply)
 }
+
+/// Each new message's op as its header and its content's string (the
+/// worker's, or made here for a small batch): MEM._APPLY key header content.
+fn wires(ctx: &Context, steps: &mut [Step]) -> Vec<(Vec<u8>, RedisString)> {
+    let mut wires = Vec::with_capacity(steps.len());
+    for step in steps.iter_mut() {
+        if let Step::New(op, wire) = step {
+            let content = match wire.take() {
+                Some(Wire(s)) => s,
+                None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
+            };
+            wires.push((persistence::encode_op(&op.header()), content));
+        }
+    }
+    wires
+}
+
+pub static APPEND_BATCH: CommandDecl = CommandDecl {
+    name: "mem.appendbatch",
+    entry: entry!(append_batch),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary: "Appends several messages (a JSON array of {role, content, ts?, meta?, msgid?, tokens?}) in one atomic step, as consecutive MEM.APPENDs.",
+    complexity: "O(N) in the size of the contents (tokenizing), plus O(M) for M evicted messages.",
+    arity: -3,
+    access: ReadUpdate,
+    args: &[
+        key(),
+        string("messages"),
+        SETTINGS_OPTIONS[0],
+        SETTINGS_OPTIONS[1],
+        SETTINGS_OPTIONS[2],
+        SETTINGS_OPTIONS[3],
+        SETTINGS_OPTIONS[4],
+    ],
+};

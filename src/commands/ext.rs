@@ -6,6 +6,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::args::{self, Options};
 use super::{arity, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
+use crate::declare::{entry, integer, key, option, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
 use crate::session::{ExternalId, Op, MAX_TTL_SECS};
 
@@ -19,7 +20,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     args::name_chars("system", system)?;
     let id = args::utf8("conversation_id", &args[3])?;
-    let opts = Options::parse(&args[4..], &["EX"], &[])?;
+    let opts = Options::parse(&args[4..], &EXT_SET)?;
     let cfg = Config::current();
     args::check_size("system", system.len(), cfg.max_message_bytes)?;
     args::check_size("conversation_id", id.len(), cfg.max_message_bytes)?;
@@ -47,18 +48,9 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let session = key.session_or_create(|| op.new_session())?;
     let header = op.header();
     let outcome = session.apply(op).map_err(crate::error::session)?;
-    // The key never expires before this id: a new session gets its TTL (or
-    // the id's expiry if later); an existing expiry only moves later.
     let expiry = match remaining {
         _ if created => session.key_expiry(now),
-        // A key PEXPIREd further than the documented maximum comes back to
-        // it, so the expiry set here never nears what Redis can add its
-        // clock to.
-        Some(ms) => Some(
-            now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000))
-                .max(expires_at),
-        ),
-        None => None,
+        remaining => kept_expiry(remaining, now, expires_at),
     };
     finish_write(
         ctx,
@@ -72,6 +64,18 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
+/// The key never expires before an external id: a new session gets its
+/// TTL (or the id's expiry if later); an existing expiry (`remaining` ms,
+/// None: none) only moves later.
+fn kept_expiry(remaining: Option<i64>, now: i64, expires_at: i64) -> Option<i64> {
+    // A key PEXPIREd further than the documented maximum comes back to it,
+    // so the expiry set here never nears what Redis can add its clock to.
+    remaining.map(|ms| {
+        now.saturating_add(ms.min(MAX_TTL_SECS as i64 * 1000))
+            .max(expires_at)
+    })
+}
+
 /// MEM.EXTGET key system
 pub fn ext_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 3 {
@@ -82,3 +86,32 @@ pub fn ext_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let id = key.session().and_then(|s| s.ext_get(system, now_ms()));
     Ok(id.map_or(RedisValue::Null, |id| RedisValue::BulkString(id.to_owned())))
 }
+
+pub static EXT_SET: CommandDecl = CommandDecl {
+    name: "mem.extset",
+    entry: entry!(ext_set),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary:
+        "Stores an external orchestrator's conversation id for the session, with its own expiry.",
+    complexity: "O(log N) for N external ids.",
+    arity: -4,
+    access: Update,
+    args: &[
+        key(),
+        string("system"),
+        string("conversation_id"),
+        option("EX", integer("seconds")),
+    ],
+};
+pub static EXT_GET: CommandDecl = CommandDecl {
+    name: "mem.extget",
+    entry: entry!(ext_get),
+    flags: "readonly",
+    acl: "mem",
+    summary: "Returns an external orchestrator's conversation id, or nil when unknown or expired.",
+    complexity: "O(log N) for N external ids.",
+    arity: 3,
+    access: Read,
+    args: &[key(), string("system")],
+};

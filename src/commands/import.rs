@@ -13,11 +13,13 @@ use std::cell::Cell;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
 
 use super::args::{self, Options};
+use super::SETTINGS_OPTIONS;
 use super::{
     finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions,
     Write,
 };
 use crate::config::Config;
+use crate::declare::{entry, flag, key, optional, string, Access::*, CommandDecl};
 use crate::error;
 use crate::json_format::{self, ImportError, Imported};
 use crate::key::SessionKey;
@@ -118,7 +120,7 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
     super::arity(&args, 3)?;
     let keyname = &args[1];
     let document = &args[2];
-    let opts = Options::parse(&args[3..], &SettingsOptions::NAMES, &["REPLACE"])?;
+    let opts = Options::parse(&args[3..], &IMPORT)?;
     let cfg = Config::current();
     let changes = SettingsOptions::parse(&opts, &cfg)?;
 
@@ -142,46 +144,69 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
                 now,
                 restricted,
             };
-            // The document's encoding is known once parsed: a document that
-            // would be large for the most expensive one goes to the pool.
-            let large = document.len() as u64 >= cfg.inline_limit_any();
-            if large {
-                refuse_where_blocking_is_impossible(ctx, "document", document.len())?;
-            }
-            if large && can_block(ctx) {
-                let work = plan.clone();
-                drop(key);
-                return offload::run(ctx, args, 1, 2, import_built, move |bytes| {
-                    Built(work.build(bytes, None))
-                });
-            }
-            let unbuilt = Cell::new(None);
-            let built = plan.clone().build(document.as_slice(), Some(&unbuilt));
-            match unbuilt.get() {
-                None => built,
-                // The document's encoding is not built yet: built and
-                // counted by a worker, as for a large document.
-                Some(encoding) => {
-                    if encoding_build::must_wait(ctx, encoding)? && can_block(ctx) {
-                        let work = plan.clone();
-                        drop(key);
-                        return offload::run(ctx, args, 1, 2, import_built, move |bytes| {
-                            Built(work.build(bytes, None))
-                        });
-                    }
-                    encoding_build::require(ctx, encoding)?;
-                    plan.build(document.as_slice(), None)
+            match plan.build_here(ctx, document)? {
+                Build::Here(built) => built,
+                Build::OnWorker(work) => {
+                    drop(key);
+                    return offload::run(ctx, args, 1, 2, import_built, move |bytes| {
+                        Built(work.build(bytes, None))
+                    });
                 }
             }
         }
     };
+    store(ctx, keyname, &mut key, built?, now, &cfg)
+}
+
+/// A fresh import's session: built on the main thread, or to be built by
+/// a worker.
+enum Build {
+    Here(Result<(Imported, Payload), RedisError>),
+    OnWorker(Plan),
+}
+
+impl Plan {
+    /// A fresh import built on the main thread, or the plan for a worker: a
+    /// document that would be large for the most
+    /// expensive encoding (its own is known once parsed), or one whose
+    /// encoding is not built yet (built and counted by the worker).
+    fn build_here(self, ctx: &Context, document: &RedisString) -> Result<Build, RedisError> {
+        let large = document.len() as u64 >= self.cfg.inline_limit_any();
+        if large {
+            refuse_where_blocking_is_impossible(ctx, "document", document.len())?;
+        }
+        if large && can_block(ctx) {
+            return Ok(Build::OnWorker(self));
+        }
+        let unbuilt = Cell::new(None);
+        let built = self.clone().build(document.as_slice(), Some(&unbuilt));
+        let Some(encoding) = unbuilt.get() else {
+            return Ok(Build::Here(built));
+        };
+        if encoding_build::must_wait(ctx, encoding)? && can_block(ctx) {
+            return Ok(Build::OnWorker(self));
+        }
+        encoding_build::require(ctx, encoding)?;
+        Ok(Build::Here(self.build(document.as_slice(), None)))
+    }
+}
+
+/// Stores the built session in the key, replicates it whole, replies.
+fn store(
+    ctx: &Context,
+    keyname: &RedisString,
+    key: &mut SessionKey,
+    built: (Imported, Payload),
+    now: i64,
+    cfg: &Config,
+) -> RedisResult {
     let (
         Imported {
             session, trimmed, ..
         },
         payload,
-    ) = built?;
-    let summarize = session.meets(session_thresholds(&session, &cfg));
+    ) = built;
+    let summarize = session.meets(session_thresholds(&session, cfg));
     let outcome = crate::session::Outcome {
         id: session.last_id,
         tokens: session.messages.back().map_or(0, |m| m.tokens),
@@ -194,14 +219,28 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
     key.put(session)?;
     let mut events = Events::default();
     events.add(Write::Import, trimmed, summarize);
-    finish_write(
-        ctx,
-        keyname,
-        &key,
-        Propagate::Encoded(payload.0),
-        expiry,
-        now,
-        &events,
-    );
+    let how = Propagate::Encoded(payload.0);
+    finish_write(ctx, keyname, key, how, expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
+
+pub static IMPORT: CommandDecl = CommandDecl {
+    name: "mem.import",
+    entry: entry!(import),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary: "Creates a session from a JSON document (MEM.GET FORMAT JSON or the client-side user_memory shape).",
+    complexity: "O(N) in the size of the document.",
+    arity: -3,
+    access: Overwrite,
+    args: &[
+        key(),
+        string("json"),
+        optional(flag("REPLACE")),
+        SETTINGS_OPTIONS[0],
+        SETTINGS_OPTIONS[1],
+        SETTINGS_OPTIONS[2],
+        SETTINGS_OPTIONS[3],
+        SETTINGS_OPTIONS[4],
+    ],
+};

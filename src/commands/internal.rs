@@ -6,6 +6,7 @@
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
+use crate::declare::{entry, key, optional, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
 use crate::persistence;
 
@@ -36,7 +37,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .map_err(|e| crate::error::invalid(format!("invalid op: {e}")))?;
     if let crate::session::Op::Lease { lease, .. } = &op {
         // A promoted replica (or a server after an AOF replay) grants above it.
-        super::lease::note_issued(lease.token);
+        crate::session::note_issued(lease.token);
     }
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     match key.session_mut() {
@@ -65,10 +66,35 @@ pub fn put(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let session = persistence::decode_session(args[2].as_slice())
         .map_err(|e| crate::error::invalid(e.to_string()))?;
-    super::note_issued(session.leases.last_token);
+    crate::session::note_issued(session.leases.last_token);
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     key.put(session)?;
     super::signal_modified(ctx, &args[1]);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
+
+/// Internal: a master's write, as replicas and the AOF receive it.
+pub static APPLY: CommandDecl = CommandDecl {
+    name: "mem._apply",
+    entry: entry!(apply),
+    flags: "write",
+    acl: "",
+    summary: "Internal: applies one write as decided by the master (replication and AOF).",
+    complexity: "O(N) in the size of the payload.",
+    arity: -3,
+    access: Update,
+    args: &[key(), string("payload"), optional(string("content"))],
+};
+/// Internal: a whole session, as AOF rewrites and imports replicate it.
+pub static PUT: CommandDecl = CommandDecl {
+    name: "mem._put",
+    entry: entry!(put),
+    flags: "write",
+    acl: "",
+    summary: "Internal: stores a whole serialized session (AOF rewrite, replication of imports).",
+    complexity: "O(N) in the size of the payload.",
+    arity: 3,
+    access: Overwrite,
+    args: &[key(), string("payload")],
+};

@@ -2,39 +2,42 @@
 //! hears `mem.threshold` may call it; one gets a lease, the others `lease 0`,
 //! so one LLM call is made per summary (session/lease.rs has the rules).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
 use super::read::{write_check, CheckOptions, CHECK_FIELDS};
+use super::read::{KEEP, WINDOW};
 use super::reply::Reply;
 use super::{arity, default_settings, now_ms, replicate_op};
 use crate::config::Config;
+use crate::declare::{entry, integer, key, Access::*, CommandDecl};
 use crate::error;
 use crate::key::SessionKey;
-use crate::session::{Lease, Op, Session, SessionError, MAX_ID, MAX_LEASE_MS};
+use crate::session::{above_every_issued_token, note_issued, Lease, Op, Session, MAX_LEASE_MS};
 
-/// The greatest lease token this server granted or applied (from its master
-/// or the AOF). The session's own rule (above its last token, at least 32 x
-/// the ms) keeps tokens apart across restarts; this keeps them apart when a
-/// key name gets a new lifetime (DEL, expiry, IMPORT REPLACE, RESTORE) within
-/// the same millisecond.
-static ISSUED: AtomicU64 = AtomicU64::new(0);
-
-pub fn note_issued(token: u64) {
-    ISSUED.fetch_max(token, Ordering::Relaxed);
-}
-
-fn above_every_issued_token(mut lease: Lease) -> Result<Lease, RedisError> {
-    let least = ISSUED.load(Ordering::Relaxed).saturating_add(1);
-    if least > MAX_ID {
-        return Err(error::session(SessionError::LeasesExhausted));
-    }
-    lease.token = lease.token.max(least);
-    Ok(lease)
-}
 use crate::stats;
+
+/// Stores and replicates a granted lease; its expiry.
+fn grant(
+    ctx: &Context,
+    keyname: &RedisString,
+    key: &mut SessionKey,
+    lease: Lease,
+    now: i64,
+) -> Result<i64, RedisError> {
+    let op = Op::Lease { now, lease };
+    let Some(session) = key.session_mut() else {
+        return Err(error::no_such_key());
+    };
+    session.apply(op.clone()).map_err(error::session)?;
+    // Only the lease changed: no TTL refresh (a worker looking at a
+    // session does not keep it alive), no keyspace event.
+    note_issued(lease.token);
+    replicate_op(ctx, keyname, &op, None);
+    super::signal_modified(ctx, keyname);
+    stats::add(&stats::LEASES_GRANTED, 1);
+    Ok(lease.expires_at)
+}
 
 /// MEM.SUMMARIZE_BEGIN key lease-ms [MODEL name | CONTEXT tokens] [KEEP n]
 pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -45,7 +48,7 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             "lease-ms must be at most {MAX_LEASE_MS} (a day)"
         )));
     }
-    let opts = Options::parse(&args[3..], &CheckOptions::NAMES, &[])?;
+    let opts = Options::parse(&args[3..], &SUMMARIZE_BEGIN)?;
     let cfg = Config::current();
     let options = CheckOptions::parse(&opts, &cfg)?;
 
@@ -59,7 +62,10 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let (check, lease) = live
                 .begin(options.thresholds(&live, &cfg), options.keep, now, lease_ms)
                 .map_err(error::session)?;
-            let lease = lease.map(above_every_issued_token).transpose()?;
+            let lease = lease
+                .map(above_every_issued_token)
+                .transpose()
+                .map_err(error::session)?;
             (check, lease, session.live_lease(now))
         }
         // A missing key: an empty session's answer, and nothing is created.
@@ -73,20 +79,7 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     };
     let expires = match (lease, held) {
-        (Some(lease), _) => {
-            let op = Op::Lease { now, lease };
-            let Some(session) = key.session_mut() else {
-                return Err(error::no_such_key());
-            };
-            session.apply(op.clone()).map_err(error::session)?;
-            // Only the lease changed: no TTL refresh (a worker looking at a
-            // session does not keep it alive), no keyspace event.
-            note_issued(lease.token);
-            replicate_op(ctx, keyname, &op, None);
-            super::signal_modified(ctx, keyname);
-            stats::add(&stats::LEASES_GRANTED, 1);
-            lease.expires_at
-        }
+        (Some(lease), _) => grant(ctx, keyname, &mut key, lease, now)?,
         // Another worker is on it: its expiry tells when to look again.
         (None, Some(live)) => {
             if check.summarize && check.upto > 0 {
@@ -105,3 +98,16 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .signed(expires);
     Ok(RedisValue::NoReply)
 }
+
+pub static SUMMARIZE_BEGIN: CommandDecl = CommandDecl {
+    name: "mem.summarize_begin",
+    entry: entry!(summarize_begin),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary: "A summarizer's start: the MEM.SUMMARIZE_CHECK answer plus a time-limited lease, granted to one worker at a time when the session meets its threshold.",
+    complexity: "O(N) for N messages.",
+    arity: -3,
+    // Its reply is MEM.SUMMARIZE_CHECK's map.
+    access: ReadUpdate,
+    args: &[key(), integer("lease-ms"), WINDOW, KEEP],
+};

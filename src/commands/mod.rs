@@ -9,10 +9,10 @@ mod ext;
 mod import;
 mod internal;
 mod lease;
-mod model_switch;
 mod models;
 mod read;
 pub mod reply;
+pub mod table;
 mod write;
 
 use std::borrow::Cow;
@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::config::Config;
-use crate::error;
+use crate::declare::{integer, option, string, Arg};
 use crate::key::SessionKey;
 use crate::persistence;
 use crate::session::{Op, Outcome, Session, Settings, Thresholds};
@@ -32,20 +32,10 @@ pub use batch::append_batch;
 pub use ext::{ext_get, ext_set};
 pub use import::import;
 pub use internal::{apply, put};
-pub use lease::{note_issued, summarize_begin};
+pub use lease::summarize_begin;
 pub use models::{count, models};
 pub use read::{get, info, summarize_check};
 pub use write::{append, summarize};
-
-/// Runs a command body, turning a panic into an error reply instead of a
-/// dead server.
-pub fn run(
-    ctx: &Context,
-    args: Vec<RedisString>,
-    body: fn(&Context, Vec<RedisString>) -> RedisResult,
-) -> RedisResult {
-    crate::guard::or(Err(error::internal()), || body(ctx, args)).map_err(error::ascii)
-}
 
 /// The server's clock in Unix milliseconds.
 pub fn now_ms() -> i64 {
@@ -65,6 +55,15 @@ pub fn default_settings(cfg: &Config) -> Settings {
     }
 }
 
+/// MEM.APPEND's and MEM.APPENDBATCH's (and MEM.IMPORT's) settings options.
+pub const SETTINGS_OPTIONS: [Arg; 5] = [
+    option("MODEL", string("name")),
+    option("TTL", integer("seconds")),
+    option("MAXTOKENS", integer("n")),
+    option("MAXMSGS", integer("n")),
+    option("MAXAGE", integer("seconds")),
+];
+
 /// The options that change a session's settings (MEM.APPEND, MEM.APPENDBATCH).
 #[derive(Clone)]
 pub struct SettingsOptions<'a> {
@@ -78,8 +77,6 @@ pub struct SettingsOptions<'a> {
 }
 
 impl<'a> SettingsOptions<'a> {
-    pub const NAMES: [&'static str; 5] = ["MODEL", "TTL", "MAXTOKENS", "MAXMSGS", "MAXAGE"];
-
     /// No change: the session's settings, or a new session's.
     pub fn none() -> SettingsOptions<'a> {
         SettingsOptions {

@@ -6,6 +6,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::args::{self, Options};
 use super::reply::Reply;
 use crate::config::Config;
+use crate::declare::{entry, option, optional, string, Access::*, CommandDecl};
 use crate::offload::{self, encoding_build, refuse_where_blocking_is_impossible};
 use crate::tokenizer::{self, models, Encoding};
 
@@ -19,7 +20,7 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let model = args::utf8("model", &args[1])?;
     args::check_model(model)?;
-    let opts = Options::parse(&args[3..], &["ROLE"], &[])?;
+    let opts = Options::parse(&args[3..], &COUNT)?;
     let role = opts.str("ROLE")?;
     if let Some(role) = role {
         args::check_role(role)?;
@@ -111,3 +112,30 @@ pub fn models(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     Ok(RedisValue::NoReply)
 }
+
+pub static COUNT: CommandDecl = CommandDecl {
+    name: "mem.count",
+    entry: entry!(count),
+    flags: "readonly",
+    acl: "mem",
+    summary: "Returns the tokens of a text under the model's encoding (with ROLE, of a message as MEM.APPEND counts it: 3 + role + text).",
+    complexity: "O(N) in the size of the text.",
+    arity: -3,
+    access: Keyless,
+    args: &[
+        string("model"),
+        string("text"),
+        option("ROLE", string("role")),
+    ],
+};
+pub static MODELS: CommandDecl = CommandDecl {
+    name: "mem.models",
+    entry: entry!(models),
+    flags: "readonly fast",
+    acl: "mem",
+    summary: "Lists the model table in effect (mem.models entries first, then the built-in ones), or what one model resolves to: encoding, whether exact, context window.",
+    complexity: "O(N) for N entries.",
+    arity: -1,
+    access: Keyless,
+    args: &[optional(string("model"))],
+};

@@ -7,6 +7,9 @@ use super::args::{self, Options};
 use super::reply::Reply;
 use super::{arity, default_settings, now_ms, thresholds};
 use crate::config::Config;
+use crate::declare::{
+    entry, flag, integer, key, one_of, option, option_of, string, Access::*, Arg, CommandDecl,
+};
 use crate::json_format;
 use crate::key::SessionKey;
 use crate::session::{MessageLog, MessageRef, Selection, Session, SummarizeCheck, Thresholds};
@@ -15,7 +18,7 @@ use crate::tokenizer;
 /// MEM.GET key [LAST n] [AFTER id] [BUDGET tokens] [FORMAT RESP|JSON]
 pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 2)?;
-    let opts = Options::parse(&args[2..], &["LAST", "AFTER", "BUDGET", "FORMAT"], &[])?;
+    let opts = Options::parse(&args[2..], &GET)?;
     let sel = Selection {
         last: opts.u64("LAST", 0)?,
         after: opts.u64("AFTER", 0)?,
@@ -92,8 +95,6 @@ pub struct CheckOptions<'a> {
 }
 
 impl<'a> CheckOptions<'a> {
-    pub const NAMES: [&'static str; 3] = ["MODEL", "CONTEXT", "KEEP"];
-
     pub fn parse(
         opts: &Options<'a>,
         cfg: &Config,
@@ -147,7 +148,7 @@ pub fn write_check(reply: &Reply, check: &SummarizeCheck) {
 /// MEM.SUMMARIZE_CHECK key [MODEL name | CONTEXT tokens] [KEEP n]
 pub fn summarize_check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 2)?;
-    let opts = Options::parse(&args[2..], &CheckOptions::NAMES, &[])?;
+    let opts = Options::parse(&args[2..], &SUMMARIZE_CHECK)?;
     let cfg = Config::current();
     let options = CheckOptions::parse(&opts, &cfg)?;
 
@@ -213,3 +214,53 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     Ok(RedisValue::NoReply)
 }
+
+/// MEM.SUMMARIZE_CHECK's and MEM.SUMMARIZE_BEGIN's window and KEEP.
+pub const WINDOW: Arg = one_of(
+    "window",
+    &[
+        option("MODEL", string("name")),
+        option("CONTEXT", integer("tokens")),
+    ],
+);
+pub const KEEP: Arg = option("KEEP", integer("n"));
+
+pub static GET: CommandDecl = CommandDecl {
+    name: "mem.get",
+    entry: entry!(get),
+    flags: "readonly",
+    acl: "mem",
+    summary: "Returns the session's summary and messages, oldest first, optionally the newest, those after an id, or those fitting a token budget.",
+    complexity: "O(N) for N messages returned.",
+    arity: -2,
+    access: Read,
+    args: &[
+        key(),
+        option("LAST", integer("n")),
+        option("AFTER", integer("id")),
+        option("BUDGET", integer("tokens")),
+        option_of("FORMAT", "format", &[flag("RESP"), flag("JSON")]),
+    ],
+};
+pub static SUMMARIZE_CHECK: CommandDecl = CommandDecl {
+    name: "mem.summarize_check",
+    entry: entry!(summarize_check),
+    flags: "readonly",
+    acl: "mem",
+    summary: "Reports whether the session meets its summarization threshold and which messages a summary should cover.",
+    complexity: "O(N) for N messages.",
+    arity: -2,
+    access: Read,
+    args: &[key(), WINDOW, KEEP],
+};
+pub static INFO: CommandDecl = CommandDecl {
+    name: "mem.info",
+    entry: entry!(info),
+    flags: "readonly",
+    acl: "mem",
+    summary: "Returns the session's counts, settings and ids, or nil when the key does not exist.",
+    complexity: "O(1) (O(N) for N external ids).",
+    arity: 2,
+    access: Read,
+    args: &[key()],
+};

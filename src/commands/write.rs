@@ -1,21 +1,26 @@
 //! MEM.APPEND and MEM.SUMMARIZE.
 
-use redis_module::{Context, RedisResult, RedisString};
+use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::args::{self, Options};
 use std::sync::Arc;
 
 use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
-use super::model_switch;
+use super::SETTINGS_OPTIONS;
 use super::{
     arity, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Events,
     Propagate, SettingsOptions, Write,
 };
 use crate::config::Config;
+use crate::declare::{entry, integer, key, option, string, unix_time, Access::*, CommandDecl};
 use crate::error;
 use crate::key::SessionKey;
-use crate::offload::{self, can_block, encoding_build, refuse_where_blocking_is_impossible, Pass};
-use crate::session::{next_id, Message, Op, Recounted, Summary, MAX_MESSAGE_TOKENS, MAX_TS};
+use crate::offload::{
+    self, can_block, encoding_build, model_switch, refuse_where_blocking_is_impossible, Pass,
+};
+use crate::session::{
+    next_id, Message, Op, Recounted, Settings, Snapshot, Summary, MAX_MESSAGE_TOKENS, MAX_TS,
+};
 use crate::stats;
 use crate::tokenizer::count_message;
 use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
@@ -41,172 +46,35 @@ struct Counted {
     meta_checked: Option<Result<(), String>>,
 }
 
-/// MEM.APPEND, resumed with a count made off the main thread.
+/// MEM.APPEND, resumed with a count made off the main thread: parse, answer
+/// a retry, hand the heavy part to a worker when there is one, count what is
+/// left inline, commit.
 fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) -> RedisResult {
     let resumed = pass.is_resumed();
     let counted = pass.output();
-    arity(&args, 4)?;
-    let keyname = &args[1];
-    let role = args::utf8("role", &args[2])?;
-    args::check_role(role)?;
-    let raw_content = &args[3];
-    let opts = Options::parse(
-        &args[4..],
-        &[
-            &["TS", "META", "MSGID", "TOKENS"][..],
-            &SettingsOptions::NAMES,
-        ]
-        .concat(),
-        &[],
-    )?;
     let cfg = Config::current();
-    // The message's tokens as the client knows them (a provider's usage):
-    // not counted. Bounded as a session's cap is.
-    // Stored in 32 bits, whatever the limit allows.
-    let given = opts.u64_at_most(
-        "TOKENS",
-        0,
-        cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS),
-        "mem.max-tokens-limit",
-    )?;
-    args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
-    let ts = opts.u64("TS", 0)?;
-    if ts.is_some_and(|t| t > MAX_TS as u64) {
-        return Err(crate::error::invalid(format!(
-            "TS must be at most {MAX_TS} (9999-12-31)"
-        )));
-    }
-    let meta = opts.str("META")?;
-    // A large META is walked by the worker (attrs.rs: MAX_INLINE_JSON_BYTES).
-    let meta_on_worker = !resumed
-        && meta.is_some_and(|m| m.len() >= MAX_INLINE_JSON_BYTES)
-        && can_offload_json(ctx, meta.map_or(0, str::len))?;
-    if let Some(meta) = meta {
-        args::check_size("META", meta.len(), cfg.max_message_bytes)?;
-        match counted.as_ref().and_then(|c| c.meta_checked.as_ref()) {
-            Some(verdict) => verdict
-                .clone()
-                .map_err(|e| crate::error::invalid(e.to_string()))?,
-            None if meta_on_worker => {}
-            None => args::check_meta(meta)?,
-        }
-    }
-    let meta_for_worker = if meta_on_worker {
-        meta.map(str::to_owned)
-    } else {
-        None
-    };
-    let changes = SettingsOptions::parse(&opts, &cfg)?;
-    let msgid = opts.str("MSGID")?;
-    if let Some(msgid) = msgid {
-        args::check_msgid(msgid)?;
-    }
-
+    let append = AppendArgs::parse(ctx, &args, resumed, counted.as_ref(), &cfg)?;
+    let keyname = &args[1];
     let mut key = SessionKey::open(ctx, keyname, true)?;
-    // A retry of an append already stored (or already evicted): answered as
-    // the original was, before anything is counted. A resumed large append
-    // checks again, so of two copies in flight at once only one is stored.
-    if let Some(session) = key.session() {
-        if let Some((id, tokens)) = msgid.and_then(|m| session.find_msgid(m)) {
-            // The session's totals as reads show them (past maxage left out).
-            let live = session.live(now_ms());
-            return reply_duplicate(ctx, &live, &live.duplicate_outcome(id, tokens), &cfg);
-        }
+    if let Some(reply) = append.retried(ctx, &key, &cfg) {
+        return reply;
     }
-    let settings = changes.merge(key.session(), &cfg);
+    let settings = append.changes.merge(key.session(), &cfg);
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;
-    // An encoding not built yet is built by the worker that counts.
-    let counts = given.is_none() || model_switch::needed(key.session(), encoding).is_some();
-    let unbuilt = counts && !resumed && encoding_build::must_wait(ctx, encoding)?;
-    if counts && resumed {
-        encoding_build::require(ctx, encoding)?;
-    }
-
-    // Large content, or a large session to re-count under a new tokenizer:
-    // checked and counted by a worker while the client waits; this command
-    // runs again with the counts.
-    let large = raw_content.len() as u64 >= cfg.inline_limit(encoding);
-    let snapshot = if resumed {
-        None
-    } else {
-        model_switch::offload(key.session(), encoding, &cfg)
-    };
-    if !resumed && large {
-        refuse_where_blocking_is_impossible(ctx, "content", raw_content.len())?;
-    }
-    if let Some(s) = snapshot.as_ref() {
-        refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
-    }
-    if !resumed && (large || unbuilt || snapshot.is_some() || meta_on_worker) && can_block(ctx) {
+    if let Some(job) = append.job(ctx, &key, encoding, resumed, &cfg)? {
         drop(key);
-        let role = role.to_owned();
-        return offload::run(ctx, args, 1, 3, append_counted, move |bytes| {
-            if given.is_some() && counts {
-                // The session's re-count needs it (inline when small).
-                let _ = tokenizer::load(encoding);
-            }
-            // Given tokens: the worker only checks and copies the content.
-            let content = std::str::from_utf8(bytes).ok().map(|text| {
-                let tokens = given.unwrap_or_else(|| count_message(encoding, &role, text));
-                (Arc::from(text), tokens)
-            });
-            let recounted = model_switch::count(snapshot, encoding);
-            let meta_checked = meta_for_worker.map(|m| crate::session::check_meta(&m));
-            Counted {
-                encoding,
-                content,
-                recounted,
-                meta_checked,
-            }
-        });
+        return offload::run(ctx, args, 1, 3, append_counted, move |bytes| job.run(bytes));
     }
-    let (counted_content, recounted) = match counted {
-        Some(c) => (c.content.map(|ct| (c.encoding, ct)), c.recounted),
-        None => (None, None),
-    };
-    let (content, tokens) = match counted_content {
-        Some((_, (content, _))) if given.is_some() => (content, given.unwrap_or(0)),
-        Some((e, (content, tokens))) if e == encoding => (content, tokens),
-        // Counted under another encoding (the model changed meanwhile).
-        Some((e, (content, _))) => {
-            model_switch::recount_inline_allowed(e, encoding, content.len(), &cfg)?;
-            let tokens = count_message(encoding, role, &content);
-            (content, tokens)
-        }
-        // Not counted yet (small content, or not UTF-8): here, inline.
-        None => {
-            let content = args::utf8("content", raw_content)?;
-            let tokens = match given {
-                Some(n) => n,
-                None => count_message(encoding, role, content),
-            };
-            (Arc::from(content), tokens)
-        }
-    };
-
+    let (content, tokens, recounted) = append.content(counted, encoding, &cfg)?;
     let now = now_ms();
-    let message = Message {
-        id,
-        role: role.into(),
-        content,
-        ts: ts.map_or(now, |t| t as i64),
-        tokens,
-        meta: meta.map(Box::from),
-    };
-    let op = Op::Append {
-        now,
-        settings,
-        message,
-        msgid: msgid.map(Box::from),
-    };
-
+    let op = append.op(settings, id, (content, tokens), now);
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
     // A new tokenizer: the session re-counted first (replicated as an op).
     model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
-    let how = Propagate::Op(op.header(), Some(raw_content));
+    let how = Propagate::Op(op.header(), Some(append.raw_content));
     let outcome = session.apply(op).map_err(error::session)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
@@ -215,19 +83,249 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     reply_outcome(ctx, &outcome, summarize)
 }
 
+/// MEM.APPEND's arguments, parsed and checked.
+struct AppendArgs<'a> {
+    role: &'a str,
+    raw_content: &'a RedisString,
+    /// The message's tokens as the client knows them (TOKENS): not counted.
+    given: Option<u64>,
+    ts: Option<u64>,
+    meta: Option<&'a str>,
+    /// A large META, checked by a worker on this pass.
+    meta_on_worker: bool,
+    changes: SettingsOptions<'a>,
+    msgid: Option<&'a str>,
+}
+
+impl<'a> AppendArgs<'a> {
+    /// The checks in the order their errors are reported.
+    fn parse(
+        ctx: &Context,
+        args: &'a [RedisString],
+        resumed: bool,
+        counted: Option<&Counted>,
+        cfg: &Config,
+    ) -> Result<AppendArgs<'a>, RedisError> {
+        arity(args, 4)?;
+        let role = args::utf8("role", &args[2])?;
+        args::check_role(role)?;
+        let raw_content = &args[3];
+        let opts = Options::parse(&args[4..], &APPEND)?;
+        // Bounded as a session's cap is; stored in 32 bits, whatever the
+        // limit allows.
+        let given = opts.u64_at_most(
+            "TOKENS",
+            0,
+            cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS),
+            "mem.max-tokens-limit",
+        )?;
+        args::check_size("content", raw_content.len(), cfg.max_message_bytes)?;
+        let ts = opts.u64("TS", 0)?;
+        if ts.is_some_and(|t| t > MAX_TS as u64) {
+            return Err(crate::error::invalid(format!(
+                "TS must be at most {MAX_TS} (9999-12-31)"
+            )));
+        }
+        let meta = opts.str("META")?;
+        let meta_on_worker = check_meta(ctx, meta, resumed, counted, cfg)?;
+        let changes = SettingsOptions::parse(&opts, cfg)?;
+        let msgid = opts.str("MSGID")?;
+        if let Some(msgid) = msgid {
+            args::check_msgid(msgid)?;
+        }
+        Ok(AppendArgs {
+            role,
+            raw_content,
+            given,
+            ts,
+            meta,
+            meta_on_worker,
+            changes,
+            msgid,
+        })
+    }
+
+    /// A retry of an append already stored (or already evicted): answered
+    /// as the original was, before anything is counted. A resumed large
+    /// append checks again, so of two copies in flight at once only one is
+    /// stored.
+    fn retried(&self, ctx: &Context, key: &SessionKey, cfg: &Config) -> Option<RedisResult> {
+        let session = key.session()?;
+        let (id, tokens) = self.msgid.and_then(|m| session.find_msgid(m))?;
+        // The session's totals as reads show them (past maxage left out).
+        let live = session.live(now_ms());
+        Some(reply_duplicate(
+            ctx,
+            &live,
+            &live.duplicate_outcome(id, tokens),
+            cfg,
+        ))
+    }
+
+    /// The worker's part, when there is one: large content, a large session
+    /// to re-count under a new tokenizer, an encoding not built yet (built
+    /// by the worker that counts) or a large META. The client waits; the
+    /// command runs again with the counts.
+    fn job(
+        &self,
+        ctx: &Context,
+        key: &SessionKey,
+        encoding: Encoding,
+        resumed: bool,
+        cfg: &Config,
+    ) -> Result<Option<AppendJob>, RedisError> {
+        let counts =
+            self.given.is_none() || model_switch::needed(key.session(), encoding).is_some();
+        let unbuilt = counts && !resumed && encoding_build::must_wait(ctx, encoding)?;
+        if counts && resumed {
+            encoding_build::require(ctx, encoding)?;
+        }
+        let len = self.raw_content.len();
+        let (large, snapshot) =
+            offload::heavy_parts(ctx, key.session(), "content", len, encoding, resumed, cfg)?;
+        let offload = large || unbuilt || snapshot.is_some() || self.meta_on_worker;
+        if resumed || !offload || !can_block(ctx) {
+            return Ok(None);
+        }
+        Ok(Some(AppendJob {
+            encoding,
+            role: self.role.to_owned(),
+            given: self.given,
+            counts,
+            snapshot,
+            meta: self.meta.filter(|_| self.meta_on_worker).map(str::to_owned),
+        }))
+    }
+
+    /// The content and its tokens, with the session's re-count: the
+    /// worker's where it made them under this encoding, else counted here.
+    fn content(
+        &self,
+        counted: Option<Counted>,
+        encoding: Encoding,
+        cfg: &Config,
+    ) -> Result<(Arc<str>, u64, Option<Recounted>), RedisError> {
+        let (counted_content, recounted) = match counted {
+            Some(c) => (c.content.map(|ct| (c.encoding, ct)), c.recounted),
+            None => (None, None),
+        };
+        let (content, tokens) = match counted_content {
+            Some((_, (content, _))) if self.given.is_some() => (content, self.given.unwrap_or(0)),
+            Some((e, (content, tokens))) if e == encoding => (content, tokens),
+            // Counted under another encoding (the model changed meanwhile).
+            Some((e, (content, _))) => {
+                model_switch::recount_inline_allowed(e, encoding, content.len(), cfg)?;
+                let tokens = count_message(encoding, self.role, &content);
+                (content, tokens)
+            }
+            // Not counted yet (small content, or not UTF-8): here, inline.
+            None => {
+                let content = args::utf8("content", self.raw_content)?;
+                let tokens = match self.given {
+                    Some(n) => n,
+                    None => count_message(encoding, self.role, content),
+                };
+                (Arc::from(content), tokens)
+            }
+        };
+        Ok((content, tokens, recounted))
+    }
+
+    /// The append as the core applies it.
+    fn op(&self, settings: Settings, id: u64, counted: (Arc<str>, u64), now: i64) -> Op {
+        let (content, tokens) = counted;
+        let message = Message {
+            id,
+            role: self.role.into(),
+            content,
+            ts: self.ts.map_or(now, |t| t as i64),
+            tokens,
+            meta: self.meta.map(Box::from),
+        };
+        Op::Append {
+            now,
+            settings,
+            message,
+            msgid: self.msgid.map(Box::from),
+        }
+    }
+}
+
+/// META's check: inline, or the worker's verdict on a resumed pass; true
+/// when a worker is to walk it (attrs.rs: MAX_INLINE_JSON_BYTES).
+fn check_meta(
+    ctx: &Context,
+    meta: Option<&str>,
+    resumed: bool,
+    counted: Option<&Counted>,
+    cfg: &Config,
+) -> Result<bool, RedisError> {
+    let Some(meta) = meta else {
+        return Ok(false);
+    };
+    let on_worker =
+        !resumed && meta.len() >= MAX_INLINE_JSON_BYTES && can_offload_json(ctx, meta.len())?;
+    args::check_size("META", meta.len(), cfg.max_message_bytes)?;
+    match counted.and_then(|c| c.meta_checked.as_ref()) {
+        Some(verdict) => verdict
+            .clone()
+            .map_err(|e| crate::error::invalid(e.to_string()))?,
+        None if on_worker => {}
+        None => args::check_meta(meta)?,
+    }
+    Ok(on_worker)
+}
+
+/// What a worker does for MEM.APPEND, all owned.
+struct AppendJob {
+    encoding: Encoding,
+    role: String,
+    given: Option<u64>,
+    /// The write counts (no TOKENS, or a model switch re-counts).
+    counts: bool,
+    snapshot: Option<Snapshot>,
+    /// A large META to check.
+    meta: Option<String>,
+}
+
+impl AppendJob {
+    fn run(self, bytes: &[u8]) -> Counted {
+        let encoding = self.encoding;
+        if self.given.is_some() && self.counts {
+            // The session's re-count needs it (inline when small).
+            let _ = tokenizer::load(encoding);
+        }
+        // Given tokens: the worker only checks and copies the content.
+        let content = std::str::from_utf8(bytes).ok().map(|text| {
+            let tokens = self
+                .given
+                .unwrap_or_else(|| count_message(encoding, &self.role, text));
+            (Arc::from(text), tokens)
+        });
+        Counted {
+            encoding,
+            content,
+            recounted: model_switch::count(self.snapshot, encoding),
+            meta_checked: self.meta.map(|m| crate::session::check_meta(&m)),
+        }
+    }
+}
+
 /// MEM.SUMMARIZE key upto summary [LEASE token]
 pub fn summarize(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     summarize_counted(ctx, args, Pass::Fresh)
 }
 
-/// MEM.SUMMARIZE, resumed with the summary counted off the main thread.
+/// MEM.SUMMARIZE, resumed with the summary counted off the main thread:
+/// parse, check against the session, hand a large text to a worker, count
+/// what is left inline, commit.
 fn summarize_counted(
     ctx: &Context,
     args: Vec<RedisString>,
     pass: Pass<CountedSummary>,
 ) -> RedisResult {
     arity(&args, 4)?;
-    let lease = Options::parse(&args[4..], &["LEASE"], &[])?.u64("LEASE", 1)?;
+    let lease = Options::parse(&args[4..], &SUMMARIZE)?.u64("LEASE", 1)?;
     let resumed = pass.is_resumed();
     let counted = pass.output();
     let keyname = &args[1];
@@ -245,65 +343,17 @@ fn summarize_counted(
     if let Some(outcome) = session.summary_retried(upto, raw_text.as_slice()) {
         return reply_duplicate(ctx, session, &outcome, &cfg);
     }
-    // Another worker's live lease: its summary is on the way.
-    session.check_lease(lease, now_ms()).map_err(|e| {
-        stats::add(&stats::SUMMARIES_REFUSED_LEASE, 1);
-        error::session(e)
-    })?;
-    // Refused before the text is counted when upto alone rules it out.
-    let refused = |e| {
-        stats::add(&stats::SUMMARIES_REJECTED, 1);
-        error::session(e)
-    };
-    // Against what a read shows: an upto past maxage is no longer a message.
-    session
-        .live(now_ms())
-        .check_summary_upto(upto)
-        .map_err(refused)?;
+    check_summary_allowed(session, lease, upto)?;
     let encoding = session.settings.encoding;
-    // A large summary is checked and counted by a worker, as a large
-    // message; so is one whose encoding is not built yet (the worker builds it).
-    let large = raw_text.len() as u64 >= cfg.inline_limit(encoding);
-    let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
-    if resumed {
-        encoding_build::require(ctx, encoding)?;
+    if summary_needs_worker(ctx, raw_text.len(), encoding, resumed, &cfg)? && can_block(ctx) {
+        drop(key);
+        // The worker checks, copies and counts the text (the main thread
+        // touches none of its bytes).
+        return offload::run(ctx, args, 1, 3, summarize_counted, move |bytes| {
+            CountedSummary::count(encoding, bytes)
+        });
     }
-    if !resumed && (large || unbuilt) {
-        if large {
-            refuse_where_blocking_is_impossible(ctx, "summary", raw_text.len())?;
-        }
-        if can_block(ctx) {
-            drop(key);
-            // The worker checks, copies and counts the text (the main thread
-            // touches none of its bytes).
-            return offload::run(ctx, args, 1, 3, summarize_counted, move |bytes| {
-                let text = std::str::from_utf8(bytes).ok().map(|text| {
-                    (
-                        text.to_owned(),
-                        count_message(encoding, SUMMARY_COUNTED_AS, text),
-                    )
-                });
-                CountedSummary { encoding, text }
-            });
-        }
-    }
-    let (text, tokens) = match counted.and_then(|c| c.text.map(|t| (c.encoding, t))) {
-        Some((e, counted)) if e == encoding => counted,
-        // Counted under another encoding (the model changed meanwhile), or
-        // not counted yet (small, or not UTF-8): here, inline.
-        Some((e, (text, _))) => {
-            model_switch::recount_inline_allowed(e, encoding, text.len(), &cfg)?;
-            let tokens = count_message(encoding, SUMMARY_COUNTED_AS, &text);
-            (text, tokens)
-        }
-        None => {
-            let text = args::utf8("summary", raw_text)?;
-            (
-                text.to_owned(),
-                count_message(encoding, SUMMARY_COUNTED_AS, text),
-            )
-        }
-    };
+    let (text, tokens) = summary_counted(counted, raw_text, encoding, &cfg)?;
     let Some(session) = key.session_mut() else {
         return Err(error::no_such_key());
     };
@@ -318,22 +368,90 @@ fn summarize_counted(
     let header = op.header();
     // The core refuses (changing nothing) a summary over maxtokens, and
     // checks upto again.
-    let outcome = session.apply(op).map_err(refused)?;
+    let outcome = session.apply(op).map_err(summary_rejected)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     let mut events = Events::default();
     events.add(Write::Summarize, outcome.trimmed, false);
     // The text travels as the client's own argument (no copy).
-    finish_write(
-        ctx,
-        keyname,
-        &key,
-        Propagate::Op(header, Some(raw_text)),
-        expiry,
-        now,
-        &events,
-    );
+    let how = Propagate::Op(header, Some(raw_text));
+    finish_write(ctx, keyname, &key, how, expiry, now, &events);
     reply_outcome(ctx, &outcome, summarize)
+}
+
+/// A summary the session refuses (counted in INFO).
+fn summary_rejected(e: crate::session::SessionError) -> RedisError {
+    stats::add(&stats::SUMMARIES_REJECTED, 1);
+    error::session(e)
+}
+
+/// Refused before the text is counted: another worker's live lease (its
+/// summary is on the way), or an upto that alone rules it out.
+fn check_summary_allowed(
+    session: &crate::session::Session,
+    lease: Option<u64>,
+    upto: u64,
+) -> Result<(), RedisError> {
+    session.check_lease(lease, now_ms()).map_err(|e| {
+        stats::add(&stats::SUMMARIES_REFUSED_LEASE, 1);
+        error::session(e)
+    })?;
+    // Against what a read shows: an upto past maxage is no longer a message.
+    session
+        .live(now_ms())
+        .check_summary_upto(upto)
+        .map(|_| ())
+        .map_err(summary_rejected)
+}
+
+/// Whether a fresh MEM.SUMMARIZE hands its text to a worker: a large
+/// summary is checked and counted there, as a large message; so is one
+/// whose encoding is not built yet (the worker builds it).
+fn summary_needs_worker(
+    ctx: &Context,
+    len: usize,
+    encoding: Encoding,
+    resumed: bool,
+    cfg: &Config,
+) -> Result<bool, RedisError> {
+    let large = len as u64 >= cfg.inline_limit(encoding);
+    let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
+    if resumed {
+        encoding_build::require(ctx, encoding)?;
+        return Ok(false);
+    }
+    if large {
+        refuse_where_blocking_is_impossible(ctx, "summary", len)?;
+    }
+    Ok(large || unbuilt)
+}
+
+/// The summary's text and tokens: the worker's where it counted them under
+/// this encoding, else counted here (the model changed meanwhile, or the
+/// text is small, or not UTF-8).
+fn summary_counted(
+    counted: Option<CountedSummary>,
+    raw_text: &RedisString,
+    encoding: Encoding,
+    cfg: &Config,
+) -> Result<(String, u64), RedisError> {
+    Ok(
+        match counted.and_then(|c| c.text.map(|t| (c.encoding, t))) {
+            Some((e, counted)) if e == encoding => counted,
+            Some((e, (text, _))) => {
+                model_switch::recount_inline_allowed(e, encoding, text.len(), cfg)?;
+                let tokens = count_message(encoding, SUMMARY_COUNTED_AS, &text);
+                (text, tokens)
+            }
+            None => {
+                let text = args::utf8("summary", raw_text)?;
+                (
+                    text.to_owned(),
+                    count_message(encoding, SUMMARY_COUNTED_AS, text),
+                )
+            }
+        },
+    )
 }
 
 /// What a worker made of a large summary: its text checked and copied, with
@@ -342,3 +460,57 @@ struct CountedSummary {
     encoding: Encoding,
     text: Option<(String, u64)>,
 }
+
+impl CountedSummary {
+    /// The worker's part of MEM.SUMMARIZE.
+    fn count(encoding: Encoding, bytes: &[u8]) -> CountedSummary {
+        let text = std::str::from_utf8(bytes).ok().map(|text| {
+            (
+                text.to_owned(),
+                count_message(encoding, SUMMARY_COUNTED_AS, text),
+            )
+        });
+        CountedSummary { encoding, text }
+    }
+}
+
+pub static APPEND: CommandDecl = CommandDecl {
+    name: "mem.append",
+    entry: entry!(append),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary: "Appends a message to a session, counts its tokens, trims to the caps, refreshes the TTL and reports whether to summarize.",
+    complexity: "O(N) in the size of the content (tokenizing), plus O(M) for M evicted messages.",
+    arity: -4,
+    access: ReadUpdate,
+    args: &[
+        key(),
+        string("role"),
+        string("content"),
+        option("TS", unix_time("ms")),
+        option("META", string("json")),
+        SETTINGS_OPTIONS[0],
+        SETTINGS_OPTIONS[1],
+        SETTINGS_OPTIONS[2],
+        SETTINGS_OPTIONS[3],
+        SETTINGS_OPTIONS[4],
+        option("MSGID", string("id")),
+        option("TOKENS", integer("n")),
+    ],
+};
+pub static SUMMARIZE: CommandDecl = CommandDecl {
+    name: "mem.summarize",
+    entry: entry!(summarize),
+    flags: "write deny-oom",
+    acl: "mem",
+    summary: "Replaces the summary and every message up to an id with a new summary (refused while another worker's lease is live).",
+    complexity: "O(N) in the size of the summary (tokenizing), plus O(M) for M replaced messages.",
+    arity: -4,
+    access: ReadUpdate,
+    args: &[
+        key(),
+        integer("upto"),
+        string("summary"),
+        option("LEASE", integer("token")),
+    ],
+};

@@ -96,44 +96,10 @@ pub fn import<E>(
     count: impl Fn(Encoding, &str, &str) -> u64,
 ) -> Result<Imported, ImportError<E>> {
     let mut root = read_root(text)?;
-    let history = match root.history {
-        Some(h) if h.get().starts_with('[') => h,
-        Some(_) => return Err("conversation_history must be an array".to_owned().into()),
-        None => return Err("the document has no conversation_history".to_owned().into()),
-    };
-    let summary = match root.summary {
-        None => None,
-        Some(s) if s.get() == "null" => None,
-        Some(s) if s.get().starts_with('{') => Some(parse_summary(text, s)?),
-        Some(_) => return Err("summary must be an object or null".to_owned().into()),
-    };
-    let model = match root.model {
-        None => None,
-        Some(m) if m.get() == "null" => None,
-        Some(m) => match string(text, m)? {
-            Some(m) if !m.is_empty() => Some(m),
-            _ => return Err("model must be a non-empty string".to_owned().into()),
-        },
-    };
-    if !root.extra.is_empty() {
-        check_members(&format!("{{{}}}", root.extra))?;
-    }
-    // The attribute limits (SPEC: imported members obey them).
-    if root.pairs.len() > MAX_ATTRS {
-        return Err(format!(
-            "a session holds at most {MAX_ATTRS} attributes; the document has {} other members",
-            root.pairs.len()
-        )
-        .into());
-    }
-    for (raw, _) in &root.pairs {
-        let name = member_name(raw).unwrap_or_default();
-        if name.is_empty() || name.len() > MAX_ATTR_NAME_BYTES {
-            return Err(format!("member name {raw:.80} must be 1 to {MAX_ATTR_NAME_BYTES} bytes (an attribute name)").into());
-        }
-        check_name_chars("a member name (an attribute name)", &name)?;
-    }
-    let extra = Attrs::from_raw(std::mem::take(&mut root.pairs));
+    let history = root.history::<E>()?;
+    let summary = root.summary::<E>(text)?;
+    let model = root.model::<E>(text)?;
+    let extra = root.attrs::<E>()?;
     let written_by_us = root.stored.is_some_and(|s| s.get() != "null");
     let stored = match root.stored.filter(|s| s.get() != "null") {
         Some(raw) => super::stored::parse(raw.get())?,
@@ -155,39 +121,18 @@ pub fn import<E>(
     let keep_tokens = written_by_us && model.as_deref() == Some(&*settings.model);
     let mut session = Session::new(settings, now);
     if let Some(s) = summary {
+        // Always the module's own count (MEM.SUMMARIZE takes no TOKENS).
+        let tokens = count(encoding, SUMMARY_COUNTED_AS, &s.text);
         let summary = Summary {
-            // Always the module's own count (MEM.SUMMARIZE takes no TOKENS).
-            tokens: count(encoding, SUMMARY_COUNTED_AS, &s.text),
+            tokens,
             text: s.text,
             upto: s.upto,
             ts: s.ts.unwrap_or(now),
         };
         session.set_summary(summary).map_err(|e| e.to_string())?;
     }
-    let mut builder = Builder {
-        doc: text,
-        session,
-        count,
-        keep_tokens,
-        now,
-        max_message_bytes: limits.message_bytes,
-        max_given_tokens: limits.given_tokens.min(MAX_MESSAGE_TOKENS),
-        with_ids: None,
-        index: 0,
-        trimmed: 0,
-        most_held: 0,
-        open_group: 0,
-        open_group_old: false,
-        failed: None,
-    };
-    let mut de = serde_json::Deserializer::from_str(history.get());
-    let streamed = de
-        .deserialize_seq(History(&mut builder))
-        .and_then(|()| de.end());
-    if let Some(failed) = builder.failed.take() {
-        return Err(failed);
-    }
-    streamed.map_err(|e| invalid_json(text, history.get(), &e))?;
+    let mut builder = Builder::new(text, session, count, keep_tokens, now, limits);
+    builder.stream(history)?;
     builder.finish();
     let mut session = builder.session;
     let trimmed = builder.trimmed + session.trim_imported();
@@ -249,6 +194,60 @@ struct Root<'a> {
     extra: String,
     /// The same members as (raw name, raw value) pairs.
     pairs: Vec<(Box<str>, Box<str>)>,
+}
+
+impl<'a> Root<'a> {
+    fn history<E>(&self) -> Result<&'a RawValue, ImportError<E>> {
+        match self.history {
+            Some(h) if h.get().starts_with('[') => Ok(h),
+            Some(_) => Err("conversation_history must be an array".to_owned().into()),
+            None => Err("the document has no conversation_history".to_owned().into()),
+        }
+    }
+
+    fn summary<E>(&self, text: &str) -> Result<Option<ImportedSummary>, ImportError<E>> {
+        Ok(match self.summary {
+            None => None,
+            Some(s) if s.get() == "null" => None,
+            Some(s) if s.get().starts_with('{') => Some(parse_summary(text, s)?),
+            Some(_) => return Err("summary must be an object or null".to_owned().into()),
+        })
+    }
+
+    fn model<E>(&self, text: &str) -> Result<Option<String>, ImportError<E>> {
+        Ok(match self.model {
+            None => None,
+            Some(m) if m.get() == "null" => None,
+            Some(m) => match string(text, m)? {
+                Some(m) if !m.is_empty() => Some(m),
+                _ => return Err("model must be a non-empty string".to_owned().into()),
+            },
+        })
+    }
+
+    /// The other members, as attributes: checked as JSON and against the
+    /// attribute limits (SPEC: imported members obey them).
+    fn attrs<E>(&mut self) -> Result<Attrs, ImportError<E>> {
+        if !self.extra.is_empty() {
+            check_members(&format!("{{{}}}", self.extra))?;
+        }
+        // The attribute limits (SPEC: imported members obey them).
+        if self.pairs.len() > MAX_ATTRS {
+            return Err(format!(
+                "a session holds at most {MAX_ATTRS} attributes; the document has {} other members",
+                self.pairs.len()
+            )
+            .into());
+        }
+        for (raw, _) in &self.pairs {
+            let name = member_name(raw).unwrap_or_default();
+            if name.is_empty() || name.len() > MAX_ATTR_NAME_BYTES {
+                return Err(format!("member name {raw:.80} must be 1 to {MAX_ATTR_NAME_BYTES} bytes (an attribute name)").into());
+            }
+            check_name_chars("a member name (an attribute name)", &name)?;
+        }
+        Ok(Attrs::from_raw(std::mem::take(&mut self.pairs)))
+    }
 }
 
 fn read_root<E>(text: &str) -> Result<Root<'_>, ImportError<E>> {
@@ -629,7 +628,47 @@ struct Builder<'a, C, E> {
     failed: Option<ImportError<E>>,
 }
 
+impl<'a, C, E> Builder<'a, C, E> {
+    fn new(
+        doc: &'a str,
+        session: Session,
+        count: C,
+        keep_tokens: bool,
+        now: i64,
+        limits: Limits,
+    ) -> Builder<'a, C, E> {
+        Builder {
+            doc,
+            session,
+            count,
+            keep_tokens,
+            now,
+            max_message_bytes: limits.message_bytes,
+            max_given_tokens: limits.given_tokens.min(MAX_MESSAGE_TOKENS),
+            with_ids: None,
+            index: 0,
+            trimmed: 0,
+            most_held: 0,
+            open_group: 0,
+            open_group_old: false,
+            failed: None,
+        }
+    }
+}
+
 impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
+    /// Streams the history through `push`: a message it refused is the
+    /// error (serde_json only sees that one was), else serde_json's.
+    fn stream(&mut self, history: &RawValue) -> Result<(), ImportError<E>> {
+        let mut de = serde_json::Deserializer::from_str(history.get());
+        let streamed = de.deserialize_seq(History(self)).and_then(|()| de.end());
+        if let Some(failed) = self.failed.take() {
+            return Err(failed);
+        }
+        streamed.map_err(|e| invalid_json(self.doc, history.get(), &e))?;
+        Ok(())
+    }
+
     fn push(&mut self, fields: Option<Raw<'_, 8>>) -> Result<(), ImportError<E>> {
         let i = self.index;
         self.index += 1;
@@ -654,17 +693,7 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         };
         let message = Message {
             id,
-            tokens: match m.tokens.filter(|_| self.keep_tokens) {
-                Some(n) if n > self.max_given_tokens => {
-                    return Err(format!(
-                        "conversation_history[{}]: tokens {n} is above {} (mem.max-tokens-limit)",
-                        self.index, self.max_given_tokens
-                    )
-                    .into())
-                }
-                Some(n) => n,
-                None => (self.count)(self.session.settings.encoding, &m.role, &m.content),
-            },
+            tokens: self.tokens_of(m.tokens, &m.role, &m.content)?,
             role: m.role.into(),
             content: m.content.into(),
             ts: m.ts.unwrap_or(self.now),
@@ -693,15 +722,39 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         if let Some(msgid) = m.msgid {
             self.session.msgids.attach(id, msgid.into());
         }
-        // A message that is not a tool result opened a new group (above).
+        self.join_group(old);
+        self.most_held = self.most_held.max(self.session.messages.len());
+        Ok(())
+    }
+
+    /// A message's tokens: the document's where they stand (bounded as
+    /// TOKENS is), else counted.
+    fn tokens_of(
+        &self,
+        given: Option<u64>,
+        role: &str,
+        content: &str,
+    ) -> Result<u64, ImportError<E>> {
+        match given.filter(|_| self.keep_tokens) {
+            Some(n) if n > self.max_given_tokens => Err(format!(
+                "conversation_history[{}]: tokens {n} is above {} (mem.max-tokens-limit)",
+                self.index, self.max_given_tokens
+            )
+            .into()),
+            Some(n) => Ok(n),
+            None => Ok((self.count)(self.session.settings.encoding, role, content)),
+        }
+    }
+
+    /// The message pushed joins the newest group (a message that is not a
+    /// tool result opened a new one); `old`: past maxage.
+    fn join_group(&mut self, old: bool) {
         self.open_group_old = if self.open_group == 0 {
             old
         } else {
             self.open_group_old && old
         };
         self.open_group += 1;
-        self.most_held = self.most_held.max(self.session.messages.len());
-        Ok(())
     }
 
     /// The newest tool group is complete: past `maxage` as a whole, it goes

@@ -133,13 +133,11 @@ impl StoredIn {
                 let expires_at = e
                     .expires
                     .min(now.saturating_add(MAX_TTL_SECS as i64 * 1000));
-                session.external.insert(
-                    system,
-                    ExternalId {
-                        id: e.id,
-                        expires_at,
-                    },
-                );
+                let id = ExternalId {
+                    id: e.id,
+                    expires_at,
+                };
+                session.external.insert(system, id);
             }
         }
         if self.departed_msgids.len() > MAX_DEPARTED {
@@ -149,53 +147,62 @@ impl StoredIn {
         }
         let mut previous = 0;
         for d in self.departed_msgids {
-            check_msgid(&d.msgid)
-                .and_then(|()| check_name_chars("msgid", &d.msgid))
-                .map_err(|e| format!("{STORED_MEMBER}.departed_msgids: {e}"))?;
-            if d.tokens > MAX_MESSAGE_TOKENS {
-                return Err(format!(
-                    "{STORED_MEMBER}.departed_msgids: tokens {} is above {MAX_MESSAGE_TOKENS}",
-                    d.tokens
-                ));
-            }
-            if d.id <= previous
-                || d.id > session.last_id
-                || session.messages.position(d.id).is_some()
-            {
-                return Err(format!(
-                    "{STORED_MEMBER}.departed_msgids: id {} is not a departed id of the history, in order",
-                    d.id
-                ));
-            }
-            if session.find_msgid(&d.msgid).is_some() {
-                return Err(format!(
-                    "{STORED_MEMBER}.departed_msgids: msgid {:?} is named twice",
-                    d.msgid
-                ));
-            }
+            check_departed(session, &d, previous)?;
             previous = d.id;
-            // Beside those the import's own trimming made departed, in id
-            // order, the oldest forgotten past MAX_DEPARTED.
-            let departed = &mut session.msgids.departed;
-            let at = departed.partition_point(|x| x.id < d.id);
-            if departed.get(at).is_some_and(|x| x.id == d.id) {
-                return Err(format!(
-                    "{STORED_MEMBER}.departed_msgids: id {} is named twice",
-                    d.id
-                ));
-            }
-            departed.insert(
-                at,
-                Departed {
-                    msgid: d.msgid.into(),
-                    id: d.id,
-                    tokens: d.tokens,
-                },
-            );
-            if departed.len() > MAX_DEPARTED {
-                departed.pop_front();
-            }
+            insert_departed(session, d)?;
         }
         Ok(())
     }
+}
+
+/// A departed msgid of the document: a valid msgid and count, and an id
+/// after `previous` that the history no longer holds, named once.
+fn check_departed(session: &Session, d: &DepartedIn, previous: u64) -> Result<(), String> {
+    check_msgid(&d.msgid)
+        .and_then(|()| check_name_chars("msgid", &d.msgid))
+        .map_err(|e| format!("{STORED_MEMBER}.departed_msgids: {e}"))?;
+    if d.tokens > MAX_MESSAGE_TOKENS {
+        return Err(format!(
+            "{STORED_MEMBER}.departed_msgids: tokens {} is above {MAX_MESSAGE_TOKENS}",
+            d.tokens
+        ));
+    }
+    if d.id <= previous || d.id > session.last_id || session.messages.position(d.id).is_some() {
+        return Err(format!(
+            "{STORED_MEMBER}.departed_msgids: id {} is not a departed id of the history, in order",
+            d.id
+        ));
+    }
+    if session.find_msgid(&d.msgid).is_some() {
+        return Err(format!(
+            "{STORED_MEMBER}.departed_msgids: msgid {:?} is named twice",
+            d.msgid
+        ));
+    }
+    Ok(())
+}
+
+/// Beside those the import's own trimming made departed, in id order, the
+/// oldest forgotten past MAX_DEPARTED.
+fn insert_departed(session: &mut Session, d: DepartedIn) -> Result<(), String> {
+    let departed = &mut session.msgids.departed;
+    let at = departed.partition_point(|x| x.id < d.id);
+    if departed.get(at).is_some_and(|x| x.id == d.id) {
+        return Err(format!(
+            "{STORED_MEMBER}.departed_msgids: id {} is named twice",
+            d.id
+        ));
+    }
+    departed.insert(
+        at,
+        Departed {
+            msgid: d.msgid.into(),
+            id: d.id,
+            tokens: d.tokens,
+        },
+    );
+    if departed.len() > MAX_DEPARTED {
+        departed.pop_front();
+    }
+    Ok(())
 }

@@ -23,10 +23,13 @@ use redis_module::{
 };
 
 use crate::config::Config;
+use crate::session::{Session, Snapshot};
+use crate::tokenizer::Encoding;
 
 pub mod admission;
 pub mod cluster_route;
 pub mod encoding_build;
+pub mod model_switch;
 pub mod pool;
 
 use crate::stats;
@@ -110,6 +113,34 @@ pub fn refuse_where_blocking_is_impossible(
         )));
     }
     Ok(())
+}
+
+/// What of a fresh write is heavy: its text of `len` bytes when large for
+/// `encoding`, and the session's snapshot to re-count when the write
+/// switches its tokenizer and the re-count is large; each refused where
+/// the client cannot wait ([`refuse_where_blocking_is_impossible`], `what`
+/// naming the text). A resumed pass has nothing left to hand off.
+pub fn heavy_parts(
+    ctx: &Context,
+    session: Option<&Session>,
+    what: &str,
+    len: usize,
+    encoding: Encoding,
+    resumed: bool,
+    cfg: &Config,
+) -> Result<(bool, Option<Snapshot>), RedisError> {
+    let large = len as u64 >= cfg.inline_limit(encoding);
+    if resumed {
+        return Ok((large, None));
+    }
+    let snapshot = model_switch::offload(session, encoding, cfg);
+    if large {
+        refuse_where_blocking_is_impossible(ctx, what, len)?;
+    }
+    if let Some(s) = snapshot.as_ref() {
+        refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
+    }
+    Ok((large, snapshot))
 }
 
 /// The offload sequence: blocks the client and runs `work` on the pool over

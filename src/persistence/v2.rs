@@ -125,6 +125,8 @@ pub(super) fn put_session_tail(w: &mut Writer, s: &Session) {
     }
 }
 
+/// An op's payload (MEM._APPLY, the AOF): one arm an op, each the format's
+/// field list for it (a table, hence its length).
 pub fn encode_op(op: &Op) -> Vec<u8> {
     let mut w = Writer::new(FORMAT);
     match op {

@@ -9,7 +9,31 @@
 //! `Op::Lease`, so a replica (or an AOF reload) holds the same lease whatever
 //! its own clock says; expiry is judged against each op's `now`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::{Session, SessionError, SummarizeCheck, Thresholds, MAX_ID};
+
+/// The greatest lease token this server granted or applied (from its master
+/// or the AOF, or in a loaded session). The session's own rule (above its
+/// last token, at least 32 x the ms) keeps tokens apart across restarts;
+/// this keeps them apart when a key name gets a new lifetime (DEL, expiry,
+/// IMPORT REPLACE, RESTORE) within the same millisecond. Process state
+/// below both the commands and the data type, which note what they see.
+static ISSUED: AtomicU64 = AtomicU64::new(0);
+
+pub fn note_issued(token: u64) {
+    ISSUED.fetch_max(token, Ordering::Relaxed);
+}
+
+/// `lease` with its token above every token this server issued.
+pub fn above_every_issued_token(mut lease: Lease) -> Result<Lease, SessionError> {
+    let least = ISSUED.load(Ordering::Relaxed).saturating_add(1);
+    if least > MAX_ID {
+        return Err(SessionError::LeasesExhausted);
+    }
+    lease.token = lease.token.max(least);
+    Ok(lease)
+}
 
 /// Longest lease a worker may ask for: a day. A summary takes seconds to
 /// minutes; a longer lease would only block the session after a crash.

@@ -227,6 +227,8 @@ struct Definition {
     hash_factor: u64,
 }
 
+/// Each open-weight encoding's vocabulary and pre-tokenizer: a data table,
+/// one arm an encoding.
 fn definition(e: Encoding) -> Option<Definition> {
     use Encoding::*;
     let d = |vocabulary, stages, nfc, hash_factor| {

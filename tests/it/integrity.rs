@@ -6,6 +6,7 @@
 //! numeric timestamps, and replicas keeping diskless async loading.
 
 use crate::support::reply::*;
+use crate::support::rng::Rng;
 use crate::support::server::*;
 use redis::Value;
 use serde_json::{json, Value as Json};
@@ -858,12 +859,10 @@ fn large_json_values_are_checked_off_the_main_thread() {
 /// of mixed case, no spaces (one long pre-token for most encodings), from
 /// `seed` (a new text each run: no cache has seen it).
 fn fresh_mixed_script(bytes: usize, seed: u64) -> String {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = Rng::seeded(seed);
     let mut out = String::new();
     while out.len() < bytes {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next();
         let c = match x % 4 {
             0 => char::from_u32(0x4E00 + (x >> 8) as u32 % 0x5200),
             1 => char::from_u32(0xAC00 + (x >> 8) as u32 % 0x2BA4),

@@ -2,35 +2,12 @@
 //! varied corpus generated here deterministically, under both encodings; and
 //! 4 MB inputs of pathological shapes, which must neither fail nor crash.
 
+use crate::support::rng::Rng;
 use crate::support::server::*;
 
 use std::fmt::Write as _;
 
 // ---------------------------------------------------------------- corpus
-
-/// A small deterministic PRNG (xorshift64*), so the corpus is the same on
-/// every run and every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
 
 const WORDS: &[&str] = &[
     "the",
@@ -356,7 +333,7 @@ const ROLES: &[&str] = &[
 
 /// The deterministic corpus: (role, content) pairs.
 fn corpus(n: usize) -> Vec<(String, String)> {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::seeded(0x9E37_79B9_7F4A_7C15);
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let role = if i == 7 {
@@ -411,7 +388,8 @@ fn compare_corpus(model: &str, bpe: &tiktoken_rs::CoreBPE) -> Tally {
         mismatches: Vec::new(),
     };
     let mut total = 0i64;
-    for (i, (role, content)) in corpus(600).iter().enumerate() {
+    let corpus = corpus(600);
+    for (i, (role, content)) in corpus.iter().enumerate() {
         let mut args = vec!["MEM.APPEND", key.as_str(), role.as_str(), content.as_str()];
         if i == 0 {
             args.extend_from_slice(&[
@@ -460,8 +438,11 @@ fn compare_corpus(model: &str, bpe: &tiktoken_rs::CoreBPE) -> Tally {
         .sum();
     assert_eq!(stored, total);
     // Summaries are counted as a system message.
-    let mut rng = Rng(42);
-    for upto in [50, 120, 300] {
+    let mut rng = Rng::seeded(42);
+    for near in [50, 120, 300] {
+        // The first message after upto (index upto) is not a tool result,
+        // which a summary would separate from its call.
+        let upto = (near..).find(|&u| corpus[u].0 != "tool").unwrap();
         let text = (0..5)
             .map(|_| piece(&mut rng))
             .collect::<Vec<_>>()

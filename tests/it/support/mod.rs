@@ -9,5 +9,6 @@ pub mod fixtures;
 pub mod leb128;
 pub mod reply;
 pub mod report;
+pub mod rng;
 pub mod server;
 pub mod session;
