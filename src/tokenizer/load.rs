@@ -228,7 +228,7 @@ struct Definition {
 }
 
 /// Each open-weight encoding's vocabulary and pre-tokenizer: a data table,
-/// one arm an encoding.
+/// one arm an encoding (hence its length).
 fn definition(e: Encoding) -> Option<Definition> {
     use Encoding::*;
     let d = |vocabulary, stages, nfc, hash_factor| {
