@@ -11,8 +11,7 @@ use std::fmt;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::validate::JSON_MAX_NESTING;
-use super::{Outcome, Session, SessionError};
+use super::{Outcome, Session, SessionError, JSON_MAX_NESTING};
 
 /// Longest attribute name, in bytes.
 pub const MAX_ATTR_NAME_BYTES: usize = 64;

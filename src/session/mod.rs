@@ -19,8 +19,11 @@ pub const TOOL_ROLE: &str = "tool";
 pub const MAX_TS: i64 = 253_402_300_799_999;
 /// Longest accepted role, in bytes.
 pub const MAX_ROLE_BYTES: usize = 64;
-/// Longest accepted model name, in bytes.
-pub const MAX_MODEL_BYTES: usize = 256;
+/// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
+/// one document: its recursion limit of 128 fails on the 128th.
+pub const JSON_MAX_NESTING: usize = 127;
+/// Longest accepted model name, in bytes (the model table's bound).
+pub use crate::tokenizer::models::MAX_MODEL_BYTES;
 /// Largest message id: 2^53 - 1, the largest integer every JSON parser
 /// (JavaScript's too) reads exactly, so ids in `FORMAT JSON` round-trip.
 pub const MAX_ID: u64 = (1 << 53) - 1;

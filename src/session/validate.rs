@@ -18,9 +18,7 @@ use super::{
 };
 use crate::tokenizer::SUMMARY_COUNTED_AS;
 
-/// Containers serde_json (which MEM.IMPORT parses with) accepts nested in
-/// one document: its recursion limit of 128 fails on the 128th.
-pub const JSON_MAX_NESTING: usize = 127;
+use super::JSON_MAX_NESTING;
 /// Deepest META (an object alone is depth 1): `FORMAT JSON` holds it inside
 /// three containers (the document, `conversation_history`, the message),
 /// and the whole document must stay within [`JSON_MAX_NESTING`].

@@ -274,6 +274,11 @@ pub fn effective() -> Vec<(Entry, bool)> {
 
 /// At most this many operator entries (every lookup reads them all).
 pub const MAX_ENTRIES: usize = 1024;
+/// Longest model name, in bytes (a session's model is bounded alike).
+pub const MAX_MODEL_BYTES: usize = 256;
+/// Largest context window: 2^53 - 1, as JSON (and JavaScript) read integers
+/// exactly (message ids stop there too).
+const MAX_WINDOW: u64 = (1 << 53) - 1;
 
 /// Parses `mem.models`: entries separated by spaces or commas, each
 /// `name=encoding:window` or `name*=encoding:window`, where encoding is an
@@ -301,7 +306,7 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
         if name.is_empty() && !prefix {
             return Err(bad("the model name is empty"));
         }
-        if name.len() > crate::session::MAX_MODEL_BYTES || name.contains('*') {
+        if name.len() > MAX_MODEL_BYTES || name.contains('*') {
             return Err(bad(
                 "a name is 1 to 256 bytes, with '*' only at its end (a prefix)",
             ));
@@ -320,7 +325,7 @@ pub fn parse(text: &str) -> Result<Vec<Entry>, String> {
         let window: u64 = window
             .parse()
             .map_err(|_| bad("the window must be a number of tokens (0 = unknown)"))?;
-        if window > crate::session::MAX_ID {
+        if window > MAX_WINDOW {
             return Err(bad("the window is too large"));
         }
         if entries.iter().any(|e| e.name == name && e.prefix == prefix) {
