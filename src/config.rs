@@ -117,6 +117,12 @@ impl EncodingsSetting {
     pub fn allows(&self, e: Encoding) -> bool {
         self.0.load(Ordering::Relaxed) & (1 << (e as u32)) != 0
     }
+
+    /// The setting as it stands (a bit per encoding), to tell whether it
+    /// changed.
+    pub fn bits(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl redis_module::ConfigurationValue<RedisString> for EncodingsSetting {
@@ -269,7 +275,7 @@ pub fn max_inline_bytes(e: Encoding) -> u64 {
 }
 
 /// A snapshot of the configuration a command works with.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub ttl: u64,
     pub ext_ttl: u64,

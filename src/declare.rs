@@ -132,6 +132,8 @@ pub enum Access {
     /// MEM.SUMMARIZE_BEGIN with MEM.SUMMARIZE_CHECK's map.
     ReadUpdate,
     Overwrite,
+    /// Removes from the key (like HDEL): MEM.ATTRDEL.
+    Delete,
     /// No key (MEM.COUNT, MEM.MODELS): no key spec, and first/last/step key
     /// 0, so any node of a cluster answers them.
     Keyless,
@@ -149,6 +151,7 @@ impl Access {
                     | raw::REDISMODULE_CMD_KEY_UPDATE
             }
             Access::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+            Access::Delete => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
         })
     }
 
@@ -365,8 +368,12 @@ fn create(ctx: &Context, decl: &CommandDecl) -> Option<*mut raw::RedisModuleComm
     (!command.is_null()).then_some(command)
 }
 
-/// The module's category (`ACL SETUSER app +@mem`) where the server has
-/// RedisModule_SetCommandACLCategories (Redis 7.2+); elsewhere none.
+/// The command's ACL categories where the server has
+/// RedisModule_SetCommandACLCategories (Redis 7.2+; none on 7.0): the
+/// standard ones its flags imply, as Redis gives its own commands (`@write`
+/// or `@read`, `@fast` or `@slow`: a user `+@all -@write` cannot change a
+/// session, a `+@read` one can read it), and the module's `@mem` (`ACL
+/// SETUSER app +@mem`) where the server could add it (Redis 7.4+, Valkey 8).
 fn set_acl_category(ctx: &Context, command: *mut raw::RedisModuleCommand, decl: &CommandDecl) {
     // SAFETY: reading a function pointer RedisModule_Init filled in.
     let Some(set_categories) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else {
@@ -375,15 +382,33 @@ fn set_acl_category(ctx: &Context, command: *mut raw::RedisModuleCommand, decl: 
     if decl.acl.is_empty() {
         return;
     }
-    let Ok(category) = CString::new(decl.acl) else {
-        return;
-    };
-    // SAFETY: a command of this module, created above; category is NUL-terminated.
-    if unsafe { set_categories(command, category.as_ptr()) } == raw::Status::Err as c_int {
-        ctx.log_notice(&format!(
-            "Warning: failed to set command `{}` ACL categories `{}`",
-            decl.name, decl.acl
-        ));
+    let standard = implied_categories(decl.flags);
+    // The categories replace each other: all at once, then (a server
+    // without the module's category refuses the whole list) the standard
+    // ones alone.
+    for categories in [format!("{standard} {}", decl.acl), standard.to_owned()] {
+        let Ok(list) = CString::new(categories) else {
+            return;
+        };
+        // SAFETY: a command of this module, created above; list is NUL-terminated.
+        if unsafe { set_categories(command, list.as_ptr()) } == raw::Status::Ok as c_int {
+            return;
+        }
+    }
+    ctx.log_notice(&format!(
+        "Warning: failed to set command `{}` ACL categories `{standard}`",
+        decl.name
+    ));
+}
+
+/// The standard ACL categories Redis derives from a command's flags.
+fn implied_categories(flags: &str) -> &'static str {
+    let has = |f: &str| flags.split(' ').any(|x| x == f);
+    match (has("write"), has("fast")) {
+        (true, true) => "write fast",
+        (true, false) => "write slow",
+        (false, true) => "read fast",
+        (false, false) => "read slow",
     }
 }
 

@@ -1035,7 +1035,7 @@ def migrate(
             pattern = pattern or DEFAULT_EXTERNAL_PATTERN
             sp = ""
         seen = set()
-        for key in r.scan_iter(match=pattern, count=scan_count, _type="string"):
+        for key in r.scan_iter(match=pattern, count=scan_count):
             key = _b(key)
             if key in seen:  # SCAN may return a key twice
                 continue
@@ -1054,6 +1054,16 @@ def migrate(
                     sid = session_id_of(key, source_prefix) if source_prefix else parts[3]
             except ValueError as e:
                 work.append((name, _failed(name, "", str(e))))
+                continue
+            # Every key asked for is reported: one that is not a JSON string
+            # (a hash, a RedisJSON document) is a failure, not skipped in
+            # silence; a session of the module (moved already) or a key gone
+            # since the scan is not a source.
+            kind = _show(_b(r.type(key)))
+            if kind in ("redis-mem", "none"):
+                continue
+            if kind != "string":
+                work.append((name, _failed(name, "", f"a {kind} key, not a JSON string: not migrated")))
                 continue
             tgt = target_name(key, sid, target_template)
             if source == "user-memory":

@@ -41,7 +41,7 @@ def seed(r):
     r.set("user_memory_longrole", json.dumps(
         {"conversation_history": [{"role": "r" * 100, "content": "x"}]}))
     r.set("user_memory_binary", b"\xff\xfe not utf-8")
-    r.hset("user_memory_hash", "a", "b")  # not a string: not scanned
+    r.hset("user_memory_hash", "a", "b")  # not a string: reported, untouched
     r.set("session_other", json.dumps(ALICE))  # does not match the pattern
 
 
@@ -49,7 +49,8 @@ def snapshot(r):
     return {k: (r.type(k), r.dump(k), r.pttl(k) > 0) for k in r.scan_iter(count=1000)}
 
 
-BAD = ["user_memory_badjson", "user_memory_binary", "user_memory_longrole", "user_memory_noshape"]
+BAD = ["user_memory_badjson", "user_memory_binary", "user_memory_hash", "user_memory_longrole",
+       "user_memory_noshape"]
 
 
 def test_dry_run_changes_nothing(clean):
@@ -70,6 +71,9 @@ def test_dry_run_changes_nothing(clean):
     assert "not valid JSON" in by["user_memory_badjson"].reason
     assert by["user_memory_noshape"].status == mig.FAILED
     assert by["user_memory_binary"].status == mig.FAILED and "UTF-8" in by["user_memory_binary"].reason
+    # Hostile finding (fixed): a matching key of another type was skipped in
+    # silence; it is reported.
+    assert by["user_memory_hash"].status == mig.FAILED and "a hash key" in by["user_memory_hash"].reason
     # The dry run predicts the real run's failures exactly (finding 3).
     assert by["user_memory_longrole"].status == mig.FAILED
     assert [x.source for x in report.moved] == ["user_memory_alice"]
@@ -105,7 +109,7 @@ def test_real_run_moves_keys_and_keeps_failures_untouched(clean):
     # Failed: untouched (value and expiry), no session created.
     for k in BAD:
         assert (r.dump(k), r.pttl(k)) == bad_before[k]
-    for suffix in ("badjson", "binary", "longrole", "noshape"):
+    for suffix in ("badjson", "binary", "hash", "longrole", "noshape"):
         assert r.exists("mem:{%s}" % suffix) == 0
     # Unrelated keys untouched.
     assert r.type("user_memory_hash") == b"hash"
@@ -152,14 +156,14 @@ def test_cli_dry_run_then_real_run(clean):
         capture_output=True, text=True, timeout=60)
     assert dry.returncode == 1, dry.stderr  # failures in the report
     rep = json.loads(dry.stdout)
-    assert (rep["dry_run"], rep["moved"], rep["skipped"], rep["failed"]) == (True, 2, 0, 4)
+    assert (rep["dry_run"], rep["moved"], rep["skipped"], rep["failed"]) == (True, 2, 0, 5)
     assert snapshot(r) == before
 
     real = subprocess.run(
         [SCRIPT, "--url", clean.url, "--delete-source"],
         capture_output=True, text=True, timeout=60)
     assert real.returncode == 1
-    assert "moved 2, skipped 0, failed 4" in real.stdout
+    assert "moved 2, skipped 0, failed 5" in real.stdout
     assert "failed     user_memory_badjson -> mem:{badjson}: not valid JSON" in real.stdout
     assert r.exists("mem:{alice}") and r.exists("mem:{bob}")
     assert not r.exists("user_memory_alice")

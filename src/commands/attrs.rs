@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::declare::{entry, key, optional, string, Access::*, CommandDecl};
 use crate::error;
 use crate::key::SessionKey;
-use crate::offload::{self, can_block, refuse_where_blocking_is_impossible, Pass};
+use crate::offload::{self, can_block, refuse_large_where_blocking_is_impossible, Pass};
 use crate::session::{check_attr_name, check_attr_value, Op};
 
 /// The name argument, checked as ATTRSET/ATTRDEL require.
@@ -31,7 +31,10 @@ pub const MAX_INLINE_JSON_BYTES: usize = 256 << 10;
 /// scripts (which cannot wait for one), false where the client cannot
 /// block otherwise (the caller walks it inline).
 pub fn can_offload_json(ctx: &Context, len: usize) -> Result<bool, RedisError> {
-    refuse_where_blocking_is_impossible(ctx, "json", len)?;
+    refuse_large_where_blocking_is_impossible(
+        ctx,
+        &format!("json of {len} bytes (256 KB or more) is checked"),
+    )?;
     Ok(can_block(ctx))
 }
 
@@ -217,6 +220,6 @@ pub static ATTR_DEL: CommandDecl = CommandDecl {
     summary: "Removes an attribute; returns 1 when it was set, else 0.",
     complexity: "O(N) in the size of the session's attributes.",
     arity: 3,
-    access: Update,
+    access: Delete,
     args: &[key(), string("name")],
 };

@@ -18,7 +18,7 @@ use super::{
     finish_write, now_ms, reply_outcome, session_thresholds, Events, Propagate, SettingsOptions,
     Write,
 };
-use crate::config::Config;
+use crate::config::{Config, ENCODINGS_CONFIG};
 use crate::declare::{entry, flag, key, optional, string, Access::*, CommandDecl};
 use crate::error;
 use crate::json_format::{self, ImportError, Imported};
@@ -35,7 +35,14 @@ pub fn import(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// What a worker made of a large document: the session with its encoding
 /// (what replicas and the AOF receive), or the error the command replies.
-struct Built(Result<(Imported, Payload), RedisError>);
+struct Built {
+    result: Result<(Imported, Payload), RedisError>,
+    /// The configuration the worker checked the document against, and
+    /// `mem.encodings` then: the resumed command refuses the session if
+    /// either changed meanwhile (a fresh import would be checked anew).
+    cfg: Config,
+    encodings: i64,
+}
 
 /// The encoded session as a Redis string, made where the session was built.
 struct Payload(RedisString);
@@ -132,7 +139,15 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
     }
     let now = now_ms();
     let built = match pass {
-        Pass::Resumed(Some(built)) => built.0,
+        Pass::Resumed(Some(built)) => {
+            if built.cfg != cfg || built.encodings != ENCODINGS_CONFIG.bits() {
+                return Err(error::try_again(
+                    "the configuration changed while the document was imported \
+                     (its limits apply to it); send it again",
+                ));
+            }
+            built.result
+        }
         Pass::Resumed(None) => return Err(error::internal()),
         Pass::Fresh => {
             let restricted = !ctx
@@ -148,8 +163,11 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
                 Build::Here(built) => built,
                 Build::OnWorker(work) => {
                     drop(key);
-                    return offload::run(ctx, args, 1, 2, import_built, move |bytes| {
-                        Built(work.build(bytes, None))
+                    let (cfg, encodings) = (work.cfg.clone(), ENCODINGS_CONFIG.bits());
+                    return offload::run(ctx, args, 1, 2, import_built, move |bytes| Built {
+                        result: work.build(bytes, None),
+                        cfg,
+                        encodings,
                     });
                 }
             }

@@ -49,8 +49,11 @@ pub fn default_settings(cfg: &Config) -> Settings {
         model: cfg.default_model.clone(),
         encoding: tokenizer::encoding_for_model(&cfg.default_model, cfg.default_encoding),
         ttl: cfg.ttl,
-        max_tokens: cfg.max_tokens,
-        max_msgs: cfg.max_messages,
+        // Never above the limits a client's MAXTOKENS / MAXMSGS is held to
+        // (the defaults may be set higher): a session's FORMAT JSON imports
+        // back under the same configuration.
+        max_tokens: cfg.max_tokens.min(cfg.max_tokens_limit),
+        max_msgs: cfg.max_messages.min(cfg.max_messages_limit),
         max_age: cfg.max_age,
     }
 }

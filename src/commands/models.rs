@@ -131,7 +131,7 @@ pub static COUNT: CommandDecl = CommandDecl {
 pub static MODELS: CommandDecl = CommandDecl {
     name: "mem.models",
     entry: entry!(models),
-    flags: "readonly fast",
+    flags: "readonly",
     acl: "mem",
     summary: "Lists the model table in effect (mem.models entries first, then the built-in ones), or what one model resolves to: encoding, whether exact, context window.",
     complexity: "O(N) for N entries.",

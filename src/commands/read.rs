@@ -108,7 +108,14 @@ impl<'a> CheckOptions<'a> {
         if let Some(m) = model {
             args::check_model(m)?;
         }
-        let context = opts.u64("CONTEXT", 1)?;
+        // Windows are bounded as the model table bounds them (the
+        // threshold's percentage of a larger one would saturate).
+        let context = opts.u64_at_most(
+            "CONTEXT",
+            1,
+            crate::tokenizer::models::MAX_WINDOW,
+            "2^53 - 1, as a model's window",
+        )?;
         let keep = opts.u64("KEEP", 0)?.unwrap_or(cfg.summarize_keep);
         Ok(CheckOptions {
             model,

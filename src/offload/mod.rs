@@ -104,12 +104,24 @@ pub fn refuse_where_blocking_is_impossible(
     what: &str,
     len: usize,
 ) -> Result<(), RedisError> {
+    refuse_large_where_blocking_is_impossible(
+        ctx,
+        &format!("{what} of {len} bytes (mem.async-threshold-bytes or more) is counted"),
+    )
+}
+
+/// As [`refuse_where_blocking_is_impossible`], `work` saying what is done
+/// off the main thread and from what size ("json of N bytes (256 KB or
+/// more) is checked").
+pub fn refuse_large_where_blocking_is_impossible(
+    ctx: &Context,
+    work: &str,
+) -> Result<(), RedisError> {
     let cannot = ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING;
     if ctx.get_flags().intersects(cannot) {
         return Err(crate::error::invalid(format!(
-            "{what} of {len} bytes (mem.async-threshold-bytes or more) is counted off the main thread, \
-             which MULTI/EXEC and scripts cannot wait for: send it as a command of its own \
-             (MEM.APPENDBATCH appends several messages atomically)"
+            "{work} off the main thread, which MULTI/EXEC and scripts cannot wait for: send \
+             it as a command of its own (MEM.APPENDBATCH appends several messages atomically)"
         )));
     }
     Ok(())

@@ -62,7 +62,8 @@ pub fn apply(
 /// would hold the server, and a client cannot be blocked twice.
 pub fn changed_meanwhile() -> RedisError {
     crate::error::try_again(
-        "the session's model changed while this command's texts were counted; send it again",
+        "the session's tokenizer changed while this command's texts were counted (another \
+         write changed its model, or the key was deleted, replaced or expired); send it again",
     )
 }
 

@@ -278,7 +278,7 @@ pub const MAX_ENTRIES: usize = 1024;
 pub const MAX_MODEL_BYTES: usize = 256;
 /// Largest context window: 2^53 - 1, as JSON (and JavaScript) read integers
 /// exactly (message ids stop there too).
-const MAX_WINDOW: u64 = (1 << 53) - 1;
+pub const MAX_WINDOW: u64 = (1 << 53) - 1;
 
 /// Parses `mem.models`: entries separated by spaces or commas, each
 /// `name=encoding:window` or `name*=encoding:window`, where encoding is an

@@ -1400,3 +1400,70 @@ fn an_import_takes_only_what_the_commands_take() {
     );
     assert!(e.contains("control characters"), "{e}");
 }
+
+/// Hostile finding (fixed): CONTEXT above ~1.8e17 gave a threshold far too
+/// low (the window's percentage saturated at u64::MAX / 100). CONTEXT is a
+/// window: bounded at 2^53 - 1 as the model table bounds windows.
+#[test]
+fn context_is_bounded_as_a_model_window() {
+    let server = Server::start();
+    let mut con = server.client();
+    ok(&mut con, &["MEM.APPEND", "ctx", "user", "hello"]);
+    for command in ["MEM.SUMMARIZE_CHECK", "MEM.SUMMARIZE_BEGIN"] {
+        let mut args = vec![command, "ctx"];
+        if command == "MEM.SUMMARIZE_BEGIN" {
+            args.push("60000");
+        }
+        for too_large in ["9007199254740992", "9223372036854775807"] {
+            let mut a = args.clone();
+            a.extend(["CONTEXT", too_large]);
+            let e = cmd(&mut con, &a).unwrap_err();
+            assert!(e.to_string().contains("at most 9007199254740991"), "{e}");
+        }
+    }
+    // The largest window: its threshold is the session's cap less headroom,
+    // as for any window whose percentage is above it.
+    let at = |con: &mut redis::Connection, context: &str| {
+        let r = map_reply(con, &["MEM.SUMMARIZE_CHECK", "ctx", "CONTEXT", context]);
+        int_field(&r, "threshold_tokens")
+    };
+    assert_eq!(
+        at(&mut con, "9007199254740991"),
+        at(&mut con, "100000000000")
+    );
+}
+
+/// Hostile finding (fixed): `mem.max-tokens` set above `mem.max-tokens-limit`
+/// gave new sessions a cap no client may set, so their FORMAT JSON did not
+/// import back. A new session's caps stop at the limits.
+#[test]
+fn default_caps_above_the_limits_stop_at_them_and_round_trip() {
+    let server = Server::start();
+    let mut con = server.client();
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.max-tokens", "9223372036854775807"],
+    );
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "mem.max-messages", "9223372036854775807"],
+    );
+    ok(&mut con, &["MEM.APPEND", "caps", "user", "hello"]);
+    let info = map_reply(&mut con, &["MEM.INFO", "caps"]);
+    assert_eq!(int_field(&info, "maxtokens"), 10_000_000);
+    assert_eq!(int_field(&info, "maxmsgs"), 100_000);
+    let doc: String = redis::cmd("MEM.GET")
+        .arg("caps")
+        .arg("FORMAT")
+        .arg("JSON")
+        .query(&mut con)
+        .unwrap();
+    ok(&mut con, &["MEM.IMPORT", "caps2", &doc]);
+    let again: String = redis::cmd("MEM.GET")
+        .arg("caps2")
+        .arg("FORMAT")
+        .arg("JSON")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(again, doc, "the same session back");
+}

@@ -273,7 +273,7 @@ fn command_docs_and_key_specs_are_served() {
         ("mem.summarize_begin", "RW"),
         ("mem.attrset", "update"),
         ("mem.attrset", "RW"),
-        ("mem.attrdel", "update"),
+        ("mem.attrdel", "delete"),
         ("mem.attrdel", "RW"),
         ("mem.attrget", "RO"),
     ];

@@ -154,3 +154,55 @@ fn mem_commands_join_the_mem_acl_category_where_the_server_has_one() {
     let e = cmd(&mut app, &["MEM.GET", "mem:{acl}"]).unwrap_err();
     assert_eq!(e.code(), Some("NOPERM"), "{e}");
 }
+
+/// Hostile finding (fixed): MEM.* commands were in no standard category, so
+/// a user `+@all -@write` could change sessions and a `+@read` one could
+/// not read them. Where the server sets module commands' categories (Redis
+/// 7.2+, Valkey 8), each is in `@write` or `@read` as its flags say.
+#[test]
+fn mem_commands_are_in_the_write_or_read_category() {
+    let server = Server::start();
+    let mut con = server.client();
+    let (version, valkey) = server_version(&mut con);
+    if !valkey && version < (7, 2) {
+        return; // Redis 7.0: no RedisModule_SetCommandACLCategories.
+    }
+    map_reply(&mut con, &["MEM.APPEND", "mem:{c}", "user", "hello"]);
+    for (user, rules) in [
+        ("nowrite", &["+@all", "-@write"][..]),
+        ("reader", &["-@all", "+@read"][..]),
+    ] {
+        let mut setuser = vec!["ACL", "SETUSER", user, "on", ">pw", "~*"];
+        setuser.extend(rules);
+        cmd(&mut con, &setuser).unwrap();
+        let mut c = server.client();
+        cmd(&mut c, &["AUTH", user, "pw"]).unwrap();
+        for write in [
+            &["MEM.APPEND", "mem:{c}", "user", "x"][..],
+            &[
+                "MEM.APPENDBATCH",
+                "mem:{c}",
+                r#"[{"role":"user","content":"x"}]"#,
+            ],
+            &["MEM.SUMMARIZE", "mem:{c}", "1", "s"],
+            &["MEM.ATTRSET", "mem:{c}", "a", "1"],
+            &["MEM.EXTSET", "mem:{c}", "dify", "x"],
+            &["MEM.IMPORT", "mem:{d}", r#"{"conversation_history":[]}"#],
+        ] {
+            let e = cmd(&mut c, write).unwrap_err();
+            assert!(e.to_string().contains("NOPERM"), "{user} {write:?}: {e}");
+        }
+        let got = cmd(&mut c, &["MEM.GET", "mem:{c}"]).unwrap();
+        assert!(
+            matches!(got, redis::Value::Array(ref a) if a.len() == 1),
+            "{user}: {got:?}"
+        );
+        cmd(&mut c, &["MEM.INFO", "mem:{c}"]).unwrap();
+    }
+    let info = cmd(&mut con, &["COMMAND", "INFO", "mem.append"]).unwrap();
+    let cats = command_categories(&info);
+    assert!(
+        cats.iter().any(|c| c == "@write") && cats.iter().any(|c| c == "@slow"),
+        "{cats:?}"
+    );
+}

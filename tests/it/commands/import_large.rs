@@ -186,6 +186,52 @@ fn what_changed_during_the_count_is_checked_when_the_import_resumes() {
     assert_eq!(info_mem(&mut c, "counts_in_flight"), 0);
 }
 
+/// Hostile finding (fixed): an import counted on a worker was stored under
+/// the limits of when it started; one sent fresh was refused. A change of
+/// the configuration meanwhile now refuses it with TRYAGAIN, nothing stored,
+/// and sent again it meets the limits of now.
+#[test]
+fn a_configuration_changed_during_the_count_refuses_the_resumed_import() {
+    let server = Server::start();
+    let mut c = conn(server.port, 0);
+    let doc = document(100);
+    set_delay(&mut c, 1000);
+    for (config, value) in [
+        ("mem.max-messages-limit", "10"),
+        ("mem.max-message-bytes", "200"),
+        ("mem.encodings", "cl100k_base"),
+    ] {
+        let before: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(config)
+            .query(&mut c)
+            .unwrap();
+        let import = import_in_flight(server.port, &["MEM.IMPORT", "k", &doc]);
+        poll_until(&mut c, "the import blocked on a worker", |c| {
+            blocked_imports(c) == 1
+        });
+        qok(&mut c, &["CONFIG", "SET", config, value]);
+        let e = import.join().unwrap().expect_err(config);
+        assert_eq!(e.code(), Some("TRYAGAIN"), "{config}: {e}");
+        assert_eq!(qok(&mut c, &["EXISTS", "k"]), Value::Int(0), "{config}");
+        // Sent again, it meets the limits of now (200 bytes refuse its
+        // messages; the others keep it).
+        set_delay(&mut c, 0);
+        let again = cmd(&mut c, &["MEM.IMPORT", "k", &doc]);
+        assert_eq!(
+            again.is_err(),
+            config == "mem.max-message-bytes",
+            "{config}: {again:?}"
+        );
+        qok(&mut c, &["DEL", "k"]);
+        qok(&mut c, &["CONFIG", "SET", config, &before[1]]);
+        set_delay(&mut c, 1000);
+    }
+    set_delay(&mut c, 0);
+    let reply = as_fields(cmd(&mut c, &["MEM.IMPORT", "k", &doc]).unwrap());
+    assert_eq!(int_field(&reply, "id"), 110, "the summary covers 10");
+}
+
 #[test]
 fn a_large_import_is_refused_where_a_client_cannot_wait() {
     let server = Server::start();
