@@ -334,7 +334,17 @@ fn begin_and_lease_errors_change_nothing() {
 
 #[test]
 fn leases_survive_debug_reload_aof_and_dump() {
-    let mut server = Server::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    // appendfsync always: a restart is a kill -9, and under everysec a busy
+    // disk lets Redis postpone the AOF write up to 2 s past the reply (the
+    // lease was lost once with four suites running).
+    let mut server = Server::with_args(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut con = server.client();
     let k = "mem:{durable}";
     ready(&mut con, k);

@@ -258,7 +258,8 @@ fn msgid_limits() {
 
 #[test]
 fn msgids_survive_debug_reload_and_the_aof() {
-    let mut server = Server::with_args(&["--appendonly", "yes"]);
+    // appendfsync always: the restart is a kill -9 (see leases.rs).
+    let mut server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.client();
     let k = "mem:{reload}";
     for i in 1..=6 {
