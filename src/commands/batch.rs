@@ -27,8 +27,7 @@ use crate::session::{
     MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
 use crate::stats;
-use crate::tokenizer::count_message;
-use crate::tokenizer::Encoding;
+use crate::tokenizer::{count_message, Counting, Encoding};
 
 /// Most messages one batch may carry.
 pub const MAX_BATCH: usize = 1000;
@@ -78,7 +77,7 @@ struct Counted {
 /// What a worker made of the batch: its messages counted under `encoding`,
 /// or the reason the batch is refused.
 struct Parsed {
-    encoding: Encoding,
+    counting: Counting,
     messages: Result<Vec<Counted>, String>,
     /// The session's re-count, when the batch switches its tokenizer.
     recounted: Option<Recounted>,
@@ -92,9 +91,9 @@ struct Limits {
 }
 
 /// `on_worker`: the contents' replication strings are made here too.
-fn parse(bytes: &[u8], encoding: Encoding, limits: Limits, on_worker: bool) -> Parsed {
+fn parse(bytes: &[u8], counting: Counting, limits: Limits, on_worker: bool) -> Parsed {
     let messages = parse_items(bytes, limits)
-        .map(|items| count(items, encoding))
+        .map(|items| count(items, counting))
         .map(|mut items| {
             if on_worker {
                 for m in &mut items {
@@ -107,7 +106,7 @@ fn parse(bytes: &[u8], encoding: Encoding, limits: Limits, on_worker: bool) -> P
             items
         });
     Parsed {
-        encoding,
+        counting,
         messages,
         recounted: None,
     }
@@ -179,11 +178,11 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
     })
 }
 
-fn count(mut messages: Vec<Counted>, encoding: Encoding) -> Vec<Counted> {
+fn count(mut messages: Vec<Counted>, counting: Counting) -> Vec<Counted> {
     for m in &mut messages {
         m.tokens = match m.given {
             Some(n) => n,
-            None => count_message(encoding, &m.role, &m.content),
+            None => count_message(counting, &m.role, &m.content, m.meta.as_deref()),
         };
     }
     messages
@@ -271,6 +270,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let settings = changes.merge(key.session(), &cfg);
     let encoding = settings.encoding;
+    let counting = Counting::new(&settings.model, encoding);
     // A message's tokens are stored in 32 bits, whatever the limit allows.
     let limits = Limits {
         message_bytes: cfg.max_message_bytes,
@@ -279,19 +279,19 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
     if let Some(snapshot) = worker_needed(ctx, &key, raw.len(), encoding, resumed, &cfg)? {
         drop(key);
         return offload::run(ctx, args, 1, 2, batch_counted, move |bytes| {
-            let recounted = model_switch::count(snapshot, encoding);
+            let recounted = model_switch::count(snapshot, counting);
             Parsed {
                 recounted,
-                ..parse(bytes, encoding, limits, true)
+                ..parse(bytes, counting, limits, true)
             }
         });
     }
     let parsed = match pass.output() {
         Some(p) => p,
-        None => parse(raw.as_slice(), encoding, limits, false),
+        None => parse(raw.as_slice(), counting, limits, false),
     };
     let recounted = parsed.recounted;
-    let messages = counted_under(parsed.messages, parsed.encoding, encoding, raw.len(), &cfg)?;
+    let messages = counted_under(parsed.messages, parsed.counting, counting, raw.len(), &cfg)?;
     let now = now_ms();
     let steps = steps(messages, key.session(), &settings, now)?;
     check_room(key.session(), &steps)?;
@@ -302,7 +302,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         let batch = Batch {
             steps,
             now,
-            encoding,
+            counting,
             recounted,
         };
         batch.commit(ctx, keyname, &mut key, thresholds)?
@@ -319,17 +319,17 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
 /// session's model changed while the worker counted (refused when large).
 fn counted_under(
     messages: Result<Vec<Counted>, String>,
-    counted_as: Encoding,
-    encoding: Encoding,
+    counted_as: Counting,
+    counting: Counting,
     len: usize,
     cfg: &Config,
 ) -> Result<Vec<Counted>, RedisError> {
     let messages = messages.map_err(|e| crate::error::invalid(e.to_string()))?;
-    if counted_as == encoding {
+    if counted_as == counting {
         return Ok(messages);
     }
-    model_switch::recount_inline_allowed(counted_as, encoding, len, cfg)?;
-    Ok(count(messages, encoding))
+    model_switch::recount_inline_allowed(counted_as.encoding, counting.encoding, len, cfg)?;
+    Ok(count(messages, counting))
 }
 
 /// A batch holds at most four messages' worth of bytes.
@@ -413,7 +413,7 @@ fn retried_whole(
 struct Batch {
     steps: Vec<Step>,
     now: i64,
-    encoding: Encoding,
+    counting: Counting,
     /// The session's counts under `encoding`, counted by the worker.
     recounted: Option<Recounted>,
 }
@@ -443,7 +443,7 @@ impl Batch {
             keyname,
             session,
             now,
-            self.encoding,
+            self.counting,
             self.recounted.as_ref(),
         )?;
         let how = Propagate::Ops(wires(ctx, &mut self.steps));

@@ -8,12 +8,13 @@ use super::reply::Reply;
 use crate::config::Config;
 use crate::declare::{entry, option, optional, string, Access::*, CommandDecl};
 use crate::offload::{self, encoding_build, refuse_where_blocking_is_impossible};
-use crate::tokenizer::{self, models, Encoding};
+use crate::tokenizer::{self, models, Counting, Encoding};
 
-/// MEM.COUNT model text [ROLE role]: the tokens of `text` under the model's
-/// encoding; with ROLE, those of a message (3 + role + text), as MEM.APPEND
-/// counts it. Large texts, and any text whose encoding is not built yet, are
-/// counted on the pool while the client waits.
+/// MEM.COUNT model text [ROLE role] [META json]: the tokens of `text` under
+/// the model's encoding; with ROLE, those of a message (3 + role + text), as
+/// MEM.APPEND counts it; with META, plus its tool calls as the model's prompt
+/// renders them. Large texts, and any text whose encoding is not built yet,
+/// are counted on the pool while the client waits.
 pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() < 3 {
         return Err(RedisError::WrongArity);
@@ -28,39 +29,60 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let cfg = Config::current();
     let raw = &args[2];
     args::check_size("text", raw.len(), cfg.max_message_bytes)?;
+    let meta = opts.str("META")?;
+    if let Some(meta) = meta {
+        args::check_size("META", meta.len(), cfg.max_message_bytes)?;
+    }
     let encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
     encoding_build::check_allowed(ctx, encoding)?;
-    let large = raw.len() as u64 >= cfg.inline_limit(encoding);
+    let counting = Counting::new(model, encoding);
+    let len = raw.len() + meta.map_or(0, str::len);
+    let large = len as u64 >= cfg.inline_limit(encoding);
     if tokenizer::is_loaded(encoding) && !large {
         let text = args::utf8("text", raw)?;
-        return Ok(RedisValue::Integer(tokens(encoding, role, text) as i64));
+        return tokens(counting, role, text, meta).map(|n| RedisValue::Integer(n as i64));
     }
     if tokenizer::state(encoding) == tokenizer::State::Failed {
         return Err(encoding_build::failed(encoding));
     }
     if encoding_build::cannot_wait(ctx) {
         if large {
-            refuse_where_blocking_is_impossible(ctx, "text", raw.len())?;
+            refuse_where_blocking_is_impossible(ctx, "text", len)?;
         }
         encoding_build::build_in_background(encoding);
         return Err(encoding_build::busy(encoding));
     }
-    // Copied (at most mem.max-message-bytes, a memcpy) so the worker owns it.
+    // Copied (at most mem.max-message-bytes each, a memcpy) so the worker
+    // owns them.
     let bytes = raw.as_slice().to_vec();
     let role = role.map(str::to_owned);
+    let meta = meta.map(str::to_owned);
     offload::reply_from_worker(ctx, move || {
         let text = args::utf8_bytes("text", &bytes)?;
-        Ok(RedisValue::Integer(
-            tokens(encoding, role.as_deref(), text) as i64
-        ))
+        tokens(counting, role.as_deref(), text, meta.as_deref())
+            .map(|n| RedisValue::Integer(n as i64))
     })
 }
 
-fn tokens(encoding: Encoding, role: Option<&str>, text: &str) -> u64 {
-    match role {
-        Some(role) => tokenizer::count_message(encoding, role, text),
-        None => tokenizer::count_text(encoding, text),
+/// The count MEM.COUNT replies; META is checked as MEM.APPEND checks it.
+fn tokens(
+    counting: Counting,
+    role: Option<&str>,
+    text: &str,
+    meta: Option<&str>,
+) -> Result<u64, RedisError> {
+    if let Some(meta) = meta {
+        args::check_meta(meta)?;
     }
+    Ok(match role {
+        Some(role) => tokenizer::count_message(counting, role, text, meta),
+        None => {
+            let tools = meta.map_or(0, |m| {
+                tokenizer::tool_calls::tool_call_tokens(counting.encoding, counting.tools, text, m)
+            });
+            tokenizer::count_text(counting.encoding, text) + tools
+        }
+    })
 }
 
 /// MEM.MODELS [model]: without a name, every entry of the model table in
@@ -118,7 +140,7 @@ pub static COUNT: CommandDecl = CommandDecl {
     entry: entry!(count),
     flags: "readonly",
     acl: "mem",
-    summary: "Returns the tokens of a text under the model's encoding (with ROLE, of a message as MEM.APPEND counts it: 3 + role + text).",
+    summary: "Returns the tokens of a text under the model's encoding (with ROLE, of a message as MEM.APPEND counts it: 3 + role + text; with META, plus the tool calls it carries).",
     complexity: "O(N) in the size of the text.",
     arity: -3,
     access: Keyless,
@@ -126,6 +148,7 @@ pub static COUNT: CommandDecl = CommandDecl {
         string("model"),
         string("text"),
         option("ROLE", string("role")),
+        option("META", string("json")),
     ],
 };
 pub static MODELS: CommandDecl = CommandDecl {

@@ -23,7 +23,7 @@ use crate::session::{
 };
 use crate::stats;
 use crate::tokenizer::count_message;
-use crate::tokenizer::{self, Encoding, SUMMARY_COUNTED_AS};
+use crate::tokenizer::{self, Counting, Encoding};
 
 /// MEM.APPEND key role content [TS ms] [META json] [MODEL name] [TTL seconds]
 ///   [MAXTOKENS n] [MAXMSGS n] [MAXAGE seconds] [MSGID id] [TOKENS n]
@@ -34,7 +34,7 @@ pub fn append(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// What a worker made of a message's content, for MEM.APPEND resumed.
 #[derive(Debug)]
 struct Counted {
-    encoding: Encoding,
+    counting: Counting,
     /// The content, checked as UTF-8 and copied on the worker (so the main
     /// thread neither scans nor copies it), with its message's tokens. None:
     /// not counted (not UTF-8); the command checks and counts inline.
@@ -63,17 +63,18 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;
-    if let Some(job) = append.job(ctx, &key, encoding, resumed, &cfg)? {
+    let counting = Counting::new(&settings.model, encoding);
+    if let Some(job) = append.job(ctx, &key, counting, resumed, &cfg)? {
         drop(key);
         return offload::run(ctx, args, 1, 3, append_counted, move |bytes| job.run(bytes));
     }
-    let (content, tokens, recounted) = append.content(counted, encoding, &cfg)?;
+    let (content, tokens, recounted) = append.content(counted, counting, &cfg)?;
     let now = now_ms();
     let op = append.op(settings, id, (content, tokens), now);
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
     // A new tokenizer: the session re-counted first (replicated as an op).
-    model_switch::apply(ctx, keyname, session, now, encoding, recounted.as_ref())?;
+    model_switch::apply(ctx, keyname, session, now, counting, recounted.as_ref())?;
     let how = Propagate::Op(op.header(), Some(append.raw_content));
     let outcome = session.apply(op).map_err(error::session)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
@@ -170,30 +171,38 @@ impl<'a> AppendArgs<'a> {
         &self,
         ctx: &Context,
         key: &SessionKey,
-        encoding: Encoding,
+        counting: Counting,
         resumed: bool,
         cfg: &Config,
     ) -> Result<Option<AppendJob>, RedisError> {
+        let encoding = counting.encoding;
         let counts =
             self.given.is_none() || model_switch::needed(key.session(), encoding).is_some();
         let unbuilt = counts && !resumed && encoding_build::must_wait(ctx, encoding)?;
         if counts && resumed {
             encoding_build::require(ctx, encoding)?;
         }
-        let len = self.raw_content.len();
+        // Tool calls in META are counted with the content.
+        let len = self.raw_content.len() + self.meta.map_or(0, str::len);
+        let what = if self.meta.is_some() {
+            "content with META"
+        } else {
+            "content"
+        };
         let (large, snapshot) =
-            offload::heavy_parts(ctx, key.session(), "content", len, encoding, resumed, cfg)?;
+            offload::heavy_parts(ctx, key.session(), what, len, encoding, resumed, cfg)?;
         let offload = large || unbuilt || snapshot.is_some() || self.meta_on_worker;
         if resumed || !offload || !can_block(ctx) {
             return Ok(None);
         }
         Ok(Some(AppendJob {
-            encoding,
+            counting,
             role: self.role.to_owned(),
             given: self.given,
             counts,
             snapshot,
-            meta: self.meta.filter(|_| self.meta_on_worker).map(str::to_owned),
+            meta: self.meta.map(str::to_owned),
+            check_meta: self.meta_on_worker,
         }))
     }
 
@@ -202,20 +211,21 @@ impl<'a> AppendArgs<'a> {
     fn content(
         &self,
         counted: Option<Counted>,
-        encoding: Encoding,
+        counting: Counting,
         cfg: &Config,
     ) -> Result<(Arc<str>, u64, Option<Recounted>), RedisError> {
         let (counted_content, recounted) = match counted {
-            Some(c) => (c.content.map(|ct| (c.encoding, ct)), c.recounted),
+            Some(c) => (c.content.map(|ct| (c.counting, ct)), c.recounted),
             None => (None, None),
         };
         let (content, tokens) = match counted_content {
             Some((_, (content, _))) if self.given.is_some() => (content, self.given.unwrap_or(0)),
-            Some((e, (content, tokens))) if e == encoding => (content, tokens),
+            Some((c, (content, tokens))) if c == counting => (content, tokens),
             // Counted under another encoding (the model changed meanwhile).
-            Some((e, (content, _))) => {
-                model_switch::recount_inline_allowed(e, encoding, content.len(), cfg)?;
-                let tokens = count_message(encoding, self.role, &content);
+            Some((c, (content, _))) => {
+                let len = content.len() + self.meta.map_or(0, str::len);
+                model_switch::recount_inline_allowed(c.encoding, counting.encoding, len, cfg)?;
+                let tokens = count_message(counting, self.role, &content, self.meta);
                 (content, tokens)
             }
             // Not counted yet (small content, or not UTF-8): here, inline.
@@ -223,7 +233,7 @@ impl<'a> AppendArgs<'a> {
                 let content = args::utf8("content", self.raw_content)?;
                 let tokens = match self.given {
                     Some(n) => n,
-                    None => count_message(encoding, self.role, content),
+                    None => count_message(counting, self.role, content, self.meta),
                 };
                 (Arc::from(content), tokens)
             }
@@ -278,35 +288,41 @@ fn check_meta(
 
 /// What a worker does for MEM.APPEND, all owned.
 struct AppendJob {
-    encoding: Encoding,
+    counting: Counting,
     role: String,
     given: Option<u64>,
     /// The write counts (no TOKENS, or a model switch re-counts).
     counts: bool,
     snapshot: Option<Snapshot>,
-    /// A large META to check.
+    /// The META, counted with the content.
     meta: Option<String>,
+    /// META is large: checked here too.
+    check_meta: bool,
 }
 
 impl AppendJob {
     fn run(self, bytes: &[u8]) -> Counted {
-        let encoding = self.encoding;
+        let encoding = self.counting.encoding;
         if self.given.is_some() && self.counts {
             // The session's re-count needs it (inline when small).
             let _ = tokenizer::load(encoding);
         }
         // Given tokens: the worker only checks and copies the content.
         let content = std::str::from_utf8(bytes).ok().map(|text| {
-            let tokens = self
-                .given
-                .unwrap_or_else(|| count_message(encoding, &self.role, text));
+            let tokens = self.given.unwrap_or_else(|| {
+                count_message(self.counting, &self.role, text, self.meta.as_deref())
+            });
             (Arc::from(text), tokens)
         });
+        let meta_checked = match (&self.meta, self.check_meta) {
+            (Some(m), true) => Some(crate::session::check_meta(m)),
+            _ => None,
+        };
         Counted {
-            encoding,
+            counting: self.counting,
             content,
-            recounted: model_switch::count(self.snapshot, encoding),
-            meta_checked: self.meta.map(|m| crate::session::check_meta(&m)),
+            recounted: model_switch::count(self.snapshot, self.counting),
+            meta_checked,
         }
     }
 }
@@ -440,15 +456,12 @@ fn summary_counted(
             Some((e, counted)) if e == encoding => counted,
             Some((e, (text, _))) => {
                 model_switch::recount_inline_allowed(e, encoding, text.len(), cfg)?;
-                let tokens = count_message(encoding, SUMMARY_COUNTED_AS, &text);
+                let tokens = tokenizer::count_summary(encoding, &text);
                 (text, tokens)
             }
             None => {
                 let text = args::utf8("summary", raw_text)?;
-                (
-                    text.to_owned(),
-                    count_message(encoding, SUMMARY_COUNTED_AS, text),
-                )
+                (text.to_owned(), tokenizer::count_summary(encoding, text))
             }
         },
     )
@@ -464,12 +477,9 @@ struct CountedSummary {
 impl CountedSummary {
     /// The worker's part of MEM.SUMMARIZE.
     fn count(encoding: Encoding, bytes: &[u8]) -> CountedSummary {
-        let text = std::str::from_utf8(bytes).ok().map(|text| {
-            (
-                text.to_owned(),
-                count_message(encoding, SUMMARY_COUNTED_AS, text),
-            )
-        });
+        let text = std::str::from_utf8(bytes)
+            .ok()
+            .map(|text| (text.to_owned(), tokenizer::count_summary(encoding, text)));
         CountedSummary { encoding, text }
     }
 }

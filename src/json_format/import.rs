@@ -35,7 +35,7 @@ use crate::session::{
     Settings, Summary, MAX_ATTRS, MAX_ATTR_NAME_BYTES, MAX_ID, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES,
     MAX_TS, TOOL_ROLE,
 };
-use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
+use crate::tokenizer::{Counting, SUMMARY_COUNTED_AS};
 
 /// What an import made: the session (trimmed, with the document's other
 /// members), the messages it dropped, and the most it held at once.
@@ -93,7 +93,7 @@ pub fn import<E>(
     now: i64,
     limits: Limits,
     settings: impl FnOnce(DocSettings<'_>) -> Result<Settings, E>,
-    count: impl Fn(Encoding, &str, &str) -> u64,
+    count: impl Fn(Counting, &str, &str, Option<&str>) -> u64,
 ) -> Result<Imported, ImportError<E>> {
     let mut root = read_root(text)?;
     let history = root.history::<E>()?;
@@ -122,7 +122,12 @@ pub fn import<E>(
     let mut session = Session::new(settings, now);
     if let Some(s) = summary {
         // Always the module's own count (MEM.SUMMARIZE takes no TOKENS).
-        let tokens = count(encoding, SUMMARY_COUNTED_AS, &s.text);
+        let tokens = count(
+            Counting::new("", encoding),
+            SUMMARY_COUNTED_AS,
+            &s.text,
+            None,
+        );
         let summary = Summary {
             tokens,
             text: s.text,
@@ -656,7 +661,7 @@ impl<'a, C, E> Builder<'a, C, E> {
     }
 }
 
-impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
+impl<C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Builder<'_, C, E> {
     /// Streams the history through `push`: a message it refused is the
     /// error (serde_json only sees that one was), else serde_json's.
     fn stream(&mut self, history: &RawValue) -> Result<(), ImportError<E>> {
@@ -693,7 +698,7 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         };
         let message = Message {
             id,
-            tokens: self.tokens_of(m.tokens, &m.role, &m.content)?,
+            tokens: self.tokens_of(m.tokens, &m.role, &m.content, m.meta.as_deref())?,
             role: m.role.into(),
             content: m.content.into(),
             ts: m.ts.unwrap_or(self.now),
@@ -734,6 +739,7 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
         given: Option<u64>,
         role: &str,
         content: &str,
+        meta: Option<&str>,
     ) -> Result<u64, ImportError<E>> {
         match given.filter(|_| self.keep_tokens) {
             Some(n) if n > self.max_given_tokens => Err(format!(
@@ -742,7 +748,11 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
             )
             .into()),
             Some(n) => Ok(n),
-            None => Ok((self.count)(self.session.settings.encoding, role, content)),
+            None => {
+                let settings = &self.session.settings;
+                let counting = Counting::new(&settings.model, settings.encoding);
+                Ok((self.count)(counting, role, content, meta))
+            }
         }
     }
 
@@ -785,7 +795,9 @@ impl<C: Fn(Encoding, &str, &str) -> u64, E> Builder<'_, C, E> {
 /// `conversation_history`, one element at a time into the builder.
 struct History<'b, 'a, C, E>(&'b mut Builder<'a, C, E>);
 
-impl<'de, C: Fn(Encoding, &str, &str) -> u64, E> Visitor<'de> for History<'_, '_, C, E> {
+impl<'de, C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Visitor<'de>
+    for History<'_, '_, C, E>
+{
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {

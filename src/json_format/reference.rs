@@ -9,7 +9,7 @@ use crate::session::{
     check_members, check_meta, next_id, Message, Session, Settings, Summary, MAX_ID,
     MAX_ROLE_BYTES, MAX_TS,
 };
-use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
+use crate::tokenizer::{Counting, SUMMARY_COUNTED_AS};
 
 /// MEM.IMPORT as it was: parse everything, check sizes, settings from the
 /// document's model, build, then trim. The session and messages trimmed.
@@ -18,7 +18,7 @@ pub fn import(
     now: i64,
     max_message_bytes: u64,
     settings: impl FnOnce(Option<&str>) -> Settings,
-    count: impl Fn(Encoding, &str, &str) -> u64,
+    count: impl Fn(Counting, &str, &str, Option<&str>) -> u64,
 ) -> Result<(Session, u64), String> {
     let doc = parse_import(text)?;
     if doc
@@ -192,13 +192,18 @@ impl ImportedDoc {
         self,
         settings: Settings,
         now: i64,
-        count: impl Fn(Encoding, &str, &str) -> u64,
+        count: impl Fn(Counting, &str, &str, Option<&str>) -> u64,
     ) -> Result<Session, String> {
         let encoding = settings.encoding;
         let mut session = Session::new(settings, now);
         if let Some(s) = self.summary {
             let summary = Summary {
-                tokens: count(encoding, SUMMARY_COUNTED_AS, &s.text),
+                tokens: count(
+                    Counting::new("", encoding),
+                    SUMMARY_COUNTED_AS,
+                    &s.text,
+                    None,
+                ),
                 text: s.text,
                 upto: s.upto,
                 ts: s.ts.unwrap_or(now),
@@ -216,7 +221,12 @@ impl ImportedDoc {
             };
             let message = Message {
                 id,
-                tokens: count(encoding, &m.role, &m.content),
+                tokens: count(
+                    Counting::new(&session.settings.model, encoding),
+                    &m.role,
+                    &m.content,
+                    m.meta.as_deref(),
+                ),
                 role: m.role.into(),
                 content: m.content.into(),
                 ts: m.ts.unwrap_or(now),

@@ -4,11 +4,15 @@ use serde_json::Value;
 
 use super::*;
 use crate::session::{Message, Settings, MAX_ID};
-use crate::tokenizer::{encoding_for_model, Encoding};
+use crate::tokenizer::{encoding_for_model, Counting, Encoding};
 
 /// A stand-in tokenizer that tells the encodings apart.
-fn count(e: Encoding, role: &str, content: &str) -> u64 {
-    let per = if e == Encoding::Cl100kBase { 2 } else { 1 };
+fn count(c: Counting, role: &str, content: &str, _: Option<&str>) -> u64 {
+    let per = if c.encoding == Encoding::Cl100kBase {
+        2
+    } else {
+        1
+    };
     3 + role.len() as u64 + per * content.len() as u64
 }
 
@@ -185,7 +189,8 @@ fn ids_must_be_all_or_none_and_increasing() {
     assert_eq!(ok.last_id, 8);
     assert_eq!(
         ok.total_tokens,
-        count(Encoding::O200kBase, "user", "ab") + count(Encoding::O200kBase, "system", "s")
+        count(Counting::new("", Encoding::O200kBase), "user", "ab", None)
+            + count(Counting::new("", Encoding::O200kBase), "system", "s", None)
     );
     assert!(ok.validate().is_ok());
 }
@@ -407,7 +412,12 @@ fn ids_and_counts_do_not_depend_on_member_order() {
     assert_eq!(sessions[0].settings.encoding, Encoding::Cl100kBase);
     assert_eq!(
         sessions[0].messages.get(0).unwrap().tokens,
-        count(Encoding::Cl100kBase, "user", "hello")
+        count(
+            Counting::new("", Encoding::Cl100kBase),
+            "user",
+            "hello",
+            None
+        )
     );
     assert!(sessions.iter().all(|s| *s == sessions[0]), "{sessions:#?}");
 }
@@ -429,7 +439,7 @@ fn a_long_history_is_trimmed_as_it_streams() {
     assert_eq!(r.session.messages.front().map(|m| m.id), Some(n - 29));
     assert_eq!(r.session.last_id, n);
     // By tokens: as many as fit 100 tokens.
-    let fit = (100 / count(Encoding::O200kBase, "u", "hi")) as usize;
+    let fit = (100 / count(Counting::new("", Encoding::O200kBase), "u", "hi", None)) as usize;
     let r = import_with(&doc, (1_000_000, 100)).unwrap();
     assert_eq!(r.session.messages.len(), fit);
     assert!(

@@ -8,8 +8,14 @@ use crate::config::Config;
 use crate::error;
 use crate::persistence;
 use crate::session::{Recounted, Session, Snapshot};
-use crate::tokenizer::count_message;
-use crate::tokenizer::Encoding;
+use crate::tokenizer::{count_message, Counting, Encoding, ToolFormat};
+
+/// The session's counter under `encoding`, with `tools`' format of tool calls.
+fn counter(tools: ToolFormat) -> impl Fn(Encoding, &str, &str, Option<&str>) -> u64 {
+    move |encoding, role, content, meta| {
+        count_message(Counting { encoding, tools }, role, content, meta)
+    }
+}
 
 /// Whether a write under `encoding` must re-count `session` first.
 pub fn needed(session: Option<&Session>, encoding: Encoding) -> Option<&Session> {
@@ -26,8 +32,8 @@ pub fn offload(session: Option<&Session>, encoding: Encoding, cfg: &Config) -> O
 }
 
 /// Counts a snapshot (on a worker).
-pub fn count(snapshot: Option<Snapshot>, encoding: Encoding) -> Option<Recounted> {
-    snapshot.map(|s| s.count(encoding, &count_message))
+pub fn count(snapshot: Option<Snapshot>, counting: Counting) -> Option<Recounted> {
+    snapshot.map(|s| s.count(counting.encoding, &counter(counting.tools)))
 }
 
 /// Re-counts `session` under `encoding` (using `done`, the worker's counts,
@@ -38,9 +44,10 @@ pub fn apply(
     keyname: &RedisString,
     session: &mut Session,
     now: i64,
-    encoding: Encoding,
+    counting: Counting,
     done: Option<&Recounted>,
 ) -> Result<(), RedisError> {
+    let encoding = counting.encoding;
     if needed(Some(session), encoding).is_none() {
         return Ok(());
     }
@@ -49,7 +56,7 @@ pub fn apply(
     if session.uncovered_bytes(encoding, done) as u64 >= cfg.inline_limit(encoding) {
         return Err(changed_meanwhile());
     }
-    let op = session.recount_op(now, encoding, done, &count_message);
+    let op = session.recount_op(now, encoding, done, &counter(counting.tools));
     let payload = persistence::encode_op(&op);
     session.apply(op).map_err(error::session)?;
     let payload = RedisString::create_from_slice(ctx.ctx, &payload);

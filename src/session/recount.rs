@@ -58,7 +58,8 @@ impl Cursor<'_> {
     }
 }
 
-type Count<'a> = &'a dyn Fn(Encoding, &str, &str) -> u64;
+/// Counts a message: (encoding, role, content, meta).
+type Count<'a> = &'a dyn Fn(Encoding, &str, &str, Option<&str>) -> u64;
 
 impl Snapshot {
     /// Bytes it holds (stored bytes: a little above the texts' own).
@@ -70,14 +71,13 @@ impl Snapshot {
     pub fn count(&self, encoding: Encoding, count: Count) -> Recounted {
         Recounted {
             encoding,
-            summary: self
-                .summary
-                .as_ref()
-                .map(|(upto, ts, text)| (*upto, *ts, count(encoding, SUMMARY_COUNTED_AS, text))),
+            summary: self.summary.as_ref().map(|(upto, ts, text)| {
+                (*upto, *ts, count(encoding, SUMMARY_COUNTED_AS, text, None))
+            }),
             messages: self
                 .messages
                 .iter()
-                .map(|m| (m.id, count(encoding, m.role, m.content)))
+                .map(|m| (m.id, count(encoding, m.role, m.content, m.meta)))
                 .collect(),
         }
     }
@@ -139,7 +139,7 @@ impl Session {
                 .filter(|(upto, ts, _)| *upto == s.upto && *ts == s.ts)
             {
                 Some((_, _, tokens)) => tokens,
-                None => count(encoding, SUMMARY_COUNTED_AS, &s.text),
+                None => count(encoding, SUMMARY_COUNTED_AS, &s.text, None),
             }
         });
         let mut counted = done.map(Recounted::cursor);
@@ -153,7 +153,7 @@ impl Session {
                         id,
                         self.messages
                             .get(i)
-                            .map_or(0, |m| count(encoding, m.role, m.content)),
+                            .map_or(0, |m| count(encoding, m.role, m.content, m.meta)),
                     ),
                 }
             })
@@ -175,10 +175,12 @@ impl Session {
         summary_tokens: Option<u64>,
         counts: &[(u64, u64)],
     ) -> Result<(), SessionError> {
-        // At most a token per byte plus the framing: per message, of its
-        // stored bytes (role and content, and the few bytes around them;
-        // read from the heads, no text decoded).
-        let possible = |tokens: u64, bytes: usize| tokens <= 3 + bytes as u64;
+        // A bound no count of a message's stored bytes (role, content and
+        // META, read from the heads, no text decoded) can pass: a token per
+        // byte of text plus the framing, and tool calls, which templates
+        // render with a few special tokens per argument and re-written
+        // arguments (", " for ","), under four per byte of META.
+        let possible = |tokens: u64, bytes: usize| tokens <= 3 + 4 * bytes as u64;
         let summary_ok = match (&self.summary, summary_tokens) {
             (Some(s), Some(t)) => possible(t, SUMMARY_COUNTED_AS.len() + s.text.len()),
             (None, None) => true,

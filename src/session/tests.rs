@@ -408,7 +408,9 @@ fn recount_replaces_every_count() {
     push(&mut s, &cfg, "user", 1);
     push(&mut s, &cfg, "user", 1);
     summarize(&mut s, 1, 1).unwrap();
-    let count = |_: Encoding, role: &str, content: &str| (role.len() + content.len()) as u64;
+    let count = |_: Encoding, role: &str, content: &str, _: Option<&str>| {
+        (role.len() + content.len()) as u64
+    };
     let op = s.recount_op(5, Encoding::Cl100kBase, None, &count);
     s.apply(op).unwrap();
     assert_eq!(s.settings.encoding, Encoding::Cl100kBase);
@@ -429,7 +431,9 @@ fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
         push(&mut s, &cfg, "user", 2);
     }
     let snapshot = s.snapshot();
-    let count = |_: Encoding, role: &str, content: &str| (role.len() + content.len()) as u64;
+    let count = |_: Encoding, role: &str, content: &str, _: Option<&str>| {
+        (role.len() + content.len()) as u64
+    };
     let done = snapshot.count(Encoding::Cl100kBase, &count);
     // Meanwhile: one more message (evicting the first one).
     push(&mut s, &cfg, "user", 2);
@@ -445,9 +449,9 @@ fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
         "another encoding covers nothing"
     );
     let counted = std::cell::Cell::new(0);
-    let counting = |e: Encoding, role: &str, content: &str| {
+    let counting = |e: Encoding, role: &str, content: &str, meta: Option<&str>| {
         counted.set(counted.get() + 1);
-        count(e, role, content)
+        count(e, role, content, meta)
     };
     let op = s.recount_op(9, Encoding::Cl100kBase, Some(&done), &counting);
     assert_eq!(

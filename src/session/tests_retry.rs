@@ -378,7 +378,7 @@ fn msgids_are_found_held_and_after_they_left() {
         9,
         crate::tokenizer::Encoding::Cl100kBase,
         None,
-        &|_, _, content| content.len() as u64 + 1,
+        &|_, _, content, _| content.len() as u64 + 1,
     );
     s.apply(op).unwrap();
     assert_eq!(s.find_msgid("d"), Some((4, 8)));

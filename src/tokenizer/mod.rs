@@ -11,6 +11,7 @@ pub mod piece_count;
 pub mod pretokenize;
 mod split;
 mod split_patterns;
+pub mod tool_calls;
 
 use std::time::Instant;
 
@@ -18,6 +19,7 @@ use crate::stats;
 
 pub use load::{footprint, is_loaded, load, state, State};
 pub use models::{context_window, encoding_for_model};
+pub use tool_calls::ToolFormat;
 
 /// An encoding the module can count with: OpenAI's two, and the open-weight
 /// families' own vocabularies (shipped inside the module, see load.rs).
@@ -214,10 +216,31 @@ thread_local! {
         const { std::cell::RefCell::new([const { None }; Encoding::ALL.len()]) };
 }
 
+/// How a message is counted: the encoding, and how the model's prompt
+/// renders the tool calls a message's META carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counting {
+    pub encoding: Encoding,
+    pub tools: ToolFormat,
+}
+
+impl Counting {
+    pub fn new(model: &str, encoding: Encoding) -> Counting {
+        Counting {
+            encoding,
+            tools: ToolFormat::of(model, encoding),
+        }
+    }
+}
+
 /// Tokens of one chat message in OpenAI's chat format accounting (spec §2):
-/// 3 framing tokens plus the role and the content.
-pub fn message_tokens(encoding: Encoding, role: &str, content: &str) -> u64 {
-    3 + encoding.count(role) + encoding.count(content)
+/// 3 framing tokens plus the role and the content, plus the tool calls its
+/// META carries as the model's prompt renders them (tool_calls.rs).
+pub fn message_tokens(c: Counting, role: &str, content: &str, meta: Option<&str>) -> u64 {
+    let tools = meta.map_or(0, |m| {
+        tool_calls::tool_call_tokens(c.encoding, c.tools, content, m)
+    });
+    3 + c.encoding.count(role) + c.encoding.count(content) + tools
 }
 
 /// A summary's tokens are counted as those of a message with this role
@@ -226,13 +249,18 @@ pub const SUMMARY_COUNTED_AS: &str = "system";
 
 /// Counts one chat message (role + content), as the commands do: the time
 /// it took and the tokens are recorded for `INFO mem`.
-pub fn count_message(encoding: Encoding, role: &str, content: &str) -> u64 {
+pub fn count_message(c: Counting, role: &str, content: &str, meta: Option<&str>) -> u64 {
     let start = Instant::now();
-    let tokens = message_tokens(encoding, role, content);
+    let tokens = message_tokens(c, role, content, meta);
     stats::add(&stats::TOKENIZER_MICROS, start.elapsed().as_micros() as u64);
     stats::add(&stats::TOKENIZER_CALLS, 1);
     stats::add(&stats::TOKENS_COUNTED, tokens);
     tokens
+}
+
+/// Counts a summary as the commands do (spec §2: a system message).
+pub fn count_summary(encoding: Encoding, text: &str) -> u64 {
+    count_message(Counting::new("", encoding), SUMMARY_COUNTED_AS, text, None)
 }
 
 /// Counts a text (MEM.COUNT) and records the time it took.
@@ -289,9 +317,10 @@ mod tests {
     #[test]
     fn message_accounting_adds_framing_and_role() {
         let e = Encoding::O200kBase;
-        assert_eq!(message_tokens(e, "user", ""), 3 + e.count("user"));
+        let c = Counting::new("gpt-4o", e);
+        assert_eq!(message_tokens(c, "user", "", None), 3 + e.count("user"));
         assert_eq!(
-            message_tokens(e, SUMMARY_COUNTED_AS, "abc"),
+            message_tokens(c, SUMMARY_COUNTED_AS, "abc", None),
             3 + e.count("system") + e.count("abc")
         );
     }

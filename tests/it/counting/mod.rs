@@ -1,4 +1,5 @@
-//! Token counts: against tiktoken-rs, and counted on a worker (the large-content path).
+//! Token counts: against tiktoken-rs, counted on a worker (the large-content path), and the tool calls a META carries.
 
 mod async_count;
 mod tokens;
+mod tool_calls;

@@ -1,0 +1,172 @@
+use serde_json::json;
+
+use super::*;
+
+const ALL_FORMATS: [(ToolFormat, Encoding); 10] = [
+    (ToolFormat::OpenAi, Encoding::O200kBase),
+    (ToolFormat::Harmony, Encoding::O200kBase),
+    (ToolFormat::Qwen, Encoding::Qwen2),
+    (ToolFormat::DeepSeek, Encoding::DeepseekV3),
+    (ToolFormat::Glm4, Encoding::Glm4),
+    (ToolFormat::Glm5, Encoding::Glm5),
+    (ToolFormat::Kimi, Encoding::KimiK2),
+    (ToolFormat::MiniMax, Encoding::MinimaxM2),
+    (ToolFormat::Llama3, Encoding::Llama3),
+    (ToolFormat::Mistral, Encoding::Tekken),
+];
+
+fn openai_meta(calls: &[(&str, &str)]) -> String {
+    let calls: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| {
+            json!({"id": format!("call_{i}"), "type": "function",
+                   "function": {"name": name, "arguments": args}})
+        })
+        .collect();
+    json!({ "tool_calls": calls }).to_string()
+}
+
+fn langchain_meta(calls: &[(&str, Value)]) -> String {
+    let calls: Vec<_> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, args))| json!({"id": format!("call_{i}"), "name": name, "args": args, "type": "tool_call"}))
+        .collect();
+    json!({ "lc_type": "ai", "tool_calls": calls }).to_string()
+}
+
+#[test]
+fn python_json_writes_as_json_dumps_does() {
+    // json.dumps({"b": 1, "a": [1.5, True, None], "é": "x\n\"y\u0001"}, ensure_ascii=False)
+    let v: Value =
+        serde_json::from_str(r#"{"b":1,"a":[1.5,true,null],"é":"x\n\"y\u0001"}"#).unwrap();
+    assert_eq!(
+        python_json(&v),
+        r#"{"b": 1, "a": [1.5, true, null], "é": "x\n\"y\u0001"}"#
+    );
+    assert_eq!(python_json(&json!({})), "{}");
+    assert_eq!(python_json(&json!([])), "[]");
+}
+
+#[test]
+fn a_meta_without_tool_calls_adds_nothing() {
+    for (format, encoding) in ALL_FORMATS {
+        for meta in [
+            r#"{}"#,
+            r#"{"lc_type":"human"}"#,
+            r#"{"tool_calls":[]}"#,
+            r#"{"tool_calls":null}"#,
+        ] {
+            assert_eq!(
+                tool_call_tokens(encoding, format, "", meta),
+                0,
+                "{format:?} {meta}"
+            );
+        }
+    }
+}
+
+#[test]
+fn openai_hosted_models_count_name_arguments_and_the_overhead_per_call() {
+    let e = Encoding::O200kBase;
+    let args = r#"{"city": "Paris", "unit": "celsius"}"#;
+    let one = openai_meta(&[("get_weather", args)]);
+    let per_call = e.count("get_weather") + e.count(args) + OPENAI_CALL_OVERHEAD;
+    assert_eq!(tool_call_tokens(e, ToolFormat::OpenAi, "", &one), per_call);
+    let two = openai_meta(&[("get_weather", args), ("get_weather", args)]);
+    assert_eq!(
+        tool_call_tokens(e, ToolFormat::OpenAi, "", &two),
+        2 * per_call
+    );
+}
+
+#[test]
+fn langchain_args_count_as_langchain_openai_sends_them() {
+    // langchain_openai sends json.dumps(args, ensure_ascii=False): the same
+    // call in both shapes counts the same.
+    let lc = langchain_meta(&[("get_weather", json!({"city": "Paris", "unit": "°C"}))]);
+    let oa = openai_meta(&[("get_weather", r#"{"city": "Paris", "unit": "°C"}"#)]);
+    for (format, encoding) in ALL_FORMATS {
+        assert_eq!(
+            tool_call_tokens(encoding, format, "", &lc),
+            tool_call_tokens(encoding, format, "", &oa),
+            "{format:?}"
+        );
+    }
+}
+
+#[test]
+fn large_arguments_count_at_least_their_own_tokens_in_every_format() {
+    let big = "lorem ipsum dolor sit amet, ".repeat(400);
+    let args = json!({"path": "/tmp/x", "text": big});
+    let text = python_json(&args);
+    let meta = langchain_meta(&[("write_file", args.clone()), ("write_file", args)]);
+    for (format, encoding) in ALL_FORMATS {
+        let got = tool_call_tokens(encoding, format, "", &meta);
+        let floor = 2 * encoding.count(&big);
+        assert!(got >= floor, "{format:?}: {got} < {floor}");
+        assert!(got <= 2 * encoding.count(&text) + 200, "{format:?}: {got}");
+    }
+}
+
+#[test]
+fn a_tool_calls_member_of_another_shape_counts_as_its_text() {
+    let e = Encoding::O200kBase;
+    let meta = r#"{"tool_calls":"get_weather(city='Paris')"}"#;
+    let raw = r#""get_weather(city='Paris')""#;
+    assert_eq!(
+        tool_call_tokens(e, ToolFormat::OpenAi, "", meta),
+        e.count(raw)
+    );
+}
+
+#[test]
+fn qwen_puts_a_newline_before_every_call_but_a_first_one_without_content() {
+    let e = Encoding::Qwen2;
+    let meta = openai_meta(&[("f", "{}")]);
+    let bare = tool_call_tokens(e, ToolFormat::Qwen, "", &meta);
+    assert_eq!(
+        tool_call_tokens(e, ToolFormat::Qwen, "hi", &meta),
+        bare + e.count("\n")
+    );
+    let text = "\n{\"name\": \"f\", \"arguments\": {}}\n";
+    assert_eq!(bare, 2 + e.count(text));
+}
+
+#[test]
+fn glm_counts_each_argument_between_its_special_tokens() {
+    let meta = langchain_meta(&[("f", json!({"a": "x", "b": 2}))]);
+    let e = Encoding::Glm5;
+    let expected =
+        2 + e.count("f") + (4 + e.count("a") + e.count("x")) + (4 + e.count("b") + e.count("2"));
+    assert_eq!(tool_call_tokens(e, ToolFormat::Glm5, "", &meta), expected);
+}
+
+#[test]
+fn kimi_counts_the_call_id_where_it_prints_the_name() {
+    let e = Encoding::KimiK2;
+    let meta = r#"{"tool_calls":[{"name":"f","args":{}}]}"#;
+    let expected = 2 + 3 + e.count("functions.f:0") + e.count("{}");
+    assert_eq!(tool_call_tokens(e, ToolFormat::Kimi, "", meta), expected);
+}
+
+#[test]
+fn the_format_follows_the_model() {
+    assert_eq!(
+        ToolFormat::of("gpt-oss-120b", Encoding::O200kBase),
+        ToolFormat::Harmony
+    );
+    assert_eq!(
+        ToolFormat::of("gpt-4o", Encoding::O200kBase),
+        ToolFormat::OpenAi
+    );
+    assert_eq!(
+        ToolFormat::of("claude-sonnet-4-5", Encoding::O200kBase),
+        ToolFormat::OpenAi
+    );
+    assert_eq!(
+        ToolFormat::of("qwen3-32b", Encoding::Qwen2),
+        ToolFormat::Qwen
+    );
+}
