@@ -120,7 +120,7 @@ SECTIONS = [
         "MEM.APPENDBATCH mem:{dave} '[{\"role\":\"user\",\"content\":\"ok\",\"tokens\":9}]'",
     ]),
     ("MEM.APPENDBATCH", "An agent step (a tool call and its result) in one atomic command; a bad item refuses the whole batch.", [
-        "MEM.APPENDBATCH mem:{erin} '[{\"role\":\"assistant\",\"content\":\"\",\"meta\":{\"tool_calls\":[{\"id\":\"c1\"}]}},{\"role\":\"tool\",\"content\":\"21 C\",\"meta\":{\"tool_call_id\":\"c1\"}}]'",
+        "MEM.APPENDBATCH mem:{erin} '[{\"role\":\"assistant\",\"content\":\"\",\"meta\":{\"tool_calls\":[{\"id\":\"c1\",\"name\":\"get_weather\",\"args\":{\"city\":\"Rome\"}}]}},{\"role\":\"tool\",\"content\":\"21 C\",\"meta\":{\"tool_call_id\":\"c1\"}}]'",
         "MEM.APPENDBATCH mem:{erin} '[{\"role\":\"user\",\"content\":\"ok\"},{\"role\":\"user\"}]'",
         "MEM.INFO mem:{erin}",
     ]),
@@ -130,6 +130,8 @@ SECTIONS = [
         "MEM.COUNT qwen-plus '我们在 Redis 里保存对话记忆'",
         "MEM.COUNT mistral-large 'Plan a trip to Rome.' ROLE user",
         "MEM.COUNT glm-4.5 ''",
+        "MEM.COUNT gpt-4o '' ROLE assistant META '{\"tool_calls\":[{\"id\":\"call_1\",\"name\":\"get_weather\",\"args\":{\"city\":\"Paris\"}}]}'",
+        "MEM.COUNT qwen3-32b '' ROLE assistant META '{\"tool_calls\":[{\"id\":\"call_1\",\"name\":\"get_weather\",\"args\":{\"city\":\"Paris\"}}]}'",
     ]),
     ("MEM.MODELS", "The model table: what a model resolves to, and operator entries (mem.models).", [
         "MEM.MODELS gpt-4-turbo",

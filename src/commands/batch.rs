@@ -328,7 +328,7 @@ fn counted_under(
     if counted_as == counting {
         return Ok(messages);
     }
-    model_switch::recount_inline_allowed(counted_as.encoding, counting.encoding, len, cfg)?;
+    model_switch::recount_inline_allowed(counted_as, counting, len, cfg)?;
     Ok(count(messages, counting))
 }
 

@@ -224,7 +224,7 @@ impl<'a> AppendArgs<'a> {
             // Counted under another encoding (the model changed meanwhile).
             Some((c, (content, _))) => {
                 let len = content.len() + self.meta.map_or(0, str::len);
-                model_switch::recount_inline_allowed(c.encoding, counting.encoding, len, cfg)?;
+                model_switch::recount_inline_allowed(c, counting, len, cfg)?;
                 let tokens = count_message(counting, self.role, &content, self.meta);
                 (content, tokens)
             }
@@ -455,7 +455,8 @@ fn summary_counted(
         match counted.and_then(|c| c.text.map(|t| (c.encoding, t))) {
             Some((e, counted)) if e == encoding => counted,
             Some((e, (text, _))) => {
-                model_switch::recount_inline_allowed(e, encoding, text.len(), cfg)?;
+                let (was, now) = (Counting::new("", e), Counting::new("", encoding));
+                model_switch::recount_inline_allowed(was, now, text.len(), cfg)?;
                 let tokens = tokenizer::count_summary(encoding, &text);
                 (text, tokens)
             }

@@ -74,15 +74,16 @@ pub fn changed_meanwhile() -> RedisError {
     )
 }
 
-/// Whether a text counted under `counted_as` must be counted again under
-/// `encoding`, refused when it is large (see [`changed_meanwhile`]).
+/// Whether a text counted as `counted_as` must be counted again as
+/// `counting` (another encoding, or another model's tool-call format),
+/// refused when it is large (see [`changed_meanwhile`]).
 pub fn recount_inline_allowed(
-    counted_as: Encoding,
-    encoding: Encoding,
+    counted_as: Counting,
+    counting: Counting,
     bytes: usize,
     cfg: &Config,
 ) -> Result<(), RedisError> {
-    if counted_as != encoding && bytes as u64 >= cfg.inline_limit(encoding) {
+    if counted_as != counting && bytes as u64 >= cfg.inline_limit(counting.encoding) {
         return Err(changed_meanwhile());
     }
     Ok(())

@@ -37,7 +37,8 @@ pub enum ToolFormat {
     Kimi,
     /// MiniMax M2: `<invoke name=…>` and `<parameter name=…>` text in one block.
     MiniMax,
-    /// Llama 3.x: `{"name": …, "parameters": …}` as the message's text.
+    /// Llama 3.x: `{"type": "function", "name": …, "parameters": …}` per call
+    /// (Meta's llama-models).
     Llama3,
     /// Mistral (Tekken, mistral-common's V3 request encoding): `[TOOL_CALLS]`
     /// and the calls as one JSON list.
@@ -98,19 +99,6 @@ impl Args {
         self.as_sent()
     }
 
-    /// What a template that always applies `tojson` prints once the server
-    /// parsed OpenAI's string (vLLM does): the object re-written; a string
-    /// that is not JSON as a JSON string.
-    fn parsed_json(&self) -> String {
-        match self {
-            Args::Text(t) => match serde_json::from_str::<Value>(t) {
-                Ok(v) => python_json(&v),
-                Err(_) => python_json(&Value::String(t.clone())),
-            },
-            Args::Json(v) => python_json(v),
-        }
-    }
-
     /// The arguments as an object (GLM and MiniMax print them one by one).
     fn object(&self) -> Option<Map<String, Value>> {
         let value = match self {
@@ -123,8 +111,10 @@ impl Args {
         }
     }
 
-    /// mistral-common's `arguments`: parsed when it is JSON, else the string.
-    fn mistral_value(&self) -> Value {
+    /// The arguments as a value, as mistral-common and a server before a
+    /// template make them: OpenAI's string parsed when it is JSON, else the
+    /// string itself.
+    fn parsed(&self) -> Value {
         match self {
             Args::Text(t) => serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.clone())),
             Args::Json(v) => v.clone(),
@@ -218,17 +208,32 @@ pub fn tool_call_tokens(encoding: Encoding, format: ToolFormat, content: &str, m
     let count = |t: &str| encoding.count(t);
     match parse(meta) {
         Ok(calls) if calls.is_empty() => 0,
-        Ok(calls) => render(format, &calls, content.is_empty(), &count),
+        Ok(calls) => render(format, &calls, content, &count),
         Err(raw) => raw.map_or(0, count),
     }
+}
+
+/// Tokens a `\n` adds right after `content`: BPE merges it with the
+/// content's trailing punctuation or spaces (`.\n`, `:\n`, ` \n` are one
+/// token each), so it is counted with the content's tail: from its last
+/// letter or digit on (no pre-token joins a letter or digit to a newline).
+fn newline_after(content: &str, count: &dyn Fn(&str) -> u64) -> u64 {
+    let start = content
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_alphanumeric())
+        .map_or(0, |(i, _)| i);
+    let tail = content.get(start..).unwrap_or(content);
+    count(&format!("{tail}\n")).saturating_sub(count(tail))
 }
 
 fn render(
     format: ToolFormat,
     calls: &[ToolCall],
-    no_content: bool,
+    content: &str,
     count: &dyn Fn(&str) -> u64,
 ) -> u64 {
+    let no_content = content.is_empty();
     let each = |f: &dyn Fn(usize, &ToolCall) -> u64| -> u64 {
         calls.iter().enumerate().map(|(i, c)| f(i, c)).sum()
     };
@@ -250,7 +255,11 @@ fn render(
         // `\n` before every call but a first one with no content before it,
         // then <tool_call> TEXT </tool_call> (two added tokens).
         ToolFormat::Qwen => each(&|i, c| {
-            let newline = if i == 0 && no_content { 0 } else { count("\n") };
+            let newline = match i {
+                0 if no_content => 0,
+                0 => newline_after(content, count),
+                _ => count("\n"),
+            };
             let text = format!(
                 "\n{{\"name\": \"{}\", \"arguments\": {}}}\n",
                 c.name,
@@ -264,8 +273,12 @@ fn render(
         }
         ToolFormat::Glm4 | ToolFormat::Glm5 => {
             let nl = if format == ToolFormat::Glm4 { "\n" } else { "" };
-            each(&|_, c| {
-                let head = count(nl) + 2 + count(&format!("{}{nl}", c.name));
+            each(&|i, c| {
+                let lead = match i {
+                    0 if !no_content && !nl.is_empty() => newline_after(content, count),
+                    _ => count(nl),
+                };
+                let head = lead + 2 + count(&format!("{}{nl}", c.name));
                 head + match c.args.object() {
                     Some(map) => map
                         .iter()
@@ -299,16 +312,29 @@ fn render(
                 }
                 text.push_str("</invoke>\n");
             }
-            let lead = if no_content { 0 } else { count("\n") };
+            let lead = if no_content {
+                0
+            } else {
+                newline_after(content, count)
+            };
             lead + 2 + count(&text)
         }
-        ToolFormat::Llama3 => each(&|_, c| {
-            count(&format!(
-                "{{\"name\": \"{}\", \"parameters\": {}}}",
-                c.name,
-                c.args.parsed_json()
-            ))
-        }),
+        // Meta's llama-models (ChatFormat, the JSON tool format): each call
+        // `json.dumps({"type": "function", "name": …, "parameters": …})`
+        // with Python's default ASCII escapes, the calls back to back.
+        ToolFormat::Llama3 => {
+            let text: String = calls
+                .iter()
+                .map(|c| {
+                    let mut m = Map::new();
+                    m.insert("type".into(), Value::String("function".into()));
+                    m.insert("name".into(), Value::String(c.name.clone()));
+                    m.insert("parameters".into(), c.args.parsed());
+                    python_json_ascii(&Value::Object(m))
+                })
+                .collect();
+            count(&text)
+        }
         // [TOOL_CALLS] and json.dumps([{"name", "arguments", "id"}, …]).
         ToolFormat::Mistral => {
             let list: Vec<Value> = calls
@@ -316,7 +342,7 @@ fn render(
                 .map(|c| {
                     let mut m = Map::new();
                     m.insert("name".into(), Value::String(c.name.clone()));
-                    m.insert("arguments".into(), c.args.mistral_value());
+                    m.insert("arguments".into(), c.args.parsed());
                     if let Some(id) = c.id.as_ref().filter(|id| id.as_str() != "null") {
                         m.insert("id".into(), Value::String(id.clone()));
                     }
@@ -329,12 +355,23 @@ fn render(
 }
 
 /// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it:
-/// ", " between items, ": " after keys, keys in their order. (serde_json's
-/// string escapes are Python's; floats differ in rare exponents: 1e+20.)
+/// ", " between items, ": " after keys, keys in their order, floats as
+/// Python's repr (serde_json's string escapes are Python's). Integers beyond
+/// 64 bits were parsed as floats: Python keeps their digits (a rare miss).
 pub fn python_json(value: &Value) -> String {
+    write_python(value, false)
+}
+
+/// As [`python_json`], with Python's default `ensure_ascii=True`: every
+/// character beyond ASCII as `\uXXXX` (UTF-16 units).
+pub fn python_json_ascii(value: &Value) -> String {
+    write_python(value, true)
+}
+
+fn write_python(value: &Value, ascii: bool) -> String {
     use serde::Serialize;
     let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter { ascii });
     // Writing a Value into a Vec cannot fail.
     if value.serialize(&mut ser).is_err() {
         return value.to_string();
@@ -342,7 +379,9 @@ pub fn python_json(value: &Value) -> String {
     String::from_utf8(out).unwrap_or_else(|_| value.to_string())
 }
 
-struct PythonFormatter;
+struct PythonFormatter {
+    ascii: bool,
+}
 
 impl serde_json::ser::Formatter for PythonFormatter {
     fn begin_array_value<W: ?Sized + std::io::Write>(
@@ -372,6 +411,69 @@ impl serde_json::ser::Formatter for PythonFormatter {
     fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         w.write_all(b": ")
     }
+
+    fn write_f64<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        value: f64,
+    ) -> std::io::Result<()> {
+        w.write_all(python_float(value).as_bytes())
+    }
+
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        if !self.ascii || fragment.is_ascii() {
+            return w.write_all(fragment.as_bytes());
+        }
+        let mut units = [0u16; 2];
+        for c in fragment.chars() {
+            if c.is_ascii() {
+                w.write_all(&[c as u8])?;
+            } else {
+                for unit in c.encode_utf16(&mut units) {
+                    write!(w, "\\u{unit:04x}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Python's `repr(float)`: the shortest digits that read back, in plain
+/// notation for exponents -4 to 15 (`1.0`, `0.0001`), else `1e-05`, `1.5e+16`.
+fn python_float(value: f64) -> String {
+    // Rust's `{:e}` writes the shortest round-trip digits: "4.74089e1".
+    let sci = format!("{value:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1;
+        let body = if point <= 0 {
+            format!("0.{}{digits}", "0".repeat((-point) as usize))
+        } else if point as usize >= digits.len() {
+            format!("{digits}{}.0", "0".repeat(point as usize - digits.len()))
+        } else {
+            let (int, frac) = digits.split_at(point as usize);
+            format!("{int}.{frac}")
+        };
+        return format!("{sign}{body}");
+    }
+    let (first, rest) = digits.split_at(1.min(digits.len()));
+    let mantissa = if rest.is_empty() {
+        first.to_owned()
+    } else {
+        format!("{first}.{rest}")
+    };
+    let esign = if exp < 0 { '-' } else { '+' };
+    format!("{sign}{mantissa}e{esign}{:02}", exp.abs())
 }
 
 #[cfg(test)]

@@ -170,3 +170,49 @@ fn the_format_follows_the_model() {
         ToolFormat::Qwen
     );
 }
+
+#[test]
+fn floats_are_written_as_python_repr_writes_them() {
+    for (text, python) in [
+        ("47.408899999999996", "47.408899999999996"),
+        ("9.38595867742349e-05", "9.38595867742349e-05"),
+        ("1e-05", "1e-05"),
+        ("0.0001", "0.0001"),
+        ("1e16", "1e+16"),
+        ("1.5e+20", "1.5e+20"),
+        ("123.0", "123.0"),
+        ("1234567890123456.0", "1234567890123456.0"),
+        ("-0.0", "-0.0"),
+        ("0.5", "0.5"),
+        ("1E400", ""),
+    ] {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v) => assert_eq!(python_json(&v), python, "{text}"),
+            Err(_) => assert_eq!(python, "", "{text} is out of range for JSON here"),
+        }
+    }
+}
+
+#[test]
+fn ascii_json_escapes_as_python_does() {
+    // json.dumps({"t": "é🎉"}) == '{"t": "\\u00e9\\ud83c\\udf89"}'
+    assert_eq!(
+        python_json_ascii(&json!({"t": "é🎉"})),
+        r#"{"t": "\u00e9\ud83c\udf89"}"#
+    );
+}
+
+#[test]
+fn a_newline_after_content_is_counted_with_its_tail() {
+    let e = Encoding::Qwen2;
+    let meta = openai_meta(&[("f", "{}")]);
+    let bare = tool_call_tokens(e, ToolFormat::Qwen, "", &meta);
+    for content in ["Let me check.", "Checking:", "Sure ", "ok\n", "好的。", "Sure"] {
+        let joined = e.count(&format!("{content}\n")) - e.count(content);
+        assert_eq!(
+            tool_call_tokens(e, ToolFormat::Qwen, content, &meta),
+            bare + joined,
+            "{content:?}"
+        );
+    }
+}

@@ -115,7 +115,11 @@ fn append_ts_meta_and_case_insensitive_options() {
     assert_eq!(m["id"], 1);
     assert_eq!(m["role"], "assistant");
     assert_eq!(m["content"], "calling f");
-    assert_eq!(m["tokens"], mt_o("assistant", "calling f"));
+    // The tool call counts too (name, arguments, 5 per call: MODELS.md).
+    assert_eq!(
+        m["tokens"],
+        mt_o("assistant", "calling f") + o200("f") + o200("{}") + 5
+    );
 
     // TS 0 is a valid time; options in any order, any case.
     append(

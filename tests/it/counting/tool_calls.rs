@@ -295,3 +295,63 @@ fn a_model_switch_recounts_tool_calls_and_replica_and_aof_agree() {
     );
     assert_eq!(digest(&mut con, key), digest_master);
 }
+
+/// The two public `usage` figures that isolate one call in an OpenAI
+/// request's history (docs/MODELS.md#tool-calls): the module's counts of
+/// the messages plus the 3 tokens every request adds for the reply's start
+/// give 41 where gpt-3.5-turbo billed 40 (OpenAI forum, "Strange token cost
+/// calculation for tool_calls", community.openai.com/t/538914), and 35
+/// where gpt-4 billed 35 (forestwanglin/openai-java issue #5).
+#[test]
+fn recorded_openai_usage_figures_are_met_within_one_token() {
+    let server = Server::start();
+    let mut con = server.client();
+    let mut prompt = |model: &str, messages: &[(&str, &str, Option<&str>)]| -> i64 {
+        let counted: i64 = messages
+            .iter()
+            .map(|(role, content, meta)| {
+                let mut args = vec!["MEM.COUNT", model, content, "ROLE", role];
+                if let Some(m) = meta {
+                    args.extend(["META", m]);
+                }
+                int(&mut con, &args)
+            })
+            .sum();
+        counted + 3
+    };
+    let forum = prompt(
+        "gpt-3.5-turbo",
+        &[
+            ("user", "How much is 2 plus 2?", None),
+            (
+                "assistant",
+                "",
+                Some(
+                    r#"{"tool_calls":[{"id":"a","type":"function","function":{"name":"calculator","arguments":"{\"a\":2, \"b\":2}"}}]}"#,
+                ),
+            ),
+            ("tool", "4", Some(r#"{"tool_call_id":"a"}"#)),
+        ],
+    );
+    assert_eq!(forum, 40 + 1, "billed 40");
+    let java = prompt(
+        "gpt-4",
+        &[
+            (
+                "assistant",
+                "",
+                Some(
+                    r#"{"tool_calls":[{"id":"call_X8ZrV3bVeWm4uKZTyPL0u4HR","type":"function","function":{"name":"get_current_weather","arguments":"{\n  \"location\": \"Boston, MA\"\n}"}}]}"#,
+                ),
+            ),
+            (
+                "tool",
+                "29 degree celcius",
+                Some(
+                    r#"{"tool_call_id":"call_X8ZrV3bVeWm4uKZTyPL0u4HR","name":"get_current_weather"}"#,
+                ),
+            ),
+        ],
+    );
+    assert_eq!(java, 35, "billed 35");
+}
