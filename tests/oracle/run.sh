@@ -2,7 +2,10 @@
 # Token counts of the module against each vendor's own tokenizer (PyPI
 # packages, pinned in requirements.txt), in a venv of their own:
 # target/oracle-venv (python3 -m venv; python3-venv installed with apt-get
-# when that fails and we are root).
+# when that fails and we are root). test_tool_call_templates.py checks the
+# tool calls of META against the vendors' chat templates and renderers; its
+# gpt-oss case reads o200k_base.tiktoken from $TIKTOKEN_ENCODINGS_BASE or the
+# tiktoken-rs crate in the cargo registry (skipped when neither has it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=target/oracle-venv
