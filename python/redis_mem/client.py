@@ -34,6 +34,7 @@ from ._replies import (
     AppendResult,
     JsonObject,
     Message,
+    ModelInfo,
     SessionInfo,
     SummarizeBegin,
     SummarizeCheck,
@@ -43,6 +44,7 @@ __all__ = [
     "AppendResult",
     "AsyncRedisMemClient",
     "Message",
+    "ModelInfo",
     "SummarizeCheck",
     "SummarizeBegin",
     "SessionInfo",
@@ -112,7 +114,8 @@ class RedisMemClient:
         maxage: Optional[int] = None,
     ) -> List[AppendResult]:
         """MEM.APPENDBATCH: several messages (dicts with ``role``, ``content``
-        and optional ``ts``, ``meta``, ``msgid``) appended in one atomic
+        and optional ``ts``, ``meta``, ``msgid``, ``tokens``: the provider's
+        count, as :meth:`append`'s) appended in one atomic
         command, as consecutive MEM.APPENDs; one result per message (a
         message whose msgid the session already has: ``duplicate``)."""
         items = c.batch_items(messages, self.auto_msgid)
@@ -198,6 +201,11 @@ class RedisMemClient:
         """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
         module counts them (a prompt, a tool schema, a candidate summary)."""
         return self._run(c.count(model, text))
+
+    def models(self, model: str) -> ModelInfo:
+        """MEM.MODELS model: the encoding ``model`` counts with, whether that
+        is exact (the vendor's tokenizer), and its context window."""
+        return self._run(c.models(model))
 
 
 class AsyncRedisMemClient:
@@ -317,3 +325,7 @@ class AsyncRedisMemClient:
         """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
         module counts them (a prompt, a tool schema, a candidate summary)."""
         return await self._run(c.count(model, text))
+
+    async def models(self, model: str) -> ModelInfo:
+        """MEM.MODELS model (see :meth:`RedisMemClient.models`)."""
+        return await self._run(c.models(model))
