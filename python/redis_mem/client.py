@@ -197,10 +197,12 @@ class RedisMemClient:
         """MEM.INFO, or None for a missing key."""
         return self._run(c.info(key))
 
-    def count(self, model: str, text: str) -> int:
+    def count(self, model: str, text: str, role: Optional[str] = None) -> int:
         """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
-        module counts them (a prompt, a tool schema, a candidate summary)."""
-        return self._run(c.count(model, text))
+        module counts them (a prompt, a tool schema, a candidate summary);
+        with ``role``, those of a message as MEM.APPEND counts it (3 + role
+        + text)."""
+        return self._run(c.count(model, text, role))
 
     def models(self, model: str) -> ModelInfo:
         """MEM.MODELS model: the encoding ``model`` counts with, whether that
@@ -321,10 +323,9 @@ class AsyncRedisMemClient:
         """MEM.INFO, or None for a missing key."""
         return await self._run(c.info(key))
 
-    async def count(self, model: str, text: str) -> int:
-        """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
-        module counts them (a prompt, a tool schema, a candidate summary)."""
-        return await self._run(c.count(model, text))
+    async def count(self, model: str, text: str, role: Optional[str] = None) -> int:
+        """MEM.COUNT (see :meth:`RedisMemClient.count`)."""
+        return await self._run(c.count(model, text, role))
 
     async def models(self, model: str) -> ModelInfo:
         """MEM.MODELS model (see :meth:`RedisMemClient.models`)."""
