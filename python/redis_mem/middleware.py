@@ -766,7 +766,10 @@ class RedisMemMiddleware(AgentMiddleware):
                 log.warning("redis-mem: %s: the module refused a batch (%s); retrying message by message", key, err)
             for item, m, n in zip(batch, msgs[first:offset], given[first:offset]):
                 last: Optional[Exception] = None
-                for attempt in (item, self._given(self._item(m, limit, minimal=True), n)):
+                attempts = [item, self._given(self._item(m, limit, minimal=True), n)]
+                if "tokens" in item:  # the provider's count refused (over mem.max-tokens-limit): the module's
+                    attempts.append(self._item(m, limit, minimal=True))
+                for attempt in attempts:
                     try:
                         results += yield ("append_batch", key, [attempt])
                         self.stats["provider_tokens"] += "tokens" in attempt
@@ -966,8 +969,9 @@ class RedisMemMiddleware(AgentMiddleware):
             return self.reply_reserve
         settings = request.model_settings if request is not None else {}
         chat_model = request.model if request is not None else self.agent_model
-        for name in MAX_OUTPUT_FIELDS:
-            value = settings.get(name, getattr(chat_model, name, None))
+        # The call's own settings first, then the chat model's.
+        for value in [settings.get(n) for n in MAX_OUTPUT_FIELDS] + [getattr(chat_model, n, None)
+                                                                     for n in MAX_OUTPUT_FIELDS]:
             if type(value) is int and value > 0:
                 return value
         return DEFAULT_REPLY_RESERVE

@@ -289,3 +289,15 @@ def test_langgraph_nodes_auto_budget_is_the_window_less_the_reserve(r, mem_get_b
     assert [m.content for m in got] == ["hello"]
     # No system prompt or tools are known to a node: the window less the reserve.
     assert mem_get_budgets() == [128000 - 1000]
+
+
+def test_a_providers_count_the_module_refuses_falls_back_to_the_modules(r):
+    # Over mem.max-tokens-limit (10,000,000): the answer is stored all the
+    # same, with the module's count.
+    mw = RedisMemMiddleware(r, model="claude-sonnet-4-5")
+    agent, _ = agent_with(mw, script=with_usage(calculator_script, reported_input, lambda a: 50_000_000))
+    agent.invoke({"messages": [HumanMessage("hello")]}, cfg())
+    answer = RedisMemClient(r).get(KEY)[-1]
+    assert answer.content == "You said: hello"
+    assert answer.tokens == RedisMemClient(r).count("claude-sonnet-4-5", "You said: hello", role="assistant")
+    assert mw.stats["refused"] == 0 and mw.stats["provider_tokens"] == 0
