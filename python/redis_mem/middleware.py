@@ -27,6 +27,19 @@ memory):
   again, and no internal key.
 * ``after_model`` / ``after_agent``: a final AI answer (no tool calls) is
   appended at once; an AI message with tool calls waits for its results.
+* Counting what the model sees (the model: ``model=``, else the chat
+  model's own name, else mem.default-model): an AI message of a model
+  without a public tokenizer (Claude, Gemini, any model MEM.MODELS marks
+  ``exact`` 0) is stored with ``TOKENS`` = its ``usage_metadata``
+  output tokens (less reasoning tokens); exact models keep the module's
+  count (``tokens_from_usage=`` decides instead). After each call the
+  reported ``input_tokens`` is compared with the estimate (system prompt
+  + tool schemas + the context's tokens): :attr:`usage_drift`, and a DEBUG
+  log line. ``budget="auto"``: MEM.GET's budget is the context window
+  (MEM.MODELS, or ``context_window=``) less the system prompt, the tool
+  schemas (``convert_to_openai_tool`` JSON, MEM.COUNT) and
+  ``reply_reserve`` (default: the model's ``max_tokens``, else 4096);
+  :attr:`last_budget` says how it was made. A number is a fixed budget.
 * Memory types (the seed's): ``memory="summarize"`` (summarize at the
   limit, the default) summarizes inline under a short lease
   (MEM.SUMMARIZE_BEGIN / MEM.SUMMARIZE ... LEASE) with ``summary_model``,
@@ -375,7 +388,12 @@ class RedisMemMiddleware(AgentMiddleware):
     ``redis_url``) to make both. Session: ``session_id`` (one fixed session),
     else the thread id through ``key_template`` (``%s``) or ``session_key``
     (a function of the thread id). ``budget``: tokens of context the model
-    is given (summary included). ``model``, ``ttl``, ``maxtokens``,
+    is given (summary included), or ``"auto"``: ``context_window`` (None:
+    MEM.MODELS's) less the system prompt, the tool schemas and
+    ``reply_reserve`` (None: the model's ``max_tokens``, else 4096).
+    ``tokens_from_usage``: store AI messages with the provider's output
+    tokens (None: for Claude, Gemini and models MEM.MODELS marks inexact).
+    ``model``, ``ttl``, ``maxtokens``,
     ``maxmsgs``, ``maxage``: session settings sent with each append (None:
     the session's own / the module's defaults). ``memory``: see
     :data:`MemoryType`. ``summary_model``: the chat model that summarizes
