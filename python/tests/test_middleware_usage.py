@@ -301,3 +301,24 @@ def test_a_providers_count_the_module_refuses_falls_back_to_the_modules(r):
     assert answer.content == "You said: hello"
     assert answer.tokens == RedisMemClient(r).count("claude-sonnet-4-5", "You said: hello", role="assistant")
     assert mw.stats["refused"] == 0 and mw.stats["provider_tokens"] == 0
+
+
+def test_the_readme_budget_example(r, mem_get_budgets):
+    # python/README.md "Counting what the model sees": the figures it shows.
+    @tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        return "sunny"
+
+    @tool
+    def book_flight(origin: str, destination: str, date: str) -> str:
+        """Books a flight; date as YYYY-MM-DD."""
+        return "booked"
+
+    memory = RedisMemMiddleware(r, budget="auto")
+    model = NamedModel(respond=USAGE_SCRIPT, prompts=[], model_name="claude-sonnet-4-5", max_tokens=8192)
+    agent = create_agent(model, [get_weather, book_flight], middleware=[memory],
+                         system_prompt="You are a travel assistant. Answer briefly.")
+    agent.invoke({"messages": [HumanMessage("hello")]}, cfg())
+    assert memory.last_budget == BudgetBreakdown("claude-sonnet-4-5", 200000, 9, 56 + 84, 8192, 191659)
+    assert mem_get_budgets() == [191659]
