@@ -236,7 +236,8 @@ class BudgetBreakdown:
 class _Loaded(NamedTuple):
     """What a model call is given: the context, the attributes, the tokens
     of each context message by id (MEM.GET's), the name of the model that
-    sees it, and the budget asked for (None: local memory)."""
+    sees it (None: served from local memory, nothing to estimate), and the
+    budget the context was loaded with."""
 
     context: List[BaseMessage]
     attrs: Dict[str, Any]
