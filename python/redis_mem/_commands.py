@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from ._replies import (
     AppendResult,
     Message,
+    ModelInfo,
     SessionInfo,
     SummarizeBegin,
     SummarizeCheck,
@@ -74,6 +75,8 @@ def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List
         meta = m.get("meta")
         if meta is not None:
             item["meta"] = json.loads(meta) if isinstance(meta, (str, bytes)) else meta
+        if m.get("tokens") is not None:  # the provider's count (TOKENS): stored instead of counting
+            item["tokens"] = int(m["tokens"])
         msgid = m.get("msgid") or (new_msgid() if auto_msgid else None)
         if msgid is not None:
             item["msgid"] = msgid
@@ -151,5 +154,9 @@ def info(key: Key) -> Command[Optional[SessionInfo]]:
     return ["MEM.INFO", key], lambda r: None if r is None else SessionInfo.from_reply(r)
 
 
-def count(model: str, text: str) -> Command[int]:
-    return ["MEM.COUNT", model, text], int
+def count(model: str, text: str, role: Optional[str] = None) -> Command[int]:
+    return ["MEM.COUNT", model, text] + _opt("ROLE", role), int
+
+
+def models(model: str) -> Command[ModelInfo]:
+    return ["MEM.MODELS", model], ModelInfo.from_reply

@@ -18,6 +18,7 @@ __all__ = [
     "SummarizeCheck",
     "SummarizeBegin",
     "SessionInfo",
+    "ModelInfo",
     "SUMMARY_ROLE",
     "JsonObject",
 ]
@@ -236,4 +237,34 @@ class SessionInfo:
             model=_text(m.get("model")),
             encoding=_text(m.get("encoding")),
             external=[_text(x) for x in (m.get("external") or [])],
+        )
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Reply of MEM.MODELS model: what the module's model table resolves the
+    name to. ``exact``: counted with the vendor's own tokenizer (False: no
+    public tokenizer, e.g. Claude or Gemini, or an unknown model, counted
+    with mem.default-encoding). ``context_window``: the model's window in
+    tokens, 0 when the table does not know it. ``entry``: the table pattern
+    that matched (None: none did); ``source``: "builtin", "config" or "none"."""
+
+    model: str
+    encoding: str
+    exact: bool
+    context_window: int
+    entry: Optional[str] = None
+    source: str = "none"
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "ModelInfo":
+        """Parses a MEM.MODELS <model> map (RESP2 or RESP3)."""
+        m = _to_map(reply)
+        return cls(
+            model=_text(m["model"]),
+            encoding=_text(m["encoding"]),
+            exact=bool(int(m.get("exact", 0))),
+            context_window=int(m.get("context_window", 0)),
+            entry=_text(m.get("entry")),
+            source=_text(m.get("source", "none")),
         )

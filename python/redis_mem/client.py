@@ -34,6 +34,7 @@ from ._replies import (
     AppendResult,
     JsonObject,
     Message,
+    ModelInfo,
     SessionInfo,
     SummarizeBegin,
     SummarizeCheck,
@@ -43,6 +44,7 @@ __all__ = [
     "AppendResult",
     "AsyncRedisMemClient",
     "Message",
+    "ModelInfo",
     "SummarizeCheck",
     "SummarizeBegin",
     "SessionInfo",
@@ -112,7 +114,8 @@ class RedisMemClient:
         maxage: Optional[int] = None,
     ) -> List[AppendResult]:
         """MEM.APPENDBATCH: several messages (dicts with ``role``, ``content``
-        and optional ``ts``, ``meta``, ``msgid``) appended in one atomic
+        and optional ``ts``, ``meta``, ``msgid``, ``tokens``: the provider's
+        count, as :meth:`append`'s) appended in one atomic
         command, as consecutive MEM.APPENDs; one result per message (a
         message whose msgid the session already has: ``duplicate``)."""
         items = c.batch_items(messages, self.auto_msgid)
@@ -194,10 +197,17 @@ class RedisMemClient:
         """MEM.INFO, or None for a missing key."""
         return self._run(c.info(key))
 
-    def count(self, model: str, text: str) -> int:
+    def count(self, model: str, text: str, role: Optional[str] = None) -> int:
         """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
-        module counts them (a prompt, a tool schema, a candidate summary)."""
-        return self._run(c.count(model, text))
+        module counts them (a prompt, a tool schema, a candidate summary);
+        with ``role``, those of a message as MEM.APPEND counts it (3 + role
+        + text)."""
+        return self._run(c.count(model, text, role))
+
+    def models(self, model: str) -> ModelInfo:
+        """MEM.MODELS model: the encoding ``model`` counts with, whether that
+        is exact (the vendor's tokenizer), and its context window."""
+        return self._run(c.models(model))
 
 
 class AsyncRedisMemClient:
@@ -313,7 +323,10 @@ class AsyncRedisMemClient:
         """MEM.INFO, or None for a missing key."""
         return await self._run(c.info(key))
 
-    async def count(self, model: str, text: str) -> int:
-        """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
-        module counts them (a prompt, a tool schema, a candidate summary)."""
-        return await self._run(c.count(model, text))
+    async def count(self, model: str, text: str, role: Optional[str] = None) -> int:
+        """MEM.COUNT (see :meth:`RedisMemClient.count`)."""
+        return await self._run(c.count(model, text, role))
+
+    async def models(self, model: str) -> ModelInfo:
+        """MEM.MODELS model (see :meth:`RedisMemClient.models`)."""
+        return await self._run(c.models(model))

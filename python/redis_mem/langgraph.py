@@ -43,7 +43,9 @@ stores what is left. Both have async twins (``aload_context``,
 refuses, memory types, Redis unreachable) is as
 :class:`redis_mem.middleware.RedisMemMiddleware`, whose options SessionMemory
 takes. The nodes see no model call, so the summary needs ``summary_model``
-(or the summarizer service, ``summary_service=True``).
+(or the summarizer service, ``summary_service=True``), and ``budget="auto"``
+knows neither the graph's system prompt nor its tools: it is the window
+less the reply reserve (lower ``context_window=`` to leave them room).
 """
 
 from __future__ import annotations
@@ -59,7 +61,14 @@ try:
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("redis_mem.langgraph needs LangGraph: pip install 'redis-mem[langchain]'") from e
 
-from .middleware import MemoryType, OnUnavailable, RedisMemMiddleware, default_attributes_message
+from .middleware import (
+    DEFAULT_BUDGET,
+    Budget,
+    MemoryType,
+    OnUnavailable,
+    RedisMemMiddleware,
+    default_attributes_message,
+)
 from .summarizing import SUMMARY_PROMPT
 
 __all__ = ["MemoryState", "SessionMemory"]
@@ -85,7 +94,10 @@ class SessionMemory:
         redis_url: Optional[str] = None,
         session_id: Optional[str] = None,
         memory: MemoryType = "summarize",
-        budget: int = 8000,
+        budget: Budget = DEFAULT_BUDGET,
+        context_window: Optional[int] = None,
+        reply_reserve: Optional[int] = None,
+        tokens_from_usage: Optional[bool] = None,
         key_template: str = "mem:{%s}",
         session_key: Optional[Callable[[str], str]] = None,
         model: Optional[str] = None,
@@ -108,7 +120,8 @@ class SessionMemory:
     ) -> None:
         self.middleware = RedisMemMiddleware(
             client, redis_client=redis_client, async_client=async_client, url=url, redis_url=redis_url,
-            session_id=session_id, memory=memory, budget=budget, key_template=key_template,
+            session_id=session_id, memory=memory, budget=budget, context_window=context_window,
+            reply_reserve=reply_reserve, tokens_from_usage=tokens_from_usage, key_template=key_template,
             session_key=session_key, model=model, ttl=ttl, maxtokens=maxtokens, maxmsgs=maxmsgs,
             maxage=maxage, summary_model=summary_model, summary_service=summary_service,
             summary_prompt=summary_prompt, keep=keep, lease_ms=lease_ms, attributes=attributes,

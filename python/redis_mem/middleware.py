@@ -27,6 +27,19 @@ memory):
   again, and no internal key.
 * ``after_model`` / ``after_agent``: a final AI answer (no tool calls) is
   appended at once; an AI message with tool calls waits for its results.
+* Counting what the model sees (the model: ``model=``, else the chat
+  model's own name, else mem.default-model): an AI message of a model
+  without a public tokenizer (Claude, Gemini, any model MEM.MODELS marks
+  ``exact`` 0) is stored with ``TOKENS`` = its ``usage_metadata``
+  output tokens (less reasoning tokens); exact models keep the module's
+  count (``tokens_from_usage=`` decides instead). After each call the
+  reported ``input_tokens`` is compared with the estimate (system prompt
+  + tool schemas + the context's tokens): :attr:`usage_drift`, and a DEBUG
+  log line. ``budget="auto"``: MEM.GET's budget is the context window
+  (MEM.MODELS, or ``context_window=``) less the system prompt, the tool
+  schemas (``convert_to_openai_tool`` JSON, MEM.COUNT) and
+  ``reply_reserve`` (default: the model's ``max_tokens``, else 4096);
+  :attr:`last_budget` says how it was made. A number is a fixed budget.
 * Memory types (the seed's): ``memory="summarize"`` (summarize at the
   limit, the default) summarizes inline under a short lease
   (MEM.SUMMARIZE_BEGIN / MEM.SUMMARIZE ... LEASE) with ``summary_model``,
@@ -68,11 +81,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 import uuid
 import warnings
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import (
     Any,
     Awaitable,
@@ -82,11 +97,13 @@ from typing import (
     List,
     Literal,
     Mapping,
+    NamedTuple,
     Optional,
     Sequence,
     Set,
     Tuple,
     TypeVar,
+    Union,
 )
 
 import redis
@@ -103,6 +120,7 @@ try:
         SystemMessage,
         ToolMessage,
     )
+    from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
 except ImportError as e:  # pragma: no cover - the extra is missing
@@ -110,7 +128,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
         "redis_mem.middleware needs LangChain 1.x and LangGraph: pip install 'redis-mem[langchain]'"
     ) from e
 
-from ._replies import AppendResult, Message, SummarizeBegin
+from ._replies import AppendResult, Message, ModelInfo, SummarizeBegin
 from .client import AsyncRedisMemClient, RedisMemClient
 from .messages import SUMMARY_SOURCE, message_from_mem, message_to_mem, msgid_of, summary_message
 from .messages import clean_json as _clean_json
@@ -118,11 +136,14 @@ from .messages import clean_text as _clean_text
 from .summarizing import SUMMARY_PROMPT, summary_prompt
 
 __all__ = [
+    "Budget",
+    "BudgetBreakdown",
     "MemoryType",
     "OnUnavailable",
     "RedisMemMiddleware",
     "RedisMemState",
     "RedisMemUnavailable",
+    "UsageDrift",
     "summary_message",
 ]
 
@@ -136,6 +157,9 @@ UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, Timeo
 MemoryType = Literal["summarize", "window", "none"]
 #: What to do while Redis cannot be reached.
 OnUnavailable = Literal["local", "fail"]
+#: The context budget: a fixed number of tokens, or ``"auto"``: the model's
+#: context window minus the system prompt, the tool schemas and a reply reserve.
+Budget = Union[int, Literal["auto"]]
 
 #: mem.max-message-bytes when CONFIG GET is not allowed.
 DEFAULT_MAX_MESSAGE_BYTES = 4194304
@@ -150,6 +174,19 @@ DEFAULT_MAX_TOKENS = 80_000
 #: By default one stored message takes at most this share of the session's
 #: token cap (1/4): a larger one would evict the whole conversation before it.
 MESSAGE_TOKEN_SHARE = 4
+#: The fixed budget (the default ``budget=``, and the auto budget's when the
+#: model's context window is unknown).
+DEFAULT_BUDGET = 8000
+#: Tokens the auto budget leaves for the reply when the model sets no maximum.
+DEFAULT_REPLY_RESERVE = 4096
+#: Model settings / chat model attributes that hold the reply's maximum tokens.
+MAX_OUTPUT_FIELDS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
+#: Models whose tokenizer is not public (the module's count of their text is
+#: an approximation, whatever the model table says): their replies are
+#: stored with the provider's count.
+NO_PUBLIC_TOKENIZER = re.compile(r"(^|[./:])(claude|gemini)", re.IGNORECASE)
+#: Entries of the per-text token caches (system prompts, tool sets).
+COUNT_CACHE_SIZE = 256
 
 
 T = TypeVar("T")
@@ -165,6 +202,102 @@ class RedisMemUnavailable(RuntimeError):
 class RedisMemState(AgentState):
     """The agent state (the middleware adds nothing to it: kept for code
     that names it)."""
+
+
+@dataclass(frozen=True)
+class UsageDrift:
+    """For one model: the prompt tokens the provider reported
+    (``usage_metadata["input_tokens"]``) against what the middleware
+    estimated it sent (system prompt + tool schemas + the context's
+    tokens as the session holds them). ``mean_ratio`` (reported /
+    estimated, averaged over ``calls``) above 1: the provider counts more
+    than the module (its own tokenizer, message framing the module does
+    not see); an auto budget then leaves that much less room than planned."""
+
+    calls: int
+    last_estimated: int
+    last_reported: int
+    mean_ratio: float
+
+
+@dataclass(frozen=True)
+class BudgetBreakdown:
+    """How an auto budget was computed: ``budget`` = ``context_window`` -
+    ``system_tokens`` - ``tools_tokens`` - ``reply_reserve`` (at least 1)."""
+
+    model: str
+    context_window: int
+    system_tokens: int
+    tools_tokens: int
+    reply_reserve: int
+    budget: int
+
+
+class _Loaded(NamedTuple):
+    """What a model call is given: the context, the attributes, the tokens
+    of each context message by id (MEM.GET's), the name of the model that
+    sees it (None: served from local memory, nothing to estimate), and the
+    budget the context was loaded with."""
+
+    context: List[BaseMessage]
+    attrs: Dict[str, Any]
+    tokens: Dict[str, int]
+    model: Optional[str]
+    budget: int
+
+
+class _ModelCall(NamedTuple):
+    request: ModelRequest
+    model: Optional[str]
+    estimated: Optional[int]
+
+
+def _chat_model_name(chat_model: Any) -> Optional[str]:
+    """The model name a LangChain chat model calls (ChatOpenAI ``model_name``,
+    ChatAnthropic / ChatGoogleGenerativeAI ``model``, Bedrock ``model_id``)."""
+    for attr in ("model_name", "model", "model_id"):
+        name = getattr(chat_model, attr, None)
+        if isinstance(name, str) and name:
+            return name.removeprefix("models/")  # Google's resource name
+    return None
+
+
+def _output_tokens(m: BaseMessage) -> Optional[int]:
+    """The tokens of an AI message as the provider reported them: its
+    ``output_tokens`` less reasoning tokens (the provider does not give
+    those back to the model in later turns); None when not reported."""
+    usage = m.usage_metadata if isinstance(m, AIMessage) else None
+    if not usage:
+        return None
+    out = usage.get("output_tokens")
+    if type(out) is not int or out < 0:
+        return None
+    reasoning = (usage.get("output_token_details") or {}).get("reasoning")
+    return max(0, out - reasoning) if type(reasoning) is int else out
+
+
+def _reported_input_tokens(response: Any) -> Optional[int]:
+    """``input_tokens`` of the model's reply (a ModelResponse or an AIMessage)."""
+    msgs = response.result if isinstance(response, ModelResponse) else [response]
+    for m in reversed(msgs):
+        usage = m.usage_metadata if isinstance(m, AIMessage) else None
+        if usage and type(usage.get("input_tokens")) is int:
+            return int(usage["input_tokens"])
+    return None
+
+
+def _text_of(m: BaseMessage) -> str:
+    text: Any = m.text  # a str subclass in langchain-core 1.x, a method before
+    return text if isinstance(text, str) else str(text())
+
+
+def _positive(name: str, value: Optional[int], allow_zero: bool = False) -> Optional[int]:
+    if value is None:
+        return None
+    if type(value) is not int or value < (0 if allow_zero else 1):
+        raise ValueError(f"{name} must be {'a non-negative' if allow_zero else 'a positive'} integer or None, "
+                         f"not {value!r}")
+    return value
 
 
 def _is_summary(m: BaseMessage) -> bool:
@@ -256,7 +389,12 @@ class RedisMemMiddleware(AgentMiddleware):
     ``redis_url``) to make both. Session: ``session_id`` (one fixed session),
     else the thread id through ``key_template`` (``%s``) or ``session_key``
     (a function of the thread id). ``budget``: tokens of context the model
-    is given (summary included). ``model``, ``ttl``, ``maxtokens``,
+    is given (summary included), or ``"auto"``: ``context_window`` (None:
+    MEM.MODELS's) less the system prompt, the tool schemas and
+    ``reply_reserve`` (None: the model's ``max_tokens``, else 4096).
+    ``tokens_from_usage``: store AI messages with the provider's output
+    tokens (None: for Claude, Gemini and models MEM.MODELS marks inexact).
+    ``model``, ``ttl``, ``maxtokens``,
     ``maxmsgs``, ``maxage``: session settings sent with each append (None:
     the session's own / the module's defaults). ``memory``: see
     :data:`MemoryType`. ``summary_model``: the chat model that summarizes
@@ -285,7 +423,10 @@ class RedisMemMiddleware(AgentMiddleware):
         redis_url: Optional[str] = None,
         session_id: Optional[str] = None,
         memory: MemoryType = "summarize",
-        budget: int = 8000,
+        budget: Budget = DEFAULT_BUDGET,
+        context_window: Optional[int] = None,
+        reply_reserve: Optional[int] = None,
+        tokens_from_usage: Optional[bool] = None,
         key_template: str = "mem:{%s}",
         session_key: Optional[Callable[[str], str]] = None,
         model: Optional[str] = None,
@@ -323,7 +464,14 @@ class RedisMemMiddleware(AgentMiddleware):
         self.mem = RedisMemClient(client) if client is not None else None
         self.amem = AsyncRedisMemClient(async_client) if async_client is not None else None
         self.memory: MemoryType = memory
-        self.budget = int(budget)
+        if budget != "auto" and (type(budget) is not int or budget < 1):
+            raise ValueError(f'budget must be a positive number of tokens or "auto", not {budget!r}')
+        if tokens_from_usage not in (None, True, False):
+            raise ValueError(f"tokens_from_usage must be True, False or None (automatic), not {tokens_from_usage!r}")
+        self.budget: Budget = budget
+        self.context_window = _positive("context_window", context_window)
+        self.reply_reserve = _positive("reply_reserve", reply_reserve, allow_zero=True)
+        self.tokens_from_usage = tokens_from_usage
         self.session_id = session_id
         self.key_template = key_template
         self.session_key = session_key
@@ -357,7 +505,22 @@ class RedisMemMiddleware(AgentMiddleware):
         #: Appends made (batches), duplicates, summaries committed, local steps,
         #: messages truncated or refused: for tests and metrics.
         self.stats = {"batches": 0, "duplicates": 0, "summaries": 0, "summary_failures": 0, "local": 0,
-                      "truncated": 0, "refused": 0, "resent": 0}
+                      "truncated": 0, "refused": 0, "resent": 0, "provider_tokens": 0}
+        #: The last auto budget computed (None: none yet, or a fixed budget).
+        self.last_budget: Optional[BudgetBreakdown] = None
+        self._drift: Dict[str, UsageDrift] = {}
+        self._model_info: Dict[str, Optional[ModelInfo]] = {}
+        self._text_tokens: "OrderedDict[Tuple[str, str], int]" = OrderedDict()
+        self._tools_tokens: "OrderedDict[Tuple[str, Tuple[str, ...]], int]" = OrderedDict()
+        self._tool_schemas: "OrderedDict[int, Tuple[Any, str]]" = OrderedDict()
+        self._warned_models: Set[str] = set()
+
+    @property
+    def usage_drift(self) -> Dict[str, UsageDrift]:
+        """Per model name: the provider's reported prompt tokens against the
+        middleware's estimate (a snapshot; see :class:`UsageDrift`)."""
+        with self._lock:
+            return dict(self._drift)
 
     # -- keys, ids ------------------------------------------------------------
 
@@ -587,23 +750,48 @@ class RedisMemMiddleware(AgentMiddleware):
                         "the session's maxtokens by default; it would evict the whole conversation): stored "
                         "truncated to %d tokens (the model was given all of it)", item["role"], full, cap, tokens)
 
+    def _provider_tokens_core(self, msgs: Sequence[BaseMessage]) -> Core[List[Optional[int]]]:
+        """Per message, the provider's count to store with TOKENS (None: the
+        module counts): an AI message's reported output tokens, for a model
+        whose tokenizer the module does not have (see :meth:`_uses_usage_core`)."""
+        counts = [_output_tokens(m) for m in msgs]
+        if all(n is None for n in counts):
+            return counts
+        model = yield from self._model_name_core(self.agent_model)
+        if not (yield from self._uses_usage_core(model)):
+            return [None] * len(msgs)
+        return counts
+
+    def _given(self, item: Dict[str, Any], tokens: Optional[int]) -> Dict[str, Any]:
+        # A message stored truncated is not the text the provider counted.
+        if tokens is not None and "redis_mem_truncated" not in item["meta"]:
+            item["tokens"] = tokens
+        return item
+
     def _append_core(self, key: str, msgs: List[BaseMessage], limit: int) -> Core[List[AppendResult]]:
         items = [self._item(m, limit) for m in msgs]
         yield from self._fit_tokens_core(msgs, items, limit)
+        given = yield from self._provider_tokens_core(msgs)
+        items = [self._given(item, n) for item, n in zip(items, given)]
         results: List[AppendResult] = []
         offset = 0
         for batch in self._batches(items, limit):
             first, offset = offset, offset + len(batch)
             try:
                 results += yield ("append_batch", key, batch)
+                self.stats["provider_tokens"] += sum("tokens" in item for item in batch)
                 continue
             except redis.ResponseError as err:
                 log.warning("redis-mem: %s: the module refused a batch (%s); retrying message by message", key, err)
-            for item, m in zip(batch, msgs[first:offset]):
+            for item, m, n in zip(batch, msgs[first:offset], given[first:offset]):
                 last: Optional[Exception] = None
-                for attempt in (item, self._item(m, limit, minimal=True)):
+                attempts = [item, self._given(self._item(m, limit, minimal=True), n)]
+                if "tokens" in item:  # the provider's count refused (over mem.max-tokens-limit): the module's
+                    attempts.append(self._item(m, limit, minimal=True))
+                for attempt in attempts:
                     try:
                         results += yield ("append_batch", key, [attempt])
+                        self.stats["provider_tokens"] += "tokens" in attempt
                         last = None
                         break
                     except redis.ResponseError as err:
@@ -700,22 +888,202 @@ class RedisMemMiddleware(AgentMiddleware):
         log.info("redis-mem: summarized %s up to %d in %.0f ms (%d tokens left)",
                  key, begin.upto, (time.monotonic() - started) * 1000, result.total_tokens)
 
-    def _load_core(self, key: str) -> Core[Tuple[List[BaseMessage], Dict[str, Any]]]:
-        if self._skipping():
-            return self.local.load(key, self.budget), {}
+    # -- what the model sees: model, budget, estimate ------------------------------
+
+    def _model_name_core(self, chat_model: Any) -> Core[str]:
+        """The name of the model that sees the context: ``model=``, else the
+        agent's chat model's own name, else mem.default-model."""
+        name = self.settings.get("model") or _chat_model_name(chat_model)
+        if name:
+            return str(name)
+        return (yield from self._count_model_core())
+
+    def _model_info_core(self, model: str) -> Core[Optional[ModelInfo]]:
+        """MEM.MODELS model, once per model (None: the module refused it)."""
+        if model not in self._model_info:
+            try:
+                self._model_info[model] = yield ("models", model)
+            except redis.ResponseError as err:  # a module without MEM.MODELS
+                log.warning("redis-mem: MEM.MODELS %s refused (%s): its window and exactness are unknown", model, err)
+                self._model_info[model] = None
+        return self._model_info[model]
+
+    def _uses_usage_core(self, model: str) -> Core[bool]:
+        """Whether replies are stored with the provider's count: Claude and
+        Gemini (no public tokenizer) and any model the module counts with a
+        stand-in encoding (MEM.MODELS ``exact`` 0); ``tokens_from_usage``
+        True / False decides instead."""
+        if self.tokens_from_usage is not None:
+            return self.tokens_from_usage
+        info = yield from self._model_info_core(model)
+        if info is None:
+            return False  # a module that old may not take TOKENS either
+        return bool(NO_PUBLIC_TOKENIZER.search(model)) or not info.exact
+
+    def _text_tokens_core(self, model: str, text: str, role: Optional[str] = None) -> Core[int]:
+        """MEM.COUNT model text, cached per (model, text) (a system prompt is
+        the same call after call)."""
+        if not text and role is None:
+            return 0
+        cache_key = (model if role is None else f"{model}\0{role}", text)
+        cached = self._text_tokens.get(cache_key)
+        if cached is not None:
+            return cached
         try:
-            entries = yield ("get", key, self.budget)
+            n = int((yield ("count", model, text, role)))
+        except redis.ResponseError as err:  # an encoding mem.encodings leaves out
+            if model not in self._warned_models:
+                self._warned_models.add(model)
+                log.warning("redis-mem: MEM.COUNT %s refused (%s): its texts are estimated at 4 bytes a token",
+                            model, err)
+            return len(text.encode("utf-8")) // 4 + 1
+        with self._lock:
+            self._text_tokens[cache_key] = n
+            while len(self._text_tokens) > COUNT_CACHE_SIZE:
+                self._text_tokens.popitem(last=False)
+        return n
+
+    def _tool_schema(self, tool: Any) -> str:
+        """A tool as the model is sent it: its OpenAI function schema as JSON
+        (cached per tool object; a provider's built-in tool, a dict, as it is)."""
+        if isinstance(tool, dict):
+            return json.dumps(tool, ensure_ascii=False, default=str)
+        with self._lock:
+            cached = self._tool_schemas.get(id(tool))
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        try:
+            text = json.dumps(convert_to_openai_tool(tool), ensure_ascii=False, default=str)
+        except Exception as err:  # not a tool LangChain can describe: its name is what is sent
+            log.debug("redis-mem: tool %r has no OpenAI schema (%s): counted by its name", tool, err)
+            text = str(getattr(tool, "name", tool))
+        with self._lock:  # the tool is kept with its schema, so its id is not reused meanwhile
+            self._tool_schemas[id(tool)] = (tool, text)
+            while len(self._tool_schemas) > COUNT_CACHE_SIZE:
+                self._tool_schemas.popitem(last=False)
+        return text
+
+    def _tools_tokens_core(self, model: str, tools: Sequence[Any]) -> Core[int]:
+        """The tools' schemas' tokens: each tool's JSON counted with MEM.COUNT,
+        summed; cached per tool set."""
+        if not tools:
+            return 0
+        schemas = tuple(self._tool_schema(t) for t in tools)
+        cached = self._tools_tokens.get((model, schemas))
+        if cached is not None:
+            return cached
+        total = 0
+        for text in schemas:
+            total += yield from self._text_tokens_core(model, text)
+        with self._lock:
+            self._tools_tokens[(model, schemas)] = total
+            while len(self._tools_tokens) > COUNT_CACHE_SIZE:
+                self._tools_tokens.popitem(last=False)
+        return total
+
+    def _reserve(self, request: Optional[ModelRequest]) -> int:
+        """Tokens left for the reply: ``reply_reserve``, else the reply's
+        maximum the call or the chat model sets, else DEFAULT_REPLY_RESERVE."""
+        if self.reply_reserve is not None:
+            return self.reply_reserve
+        settings = request.model_settings if request is not None else {}
+        chat_model = request.model if request is not None else self.agent_model
+        # The call's own settings first, then the chat model's.
+        for value in [settings.get(n) for n in MAX_OUTPUT_FIELDS] + [getattr(chat_model, n, None)
+                                                                     for n in MAX_OUTPUT_FIELDS]:
+            if type(value) is int and value > 0:
+                return value
+        return DEFAULT_REPLY_RESERVE
+
+    def _local_budget(self) -> int:
+        if self.budget != "auto":
+            return self.budget
+        return self.last_budget.budget if self.last_budget is not None else DEFAULT_BUDGET
+
+    def _budget_core(self, model: str, request: Optional[ModelRequest],
+                     system: Optional[SystemMessage]) -> Core[int]:
+        """The tokens of context to ask MEM.GET for: a fixed ``budget``, or
+        (``"auto"``) the window less the system prompt, the tool schemas and
+        the reply reserve."""
+        if self.budget != "auto":
+            return self.budget
+        window = self.context_window
+        if window is None:
+            info = yield from self._model_info_core(model)
+            window = info.context_window if info is not None else 0
+        if not window:
+            if model not in self._warned_models:
+                self._warned_models.add(model)
+                log.warning("redis-mem: budget='auto' but the context window of %s is unknown (MEM.MODELS says 0): "
+                            "budget %d used; give context_window=, or add the model to mem.models",
+                            model, DEFAULT_BUDGET)
+            return DEFAULT_BUDGET
+        system_tokens = (yield from self._text_tokens_core(model, _text_of(system))) if system is not None else 0
+        tools_tokens = (yield from self._tools_tokens_core(model, request.tools)) if request is not None else 0
+        reserve = self._reserve(request)
+        budget = window - system_tokens - tools_tokens - reserve
+        if budget < 1:
+            log.warning("redis-mem: %s: a window of %d tokens leaves no context once the system prompt (%d), tools "
+                        "(%d) and reply reserve (%d) are taken: budget 1 (lower reply_reserve=?)",
+                        model, window, system_tokens, tools_tokens, reserve)
+            budget = 1
+        self.last_budget = BudgetBreakdown(model, window, system_tokens, tools_tokens, reserve, budget)
+        return budget
+
+    def _estimate_core(self, model: str, request: ModelRequest, tokens: Mapping[str, int]) -> Core[Optional[int]]:
+        """The prompt tokens of the call as the module counts them: system
+        prompt, tool schemas, and each message (a context message by its
+        MEM.GET tokens, any other counted as MEM.APPEND would)."""
+        try:
+            total = (yield from self._text_tokens_core(model, _text_of(request.system_message))
+                     ) if request.system_message is not None else 0
+            total += yield from self._tools_tokens_core(model, request.tools)
+            for m in request.messages:
+                n = tokens.get(m.id) if m.id else None
+                if n is None:
+                    role, content, _meta = message_to_mem(m)
+                    n = yield from self._text_tokens_core(model, _clean_text(content), _clean_text(role)[:64] or "user")
+                total += n
+        except (redis.ResponseError, *UNAVAILABLE) as err:  # the estimate is not worth failing a call over
+            log.debug("redis-mem: no prompt estimate for %s: %s", model, err)
+            return None
+        return total
+
+    def _reconcile(self, call: _ModelCall, response: Any) -> None:
+        """Compares the provider's reported prompt tokens with the estimate."""
+        reported = _reported_input_tokens(response)
+        if call.model is None or not call.estimated or reported is None:
+            return
+        ratio = reported / call.estimated
+        with self._lock:
+            old = self._drift.get(call.model)
+            calls = old.calls + 1 if old else 1
+            mean = old.mean_ratio + (ratio - old.mean_ratio) / calls if old else ratio
+            self._drift[call.model] = UsageDrift(calls, call.estimated, reported, mean)
+        log.debug("redis-mem: %s prompt: %d tokens reported by the provider, %d estimated (ratio %.3f; mean %.3f "
+                  "over %d calls)", call.model, reported, call.estimated, ratio, mean, calls)
+
+    def _load_core(self, key: str, request: Optional[ModelRequest] = None) -> Core[_Loaded]:
+        if self._skipping():
+            budget = self._local_budget()
+            return _Loaded(self.local.load(key, budget), {}, {}, None, budget)
+        try:
+            model = yield from self._model_name_core(request.model if request is not None else self.agent_model)
             attrs: Dict[str, Any] = {}
             if self.attributes:
                 every = (yield ("attrget", key)) or {}
                 attrs = {n: every[n] for n in self.attributes if n in every}
+            system = self._system_message(request, attrs) if request is not None else None
+            budget = yield from self._budget_core(model, request, system)
+            entries = yield ("get", key, budget)
         except UNAVAILABLE as err:
             self._down(key, err)
-            return self.local.load(key, self.budget), {}
-        context = self._context(key, entries)
+            budget = self._local_budget()
+            return _Loaded(self.local.load(key, budget), {}, {}, None, budget)
+        context, tokens = self._context(key, entries)
         self.local.keep(key, context)
         self._mark(key, [m.id for m in context if not _is_summary(m)])
-        return context, attrs
+        return _Loaded(context, attrs, tokens, model, budget)
 
     def _sight_core(self, key: str, msgs: Sequence[BaseMessage]) -> Core[Optional[Set[str]]]:
         if not self._needs_sight(key, msgs) or self._skipping():
@@ -725,7 +1093,7 @@ class RedisMemMiddleware(AgentMiddleware):
         except UNAVAILABLE:
             return None
 
-    def _model_call_core(self, request: ModelRequest) -> Core[ModelRequest]:
+    def _model_call_core(self, request: ModelRequest) -> Core[_ModelCall]:
         key = self._key()
         if self.agent_model is None:
             self.agent_model = request.model
@@ -733,8 +1101,12 @@ class RedisMemMiddleware(AgentMiddleware):
         self._ensure_ids(msgs)
         held = yield from self._sight_core(key, msgs)
         yield from self._store_core(key, self._unsynced(key, msgs, held))
-        context, attrs = yield from self._load_core(key)
-        return self._request(key, request, msgs, context, attrs)
+        loaded = yield from self._load_core(key, request)
+        out = self._request(request, msgs, loaded)
+        if loaded.model is None:  # local memory: no estimate
+            return _ModelCall(out, None, None)
+        estimated = yield from self._estimate_core(loaded.model, out, loaded.tokens)
+        return _ModelCall(out, loaded.model, estimated)
 
     def _after_core(self, state: Mapping[str, Any], final: bool) -> Core[None]:
         msgs = list(state.get("messages") or [])
@@ -756,8 +1128,8 @@ class RedisMemMiddleware(AgentMiddleware):
         self._ensure_ids(msgs)
         held = yield from self._sight_core(key, msgs)
         yield from self._store_core(key, self._unsynced(key, msgs, held))
-        context, _attrs = yield from self._load_core(key)
-        ctx = self._merge(msgs, context)
+        loaded = yield from self._load_core(key)
+        ctx = self._merge(msgs, loaded.context, loaded.budget)
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *ctx]}
 
     def _input_core(self, state: Mapping[str, Any]) -> Core[List[BaseMessage]]:
@@ -768,24 +1140,30 @@ class RedisMemMiddleware(AgentMiddleware):
         self._ensure_ids(msgs)
         held = yield from self._sight_core(key, msgs)
         yield from self._store_core(key, self._unsynced(key, msgs, held))
-        context, _attrs = yield from self._load_core(key)
-        return self._merge(msgs, context)
+        loaded = yield from self._load_core(key)
+        return self._merge(msgs, loaded.context, loaded.budget)
 
     # -- the context the model gets ---------------------------------------------
 
-    def _context(self, key: str, entries: List[Message]) -> List[BaseMessage]:
+    def _context(self, key: str, entries: List[Message]) -> Tuple[List[BaseMessage], Dict[str, int]]:
+        """The entries as messages, and each one's tokens by message id."""
         out: List[BaseMessage] = []
+        tokens: Dict[str, int] = {}
         for e in entries:
+            m: BaseMessage
             if e.is_summary:
-                out.append(summary_message(e))
-                continue
-            m = message_from_mem(e)
-            if not m.id:  # written by another client: a stable id all the same
-                m.id = e.msgid or f"redis-mem-{key}-{e.id}"
+                m = summary_message(e)
+            else:
+                m = message_from_mem(e)
+                if not m.id:  # written by another client: a stable id all the same
+                    m.id = e.msgid or f"redis-mem-{key}-{e.id}"
             out.append(m)
-        return out
+            if m.id:
+                tokens[m.id] = e.tokens
+        return out, tokens
 
-    def _merge(self, state_msgs: Sequence[BaseMessage], context: List[BaseMessage]) -> List[BaseMessage]:
+    def _merge(self, state_msgs: Sequence[BaseMessage], context: List[BaseMessage],
+               budget: int) -> List[BaseMessage]:
         # The state's own copy of a message (e.g. a tool result stored
         # truncated: the model is given all of it); the newest state messages
         # the budget left out (one huge message) are sent as they are.
@@ -799,7 +1177,7 @@ class RedisMemMiddleware(AgentMiddleware):
             tail.append(m)
         tail.reverse()
         if tail:
-            log.warning("redis-mem: the newest messages do not fit budget %d; sent as they are", self.budget)
+            log.warning("redis-mem: the newest messages do not fit budget %d; sent as they are", budget)
         out = [*ctx, *tail]
         # Never open the conversation with an assistant turn cut loose from
         # its question (providers refuse it): start at the first user turn.
@@ -809,18 +1187,23 @@ class RedisMemMiddleware(AgentMiddleware):
                 out = out[first:]
         return out
 
-    def _request(self, key: str, request: ModelRequest, msgs: Sequence[BaseMessage],
-                 context: List[BaseMessage], attrs: Dict[str, Any]) -> ModelRequest:
-        changes: Dict[str, Any] = {"messages": self._merge(msgs, context)}
-        if attrs:
-            text = self.attributes_message(attrs)
-            sm = request.system_message
-            if sm is None:
-                changes["system_message"] = SystemMessage(text)
-            elif isinstance(sm.content, str):
-                changes["system_message"] = SystemMessage(sm.content + "\n\n" + text)
-            else:
-                changes["system_message"] = SystemMessage([*sm.content, {"type": "text", "text": text}])
+    def _system_message(self, request: ModelRequest, attrs: Dict[str, Any]) -> Optional[SystemMessage]:
+        """The system message the model is given: the agent's, with the
+        attributes at its end."""
+        sm = request.system_message
+        if not attrs:
+            return sm
+        text = self.attributes_message(attrs)
+        if sm is None:
+            return SystemMessage(text)
+        if isinstance(sm.content, str):
+            return SystemMessage(sm.content + "\n\n" + text)
+        return SystemMessage([*sm.content, {"type": "text", "text": text}])
+
+    def _request(self, request: ModelRequest, msgs: Sequence[BaseMessage], loaded: _Loaded) -> ModelRequest:
+        changes: Dict[str, Any] = {"messages": self._merge(msgs, loaded.context, loaded.budget)}
+        if loaded.attrs:
+            changes["system_message"] = self._system_message(request, loaded.attrs)
         return request.override(**changes)
 
     # -- unavailable Redis ------------------------------------------------------
@@ -874,7 +1257,9 @@ class RedisMemMiddleware(AgentMiddleware):
                 return None
             return next(iter(got.values()), None) if got else None
         if kind == "count":
-            return mem.count(op[1], op[2])
+            return mem.count(*op[1:])
+        if kind == "models":
+            return mem.models(op[1])
         if kind == "begin":
             return mem.summarize_begin(op[1], op[2], keep=op[3])
         if kind == "summarize":
@@ -905,7 +1290,9 @@ class RedisMemMiddleware(AgentMiddleware):
                 return None
             return next(iter(got.values()), None) if got else None
         if kind == "count":
-            return await mem.count(op[1], op[2])
+            return await mem.count(*op[1:])
+        if kind == "models":
+            return await mem.models(op[1])
         if kind == "begin":
             return await mem.summarize_begin(op[1], op[2], keep=op[3])
         if kind == "summarize":
@@ -925,14 +1312,20 @@ class RedisMemMiddleware(AgentMiddleware):
         """Stores the new messages, then calls the model with the session's context."""
         if self.memory == "none":
             return handler(request)
-        return handler(self._drive(self._model_call_core(request)))
+        call = self._drive(self._model_call_core(request))
+        response = handler(call.request)
+        self._reconcile(call, response)
+        return response
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> ModelResponse:
         """Async :meth:`wrap_model_call`."""
         if self.memory == "none":
             return await handler(request)
-        return await handler(await self._adrive(self._model_call_core(request)))
+        call = await self._adrive(self._model_call_core(request))
+        response = await handler(call.request)
+        self._reconcile(call, response)
+        return response
 
     def after_model(self, state: AgentState[Any], runtime: Any) -> None:
         """Stores a final answer at once (a tool call waits for its results)."""

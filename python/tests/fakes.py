@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -88,3 +88,28 @@ class OpenAIStub:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class NamedModel(ScriptedModel):
+    """A :class:`ScriptedModel` with the attributes a provider's chat model
+    has: its model name (ChatOpenAI's ``model_name``) and the reply's
+    maximum (``max_tokens``, None: unset)."""
+
+    model_name: str = "scripted"
+    max_tokens: Optional[int] = None
+
+
+def with_usage(script: Callable[[List[BaseMessage]], AIMessage], input_tokens: Callable[[List[BaseMessage]], int],
+               output_tokens: Callable[[AIMessage], int], reasoning: int = 0) -> Callable[[List[BaseMessage]], AIMessage]:
+    """``script``'s answers, each with the ``usage_metadata`` a provider
+    reports: ``input_tokens(prompt)``, ``output_tokens(answer)`` (and
+    ``reasoning`` of those as reasoning tokens, when not 0)."""
+    def respond(messages: List[BaseMessage]) -> AIMessage:
+        answer = script(messages)
+        out = output_tokens(answer)
+        usage: dict = {"input_tokens": input_tokens(messages), "output_tokens": out,
+                       "total_tokens": input_tokens(messages) + out}
+        if reasoning:
+            usage["output_token_details"] = {"reasoning": reasoning}
+        return answer.model_copy(update={"usage_metadata": usage})
+    return respond

@@ -81,6 +81,17 @@ def test_count(r):
     assert n == 2  # o200k_base: "hello", " world"
     # The same count an append makes of its content (3 + role + content).
     assert mem.append("mem:{cnt}", "user", "hello world", model="gpt-4o").tokens == 3 + mem.count("gpt-4o", "user") + n
+    # With a role: the message's count, as MEM.APPEND makes it.
+    assert mem.count("gpt-4o", "hello world", role="user") == 3 + mem.count("gpt-4o", "user") + n
+
+
+def test_append_batch_items_take_the_providers_tokens(r):
+    mem = RedisMemClient(r)
+    got = mem.append_batch("mem:{btok}", [{"role": "assistant", "content": "counted by the provider", "tokens": 77},
+                                          {"role": "user", "content": "counted by the module"}])
+    assert got[0].tokens == 77
+    assert got[1].tokens == 3 + mem.count("gpt-4o", "user") + mem.count("gpt-4o", "counted by the module")
+    assert [e.tokens for e in mem.get("mem:{btok}")] == [77, got[1].tokens]
 
 
 def test_async_tokens_and_count(clean):

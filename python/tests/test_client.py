@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
-from redis_mem import AppendResult, Message, RedisMemClient, SessionInfo, SummarizeBegin, SummarizeCheck
+from redis_mem import AppendResult, Message, ModelInfo, RedisMemClient, SessionInfo, SummarizeBegin, SummarizeCheck
 
 KEY = "mem:{alice}"
 
@@ -397,3 +397,16 @@ def test_is_summary_uses_the_summary_marker_when_the_module_sends_it(mem):
     mem.append(KEY, "summary", "another message with that role")
     entries = mem.get(KEY)
     assert [e.is_summary for e in entries] == [True, False, False]
+
+
+def test_models_says_whether_the_count_is_exact_and_the_window(mem):
+    claude = mem.models("claude-sonnet-4-5")
+    assert isinstance(claude, ModelInfo)
+    # No public tokenizer: counted with mem.default-encoding, not exact.
+    assert (claude.model, claude.encoding, claude.exact, claude.context_window) == (
+        "claude-sonnet-4-5", "o200k_base", False, 200000)
+    assert (claude.entry, claude.source) == ("claude*", "builtin")
+    gpt = mem.models("gpt-4o")
+    assert (gpt.encoding, gpt.exact, gpt.context_window, gpt.entry) == ("o200k_base", True, 128000, "gpt-4o*")
+    unknown = mem.models("no-such-model")
+    assert (unknown.exact, unknown.context_window, unknown.entry, unknown.source) == (False, 0, None, "none")
