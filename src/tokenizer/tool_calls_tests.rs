@@ -207,7 +207,14 @@ fn a_newline_after_content_is_counted_with_its_tail() {
     let e = Encoding::Qwen2;
     let meta = openai_meta(&[("f", "{}")]);
     let bare = tool_call_tokens(e, ToolFormat::Qwen, "", &meta);
-    for content in ["Let me check.", "Checking:", "Sure ", "ok\n", "好的。", "Sure"] {
+    for content in [
+        "Let me check.",
+        "Checking:",
+        "Sure ",
+        "ok\n",
+        "好的。",
+        "Sure",
+    ] {
         let joined = e.count(&format!("{content}\n")) - e.count(content);
         assert_eq!(
             tool_call_tokens(e, ToolFormat::Qwen, content, &meta),

@@ -788,3 +788,53 @@ fn v2_aofs_load_with_the_same_answers() {
 fn v2_files_are_format_2() {
     files_are_of_their_format("v2");
 }
+
+/// A tool call stored before tool calls counted (v2's `mem:{tools}`
+/// message 3: 4 tokens, its text's) loads as it was stored; the same
+/// message appended today counts its call; a model switch re-counts it.
+#[test]
+fn counts_made_before_tool_calls_counted_load_as_stored() {
+    let server = Server::start();
+    let rdb = server.dir.join("fixture.rdb");
+    std::fs::copy(fixtures("v2").join("sessions.rdb"), &rdb).unwrap();
+    let mut server = server;
+    server.restart_with(&["--dbfilename", "fixture.rdb"]);
+    let mut con = server.client();
+    let entries = crate::support::reply::get(&mut con, &["MEM.GET", "mem:{tools}"]);
+    let call = entries.iter().find(|e| e.id == 3).expect("message 3");
+    let meta = call.meta.clone().expect("its META");
+    assert!(meta.contains("tool_calls"));
+    assert_eq!(call.tokens, 4, "as v2 stored it");
+    let model = str_field(
+        &crate::support::reply::info(&mut con, "mem:{tools}"),
+        "model",
+    );
+    let today = crate::support::reply::int(
+        &mut con,
+        &["MEM.COUNT", &model, "", "ROLE", "assistant", "META", &meta],
+    );
+    assert!(today > 4, "today's count of the same message: {today}");
+    // Another encoding: the re-count uses today's rule.
+    crate::support::reply::append(
+        &mut con,
+        "mem:{tools}",
+        "user",
+        "ok",
+        &["MODEL", "qwen3-32b"],
+    );
+    let entries = crate::support::reply::get(&mut con, &["MEM.GET", "mem:{tools}"]);
+    let call = entries.iter().find(|e| e.id == 3).expect("message 3");
+    let qwen = crate::support::reply::int(
+        &mut con,
+        &[
+            "MEM.COUNT",
+            "qwen3-32b",
+            "",
+            "ROLE",
+            "assistant",
+            "META",
+            &meta,
+        ],
+    );
+    assert_eq!(call.tokens, qwen);
+}
