@@ -27,7 +27,7 @@ use crate::session::{
     MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
 use crate::stats;
-use crate::tokenizer::{count_message, Counting, Encoding};
+use crate::tokenizer::{count_message, Counting};
 
 /// Most messages one batch may carry.
 pub const MAX_BATCH: usize = 1000;
@@ -276,7 +276,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         message_bytes: cfg.max_message_bytes,
         tokens: cfg.max_tokens_limit.min(MAX_MESSAGE_TOKENS),
     };
-    if let Some(snapshot) = worker_needed(ctx, &key, raw.len(), encoding, resumed, &cfg)? {
+    if let Some(snapshot) = worker_needed(ctx, &key, raw.len(), counting, resumed, &cfg)? {
         drop(key);
         return offload::run(ctx, args, 1, 2, batch_counted, move |bytes| {
             let recounted = model_switch::count(snapshot, counting);
@@ -290,7 +290,8 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         Some(p) => p,
         None => parse(raw.as_slice(), counting, limits, false),
     };
-    let recounted = parsed.recounted;
+    // The worker's re-count stands only under the counting it used.
+    let recounted = parsed.recounted.filter(|_| parsed.counting == counting);
     let messages = counted_under(parsed.messages, parsed.counting, counting, raw.len(), &cfg)?;
     let now = now_ms();
     let steps = steps(messages, key.session(), &settings, now)?;
@@ -351,16 +352,17 @@ fn worker_needed(
     ctx: &Context,
     key: &SessionKey,
     len: usize,
-    encoding: Encoding,
+    counting: Counting,
     resumed: bool,
     cfg: &Config,
 ) -> Result<Option<Option<Snapshot>>, RedisError> {
+    let encoding = counting.encoding;
     let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
     if resumed {
         encoding_build::require(ctx, encoding)?;
     }
     let (large, snapshot) =
-        offload::heavy_parts(ctx, key.session(), "messages", len, encoding, resumed, cfg)?;
+        offload::heavy_parts(ctx, key.session(), "messages", len, counting, resumed, cfg)?;
     let offload = large || unbuilt || snapshot.is_some();
     Ok((!resumed && offload && can_block(ctx)).then_some(snapshot))
 }

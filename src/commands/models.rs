@@ -47,7 +47,12 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     if encoding_build::cannot_wait(ctx) {
         if large {
-            refuse_where_blocking_is_impossible(ctx, "text", len)?;
+            let what = if meta.is_some() {
+                "text with META"
+            } else {
+                "text"
+            };
+            refuse_where_blocking_is_impossible(ctx, what, len)?;
         }
         encoding_build::build_in_background(encoding);
         return Err(encoding_build::busy(encoding));

@@ -177,7 +177,7 @@ impl<'a> AppendArgs<'a> {
     ) -> Result<Option<AppendJob>, RedisError> {
         let encoding = counting.encoding;
         let counts =
-            self.given.is_none() || model_switch::needed(key.session(), encoding).is_some();
+            self.given.is_none() || model_switch::needed(key.session(), counting).is_some();
         let unbuilt = counts && !resumed && encoding_build::must_wait(ctx, encoding)?;
         if counts && resumed {
             encoding_build::require(ctx, encoding)?;
@@ -190,7 +190,7 @@ impl<'a> AppendArgs<'a> {
             "content"
         };
         let (large, snapshot) =
-            offload::heavy_parts(ctx, key.session(), what, len, encoding, resumed, cfg)?;
+            offload::heavy_parts(ctx, key.session(), what, len, counting, resumed, cfg)?;
         let offload = large || unbuilt || snapshot.is_some() || self.meta_on_worker;
         if resumed || !offload || !can_block(ctx) {
             return Ok(None);
@@ -214,8 +214,16 @@ impl<'a> AppendArgs<'a> {
         counting: Counting,
         cfg: &Config,
     ) -> Result<(Arc<str>, u64, Option<Recounted>), RedisError> {
+        // The worker's re-count stands only under the counting it used (a
+        // model switched meanwhile makes it stale: counted again below).
         let (counted_content, recounted) = match counted {
-            Some(c) => (c.content.map(|ct| (c.counting, ct)), c.recounted),
+            Some(c) => {
+                let same = c.counting == counting;
+                (
+                    c.content.map(|ct| (c.counting, ct)),
+                    c.recounted.filter(|_| same),
+                )
+            }
             None => (None, None),
         };
         let (content, tokens) = match counted_content {

@@ -24,7 +24,7 @@ use redis_module::{
 
 use crate::config::Config;
 use crate::session::{Session, Snapshot};
-use crate::tokenizer::Encoding;
+use crate::tokenizer::Counting;
 
 pub mod admission;
 pub mod cluster_route;
@@ -137,15 +137,15 @@ pub fn heavy_parts(
     session: Option<&Session>,
     what: &str,
     len: usize,
-    encoding: Encoding,
+    counting: Counting,
     resumed: bool,
     cfg: &Config,
 ) -> Result<(bool, Option<Snapshot>), RedisError> {
-    let large = len as u64 >= cfg.inline_limit(encoding);
+    let large = len as u64 >= cfg.inline_limit(counting.encoding);
     if resumed {
         return Ok((large, None));
     }
-    let snapshot = model_switch::offload(session, encoding, cfg);
+    let snapshot = model_switch::offload(session, counting, cfg);
     if large {
         refuse_where_blocking_is_impossible(ctx, what, len)?;
     }

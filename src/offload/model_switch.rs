@@ -18,16 +18,19 @@ fn counter(tools: ToolFormat) -> impl Fn(Encoding, &str, &str, Option<&str>) -> 
 }
 
 /// Whether a write under `encoding` must re-count `session` first.
-pub fn needed(session: Option<&Session>, encoding: Encoding) -> Option<&Session> {
+/// Another encoding, or a model whose prompt renders tool calls otherwise
+/// (gpt-4o to gpt-oss: one encoding, two formats), re-counts.
+pub fn needed(session: Option<&Session>, counting: Counting) -> Option<&Session> {
     session.filter(|s| {
-        s.settings.encoding != encoding && (s.summary.is_some() || !s.messages.is_empty())
+        Counting::new(&s.settings.model, s.settings.encoding) != counting
+            && (s.summary.is_some() || !s.messages.is_empty())
     })
 }
 
 /// The snapshot a worker counts, when the re-count is large enough for one.
-pub fn offload(session: Option<&Session>, encoding: Encoding, cfg: &Config) -> Option<Snapshot> {
-    needed(session, encoding)
-        .filter(|s| s.text_bytes() as u64 >= cfg.inline_limit(encoding))
+pub fn offload(session: Option<&Session>, counting: Counting, cfg: &Config) -> Option<Snapshot> {
+    needed(session, counting)
+        .filter(|s| s.text_bytes() as u64 >= cfg.inline_limit(counting.encoding))
         .map(Session::snapshot)
 }
 
@@ -48,7 +51,7 @@ pub fn apply(
     done: Option<&Recounted>,
 ) -> Result<(), RedisError> {
     let encoding = counting.encoding;
-    if needed(Some(session), encoding).is_none() {
+    if needed(Some(session), counting).is_none() {
         return Ok(());
     }
     // What changed while the worker counted is counted here, if small.

@@ -178,9 +178,10 @@ impl Session {
         // A bound no count of a message's stored bytes (role, content and
         // META, read from the heads, no text decoded) can pass: a token per
         // byte of text plus the framing, and tool calls, which templates
-        // render with a few special tokens per argument and re-written
-        // arguments (", " for ","), under four per byte of META.
-        let possible = |tokens: u64, bytes: usize| tokens <= 3 + 4 * bytes as u64;
+        // render with special tokens and text around each (an empty call
+        // `{},` is 3 bytes of META and 15 tokens under harmony or Llama 3:
+        // 5 per byte, the most found), under eight per byte.
+        let possible = |tokens: u64, bytes: usize| tokens <= 3 + 8 * bytes as u64;
         let summary_ok = match (&self.summary, summary_tokens) {
             (Some(s), Some(t)) => possible(t, SUMMARY_COUNTED_AS.len() + s.text.len()),
             (None, None) => true,

@@ -11,9 +11,12 @@
 //! ensure_ascii=False)` writes them (", " and ": "), as HF templates'
 //! `tojson`, langchain_openai and mistral-common do.
 
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::Encoding;
 
@@ -70,146 +73,242 @@ impl ToolFormat {
     }
 }
 
-/// One call, in either shape.
-struct ToolCall {
+/// Calls rendered one by one; past this many in one message, each further
+/// call counts as its JSON text plus [`UNRENDERED_CALL_TOKENS`] (more than
+/// any template adds to a call), so the work and memory of a count stay
+/// proportional to its META whatever a client sends (a META of 1.4 million
+/// empty calls built 1.8 GB of call values through Redis's allocator).
+pub const MAX_RENDERED_CALLS: usize = 1024;
+/// What a call beyond [`MAX_RENDERED_CALLS`] adds beside its JSON text.
+pub const UNRENDERED_CALL_TOKENS: u64 = 16;
+
+/// One call, in either shape, borrowing the META text.
+struct Call<'a> {
     id: Option<String>,
     name: String,
-    args: Args,
+    args: Args<'a>,
 }
 
-enum Args {
+enum Args<'a> {
     /// OpenAI's `arguments`: the JSON text the model wrote.
     Text(String),
-    /// LangChain's `args` (or an `arguments` object).
-    Json(Value),
+    /// LangChain's `args` (or an `arguments` object): its raw JSON.
+    Json(&'a str),
+    /// None given: `{}`.
+    Empty,
 }
 
-impl Args {
+impl Args<'_> {
     /// The text a client sends the API: OpenAI's string as it is, an object
-    /// as langchain_openai writes it.
-    fn as_sent(&self) -> String {
+    /// as langchain_openai writes it (`json.dumps`). Also what a template's
+    /// `arguments if string else tojson` prints.
+    fn as_sent(&self) -> Cow<'_, str> {
         match self {
-            Args::Text(t) => t.clone(),
-            Args::Json(v) => python_json(v),
+            Args::Text(t) => Cow::Borrowed(t),
+            Args::Json(raw) => {
+                Cow::Owned(python_text(raw, false).unwrap_or_else(|| (*raw).to_owned()))
+            }
+            Args::Empty => Cow::Borrowed("{}"),
         }
     }
 
-    /// What a template's `arguments if string else tojson` prints.
-    fn verbatim_or_json(&self) -> String {
-        self.as_sent()
+    /// The arguments re-written as a server that parsed them before the
+    /// template writes them (mistral-common, llama-models): OpenAI's string
+    /// parsed when it is JSON, else as a JSON string.
+    fn parsed_text(&self, ascii: bool) -> String {
+        match self {
+            Args::Text(t) => python_text(t, ascii).unwrap_or_else(|| python_string(t, ascii)),
+            Args::Json(raw) => python_text(raw, ascii).unwrap_or_else(|| (*raw).to_owned()),
+            Args::Empty => "{}".to_owned(),
+        }
     }
 
-    /// The arguments as an object (GLM and MiniMax print them one by one).
-    fn object(&self) -> Option<Map<String, Value>> {
-        let value = match self {
-            Args::Text(t) => serde_json::from_str::<Value>(t).ok()?,
-            Args::Json(v) => v.clone(),
+    /// Calls `f` with each member of the arguments (GLM and MiniMax print
+    /// them one by one); false when they are not an object.
+    fn for_each_member(&self, f: &mut dyn FnMut(&str, &RawValue)) -> bool {
+        let raw = match self {
+            Args::Text(t) => t.as_str(),
+            Args::Json(raw) => raw,
+            Args::Empty => return true,
         };
-        match value {
-            Value::Object(map) => Some(map),
-            _ => None,
-        }
-    }
-
-    /// The arguments as a value, as mistral-common and a server before a
-    /// template make them: OpenAI's string parsed when it is JSON, else the
-    /// string itself.
-    fn parsed(&self) -> Value {
-        match self {
-            Args::Text(t) => serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.clone())),
-            Args::Json(v) => v.clone(),
-        }
+        let mut de = serde_json::Deserializer::from_str(raw);
+        de.deserialize_map(Members(f)).is_ok() && de.end().is_ok()
     }
 }
 
 /// A value as a template prints one argument: a string verbatim, any other
 /// value as `tojson`.
-fn arg_value(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => python_json(other),
+fn arg_value(v: &RawValue) -> String {
+    let raw = v.get();
+    if raw.starts_with('"') {
+        serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_owned())
+    } else {
+        python_text(raw, false).unwrap_or_else(|| raw.to_owned())
+    }
+}
+
+/// A JSON string (or object key) as text, borrowed when it has no escape.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Text<'de>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// META's `tool_calls` member, the last one when a name repeats (as JSON
+/// parsers read it), its name matched decoded (`tool\u005fcalls` too).
+struct LastToolCalls;
+
+impl<'de> Visitor<'de> for LastToolCalls {
+    type Value = Option<&'de RawValue>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut last = None;
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            if key.0 == "tool_calls" {
+                last = Some(map.next_value::<&'de RawValue>()?);
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+            }
+        }
+        Ok(last)
+    }
+}
+
+/// Each element of a JSON array, handed to a closure as it is read: no list
+/// of calls is ever built.
+struct Elements<'f>(&'f mut dyn FnMut(&RawValue));
+
+impl<'de> Visitor<'de> for Elements<'_> {
+    type Value = usize;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON array")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut n = 0;
+        while let Some(e) = seq.next_element::<&'de RawValue>()? {
+            (self.0)(e);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// Each member of a JSON object, handed to a closure as it is read.
+struct Members<'f>(&'f mut dyn FnMut(&str, &RawValue));
+
+impl<'de> Visitor<'de> for Members<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            (self.0)(&key.0, value);
+        }
+        Ok(())
     }
 }
 
 #[derive(Deserialize)]
-struct MetaToolCalls<'a> {
-    #[serde(borrow)]
-    tool_calls: Option<&'a RawValue>,
+struct WireCall<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    args: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    function: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-struct WireCall {
-    id: Option<Value>,
-    name: Option<Value>,
-    args: Option<Value>,
-    arguments: Option<Value>,
-    function: Option<WireFunction>,
+struct WireFunction<'a> {
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
-struct WireFunction {
-    name: Option<Value>,
-    arguments: Option<Value>,
-}
-
-fn text_of(v: Option<Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s),
-        Value::Null => None,
-        other => Some(other.to_string()),
+/// A member as text: a string decoded, null as none, anything else as its
+/// JSON text.
+fn text_of(v: Option<&RawValue>) -> Option<String> {
+    let raw = v?.get();
+    match raw {
+        "null" => None,
+        _ if raw.starts_with('"') => serde_json::from_str(raw).ok(),
+        _ => Some(raw.to_owned()),
     }
 }
 
-impl From<WireCall> for ToolCall {
-    fn from(c: WireCall) -> ToolCall {
-        let (name, arguments) = match c.function {
+impl<'a> Call<'a> {
+    /// A call in either shape; `None` when it is not an object of one.
+    fn of(element: &'a RawValue) -> Option<Call<'a>> {
+        let c: WireCall<'a> = serde_json::from_str(element.get()).ok()?;
+        let function = match c.function {
+            Some(f) if f.get() != "null" => {
+                Some(serde_json::from_str::<WireFunction<'a>>(f.get()).ok()?)
+            }
+            _ => None,
+        };
+        let (name, arguments) = match function {
             Some(f) => (f.name.or(c.name), f.arguments.or(c.arguments).or(c.args)),
             None => (c.name, c.args.or(c.arguments)),
         };
-        let args = match arguments {
-            Some(Value::String(s)) => Args::Text(s),
-            Some(Value::Null) | None => Args::Json(Value::Object(Map::new())),
-            Some(v) => Args::Json(v),
+        let args = match arguments.map(RawValue::get) {
+            None | Some("null") => Args::Empty,
+            Some(raw) if raw.starts_with('"') => Args::Text(serde_json::from_str(raw).ok()?),
+            Some(raw) => Args::Json(raw),
         };
-        ToolCall {
+        Some(Call {
             id: text_of(c.id),
             name: text_of(name).unwrap_or_default(),
             args,
-        }
-    }
-}
-
-/// The calls of a META text; `Err` with the raw member when it is not a list
-/// of call objects (counted then as its JSON text: never less than it holds).
-fn parse(meta: &str) -> Result<Vec<ToolCall>, Option<&str>> {
-    // Most messages carry none: no parse for them.
-    if !meta.contains("tool_calls") {
-        return Ok(Vec::new());
-    }
-    let Ok(member) = serde_json::from_str::<MetaToolCalls>(meta) else {
-        return Ok(Vec::new());
-    };
-    let Some(raw) = member.tool_calls else {
-        return Ok(Vec::new());
-    };
-    match serde_json::from_str::<Option<Vec<WireCall>>>(raw.get()) {
-        Ok(calls) => Ok(calls
-            .unwrap_or_default()
-            .into_iter()
-            .map(ToolCall::from)
-            .collect()),
-        Err(_) => Err(Some(raw.get())),
+        })
     }
 }
 
 /// The tokens the tool calls in `meta` add to a message whose content is
 /// `content`, under `encoding` rendered as `format` does.
 pub fn tool_call_tokens(encoding: Encoding, format: ToolFormat, content: &str, meta: &str) -> u64 {
+    // Most messages carry none: no walk for them.
+    if !meta.contains("tool_calls") && !meta.contains('\\') {
+        return 0;
+    }
+    let mut de = serde_json::Deserializer::from_str(meta);
+    let Ok(Some(member)) = de.deserialize_map(LastToolCalls) else {
+        return 0;
+    };
     let count = |t: &str| encoding.count(t);
-    match parse(meta) {
-        Ok(calls) if calls.is_empty() => 0,
-        Ok(calls) => render(format, &calls, content, &count),
-        Err(raw) => raw.map_or(0, count),
+    if member.get() == "null" {
+        return 0;
+    }
+    let mut render = Render::new(format, content, &count);
+    let mut each = |element: &RawValue| render.element(element);
+    let mut de = serde_json::Deserializer::from_str(member.get());
+    match de.deserialize_seq(Elements(&mut each)) {
+        Ok(_) => render.finish(),
+        // Another shape: counted as its JSON text, never less than it holds.
+        Err(_) => count(member.get()),
     }
 }
 
@@ -227,156 +326,200 @@ fn newline_after(content: &str, count: &dyn Fn(&str) -> u64) -> u64 {
     count(&format!("{tail}\n")).saturating_sub(count(tail))
 }
 
-fn render(
+/// A message's calls rendered as they are read: per call for most
+/// formats; MiniMax, Llama and Mistral print every call into one text,
+/// kept here until the end.
+struct Render<'c> {
     format: ToolFormat,
-    calls: &[ToolCall],
-    content: &str,
-    count: &dyn Fn(&str) -> u64,
-) -> u64 {
-    let no_content = content.is_empty();
-    let each = |f: &dyn Fn(usize, &ToolCall) -> u64| -> u64 {
-        calls.iter().enumerate().map(|(i, c)| f(i, c)).sum()
-    };
-    match format {
-        ToolFormat::OpenAi => {
-            each(&|_, c| count(&c.name) + count(&c.args.as_sent()) + OPENAI_CALL_OVERHEAD)
+    content: &'c str,
+    count: &'c dyn Fn(&str) -> u64,
+    calls: usize,
+    tokens: u64,
+    text: String,
+}
+
+impl<'c> Render<'c> {
+    fn new(format: ToolFormat, content: &'c str, count: &'c dyn Fn(&str) -> u64) -> Render<'c> {
+        Render {
+            format,
+            content,
+            count,
+            calls: 0,
+            tokens: 0,
+            text: String::new(),
         }
-        // <|start|>assistant to=functions.NAME<|channel|>commentary
-        // <|constrain|>json<|message|>ARGS<|call|>: five specials, the
-        // texts between them rendered (and so counted) one by one.
-        ToolFormat::Harmony => each(&|_, c| {
-            5 + count("assistant")
-                + count(&format!(" to=functions.{}", c.name))
-                + count("commentary")
-                + count(" ")
-                + count("json")
-                + count(&c.args.as_sent())
-        }),
-        // `\n` before every call but a first one with no content before it,
-        // then <tool_call> TEXT </tool_call> (two added tokens).
-        ToolFormat::Qwen => each(&|i, c| {
-            let newline = match i {
-                0 if no_content => 0,
-                0 => newline_after(content, count),
-                _ => count("\n"),
-            };
-            let text = format!(
-                "\n{{\"name\": \"{}\", \"arguments\": {}}}\n",
-                c.name,
-                c.args.verbatim_or_json()
-            );
-            newline + 2 + count(&text)
-        }),
-        // <｜tool▁calls▁begin｜> … <｜tool▁calls▁end｜> once, three per call.
-        ToolFormat::DeepSeek => {
-            2 + each(&|_, c| 3 + count(&c.name) + count(&c.args.verbatim_or_json()))
+    }
+
+    fn element(&mut self, element: &RawValue) {
+        let call = (self.calls < MAX_RENDERED_CALLS)
+            .then(|| Call::of(element))
+            .flatten();
+        match call {
+            Some(call) => self.call(&call),
+            None => self.tokens += (self.count)(element.get()) + UNRENDERED_CALL_TOKENS,
         }
-        ToolFormat::Glm4 | ToolFormat::Glm5 => {
-            let nl = if format == ToolFormat::Glm4 { "\n" } else { "" };
-            each(&|i, c| {
-                let lead = match i {
-                    0 if !no_content && !nl.is_empty() => newline_after(content, count),
-                    _ => count(nl),
+        self.calls += 1;
+    }
+
+    fn call(&mut self, c: &Call) {
+        let (i, count, no_content) = (self.calls, self.count, self.content.is_empty());
+        self.tokens += match self.format {
+            ToolFormat::OpenAi => count(&c.name) + count(&c.args.as_sent()) + OPENAI_CALL_OVERHEAD,
+            // <|start|>assistant to=functions.NAME<|channel|>commentary
+            // <|constrain|>json<|message|>ARGS<|call|>: five specials, the
+            // texts between them rendered (and so counted) one by one.
+            ToolFormat::Harmony => {
+                5 + count("assistant")
+                    + count(&format!(" to=functions.{}", c.name))
+                    + count("commentary")
+                    + count(" ")
+                    + count("json")
+                    + count(&c.args.as_sent())
+            }
+            // `\n` before every call but a first one with no content before
+            // it, then <tool_call> TEXT </tool_call> (two added tokens).
+            ToolFormat::Qwen => {
+                let newline = match i {
+                    0 if no_content => 0,
+                    0 => newline_after(self.content, count),
+                    _ => count("\n"),
                 };
-                let head = lead + 2 + count(&format!("{}{nl}", c.name));
-                head + match c.args.object() {
-                    Some(map) => map
-                        .iter()
-                        .map(|(k, v)| 4 + count(k) + count(nl) + count(&arg_value(v)) + count(nl))
-                        .sum::<u64>(),
-                    None => count(&c.args.as_sent()),
-                }
-            })
-        }
-        // <|tool_calls_section_begin|> … <|tool_calls_section_end|> once;
-        // per call three specials, the id (`functions.NAME:IDX`) and ARGS.
-        ToolFormat::Kimi => {
-            2 + each(&|i, c| {
+                let text = format!(
+                    "\n{{\"name\": \"{}\", \"arguments\": {}}}\n",
+                    c.name,
+                    c.args.as_sent()
+                );
+                newline + 2 + count(&text)
+            }
+            // <｜tool▁calls▁begin｜> … <｜tool▁calls▁end｜> once (finish),
+            // three per call.
+            ToolFormat::DeepSeek => 3 + count(&c.name) + count(&c.args.as_sent()),
+            ToolFormat::Glm4 | ToolFormat::Glm5 => self.glm_call(i, c),
+            // Section begin/end once (finish); per call three specials, the
+            // id (`functions.NAME:IDX`) and ARGS.
+            ToolFormat::Kimi => {
                 let id =
                     c.id.clone()
                         .unwrap_or_else(|| format!("functions.{}:{i}", c.name));
-                3 + count(&id) + count(&c.args.verbatim_or_json())
-            })
-        }
-        // `\n<minimax:tool_call>` TEXT `</minimax:tool_call>`: two specials,
-        // every call's <invoke>/<parameter> text between them.
-        ToolFormat::MiniMax => {
-            let mut text = String::from("\n");
-            for c in calls {
-                text.push_str(&format!("<invoke name=\"{}\">\n", c.name));
-                for (k, v) in c.args.object().unwrap_or_default() {
+                3 + count(&id) + count(&c.args.as_sent())
+            }
+            ToolFormat::MiniMax => {
+                self.text
+                    .push_str(&format!("<invoke name=\"{}\">\n", c.name));
+                let text = &mut self.text;
+                c.args.for_each_member(&mut |k, v| {
                     text.push_str(&format!(
                         "<parameter name=\"{k}\">{}</parameter>\n",
-                        arg_value(&v)
+                        arg_value(v)
                     ));
-                }
-                text.push_str("</invoke>\n");
-            }
-            let lead = if no_content {
+                });
+                self.text.push_str("</invoke>\n");
                 0
-            } else {
-                newline_after(content, count)
-            };
-            lead + 2 + count(&text)
+            }
+            // Meta's llama-models (ChatFormat, the JSON tool format): each
+            // call `json.dumps({"type": "function", "name": …, "parameters":
+            // …})` with Python's default ASCII escapes, back to back.
+            ToolFormat::Llama3 => {
+                self.text.push_str(&format!(
+                    "{{\"type\": \"function\", \"name\": {}, \"parameters\": {}}}",
+                    python_string(&c.name, true),
+                    c.args.parsed_text(true)
+                ));
+                0
+            }
+            // json.dumps([{"name", "arguments", "id"}, …]), in finish.
+            ToolFormat::Mistral => {
+                if i > 0 {
+                    self.text.push_str(", ");
+                }
+                self.text.push_str(&format!(
+                    "{{\"name\": {}, \"arguments\": {}",
+                    python_string(&c.name, false),
+                    c.args.parsed_text(false)
+                ));
+                if let Some(id) = c.id.as_deref().filter(|id| *id != "null") {
+                    self.text
+                        .push_str(&format!(", \"id\": {}", python_string(id, false)));
+                }
+                self.text.push('}');
+                0
+            }
+        };
+    }
+
+    /// GLM: `\n<tool_call>NAME\n`, per argument `<arg_key>K</arg_key>\n
+    /// <arg_value>V</arg_value>\n`, `</tool_call>`; GLM-5 without newlines.
+    fn glm_call(&self, i: usize, c: &Call) -> u64 {
+        let count = self.count;
+        let nl = if self.format == ToolFormat::Glm4 {
+            "\n"
+        } else {
+            ""
+        };
+        let lead = match i {
+            0 if !self.content.is_empty() && !nl.is_empty() => newline_after(self.content, count),
+            _ => count(nl),
+        };
+        let mut tokens = lead + 2 + count(&format!("{}{nl}", c.name));
+        let object = c.args.for_each_member(&mut |k, v| {
+            tokens += 4 + count(k) + count(nl) + count(&arg_value(v)) + count(nl);
+        });
+        if !object {
+            tokens += count(&c.args.as_sent());
         }
-        // Meta's llama-models (ChatFormat, the JSON tool format): each call
-        // `json.dumps({"type": "function", "name": …, "parameters": …})`
-        // with Python's default ASCII escapes, the calls back to back.
-        ToolFormat::Llama3 => {
-            let text: String = calls
-                .iter()
-                .map(|c| {
-                    let mut m = Map::new();
-                    m.insert("type".into(), Value::String("function".into()));
-                    m.insert("name".into(), Value::String(c.name.clone()));
-                    m.insert("parameters".into(), c.args.parsed());
-                    python_json_ascii(&Value::Object(m))
-                })
-                .collect();
-            count(&text)
+        tokens
+    }
+
+    /// The tokens of every call, with what a format adds once per message.
+    fn finish(self) -> u64 {
+        let count = self.count;
+        if self.calls == 0 {
+            return 0;
         }
-        // [TOOL_CALLS] and json.dumps([{"name", "arguments", "id"}, …]).
-        ToolFormat::Mistral => {
-            let list: Vec<Value> = calls
-                .iter()
-                .map(|c| {
-                    let mut m = Map::new();
-                    m.insert("name".into(), Value::String(c.name.clone()));
-                    m.insert("arguments".into(), c.args.parsed());
-                    if let Some(id) = c.id.as_ref().filter(|id| id.as_str() != "null") {
-                        m.insert("id".into(), Value::String(id.clone()));
-                    }
-                    Value::Object(m)
-                })
-                .collect();
-            1 + count(&python_json(&Value::Array(list)))
-        }
+        self.tokens
+            + match self.format {
+                ToolFormat::DeepSeek | ToolFormat::Kimi => 2,
+                // `\n<minimax:tool_call>` TEXT `</minimax:tool_call>`.
+                ToolFormat::MiniMax if !self.text.is_empty() => {
+                    let lead = if self.content.is_empty() {
+                        0
+                    } else {
+                        newline_after(self.content, count)
+                    };
+                    lead + 2 + count(&format!("\n{}", self.text))
+                }
+                ToolFormat::Llama3 => count(&self.text),
+                // [TOOL_CALLS] and the list.
+                ToolFormat::Mistral if !self.text.is_empty() => {
+                    1 + count(&format!("[{}]", self.text))
+                }
+                _ => 0,
+            }
     }
 }
 
-/// `value` as Python's `json.dumps(value, ensure_ascii=False)` writes it:
-/// ", " between items, ": " after keys, keys in their order, floats as
-/// Python's repr (serde_json's string escapes are Python's). Integers beyond
-/// 64 bits were parsed as floats: Python keeps their digits (a rare miss).
-pub fn python_json(value: &Value) -> String {
-    write_python(value, false)
+/// `raw` (a JSON text) as Python's `json.dumps(json.loads(raw),
+/// ensure_ascii=ascii)` writes it, streamed (no value tree: a 4 MB object
+/// of 350,000 members held 127 MB as one); `None` when it is not JSON.
+pub fn python_text(raw: &str, ascii: bool) -> Option<String> {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    let mut out = Vec::with_capacity(raw.len() + raw.len() / 4 + 2);
+    {
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter { ascii });
+        serde_transcode::transcode(&mut de, &mut ser).ok()?;
+    }
+    de.end().ok()?;
+    String::from_utf8(out).ok()
 }
 
-/// As [`python_json`], with Python's default `ensure_ascii=True`: every
-/// character beyond ASCII as `\uXXXX` (UTF-16 units).
-pub fn python_json_ascii(value: &Value) -> String {
-    write_python(value, true)
-}
-
-fn write_python(value: &Value, ascii: bool) -> String {
+/// A string as Python's `json.dumps(s, ensure_ascii=ascii)` writes it.
+fn python_string(s: &str, ascii: bool) -> String {
     use serde::Serialize;
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(s.len() + 2);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter { ascii });
-    // Writing a Value into a Vec cannot fail.
-    if value.serialize(&mut ser).is_err() {
-        return value.to_string();
-    }
-    String::from_utf8(out).unwrap_or_else(|_| value.to_string())
+    // Writing a str into a Vec cannot fail.
+    let _ = s.serialize(&mut ser);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 struct PythonFormatter {

@@ -1,4 +1,4 @@
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
 
@@ -37,16 +37,16 @@ fn langchain_meta(calls: &[(&str, Value)]) -> String {
 }
 
 #[test]
-fn python_json_writes_as_json_dumps_does() {
+fn python_text_writes_as_json_dumps_does() {
     // json.dumps({"b": 1, "a": [1.5, True, None], "é": "x\n\"y\u0001"}, ensure_ascii=False)
-    let v: Value =
-        serde_json::from_str(r#"{"b":1,"a":[1.5,true,null],"é":"x\n\"y\u0001"}"#).unwrap();
+    let v = r#"{"b":1,"a":[1.5,true,null],"é":"x\n\"y\u0001"}"#;
     assert_eq!(
-        python_json(&v),
+        python_text(v, false).unwrap(),
         r#"{"b": 1, "a": [1.5, true, null], "é": "x\n\"y\u0001"}"#
     );
-    assert_eq!(python_json(&json!({})), "{}");
-    assert_eq!(python_json(&json!([])), "[]");
+    assert_eq!(python_text("{}", false).unwrap(), "{}");
+    assert_eq!(python_text(" [ ] ", false).unwrap(), "[]");
+    assert_eq!(python_text("{", false), None);
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn langchain_args_count_as_langchain_openai_sends_them() {
 fn large_arguments_count_at_least_their_own_tokens_in_every_format() {
     let big = "lorem ipsum dolor sit amet, ".repeat(400);
     let args = json!({"path": "/tmp/x", "text": big});
-    let text = python_json(&args);
+    let text = python_text(&args.to_string(), false).unwrap();
     let meta = langchain_meta(&[("write_file", args.clone()), ("write_file", args)]);
     for (format, encoding) in ALL_FORMATS {
         let got = tool_call_tokens(encoding, format, "", &meta);
@@ -186,9 +186,9 @@ fn floats_are_written_as_python_repr_writes_them() {
         ("0.5", "0.5"),
         ("1E400", ""),
     ] {
-        match serde_json::from_str::<Value>(text) {
-            Ok(v) => assert_eq!(python_json(&v), python, "{text}"),
-            Err(_) => assert_eq!(python, "", "{text} is out of range for JSON here"),
+        match python_text(text, false) {
+            Some(v) => assert_eq!(v, python, "{text}"),
+            None => assert_eq!(python, "", "{text} is out of range for JSON here"),
         }
     }
 }
@@ -197,7 +197,7 @@ fn floats_are_written_as_python_repr_writes_them() {
 fn ascii_json_escapes_as_python_does() {
     // json.dumps({"t": "é🎉"}) == '{"t": "\\u00e9\\ud83c\\udf89"}'
     assert_eq!(
-        python_json_ascii(&json!({"t": "é🎉"})),
+        python_text(r#"{"t": "é🎉"}"#, true).unwrap(),
         r#"{"t": "\u00e9\ud83c\udf89"}"#
     );
 }
@@ -222,4 +222,50 @@ fn a_newline_after_content_is_counted_with_its_tail() {
             "{content:?}"
         );
     }
+}
+
+#[test]
+fn a_repeated_or_escaped_tool_calls_name_is_read_as_json_parsers_read_it() {
+    let e = Encoding::O200kBase;
+    let calls = r#"[{"name":"f","args":{"q":"weather in Paris"}}]"#;
+    let plain = tool_call_tokens(
+        e,
+        ToolFormat::OpenAi,
+        "",
+        &format!(r#"{{"tool_calls":{calls}}}"#),
+    );
+    assert!(plain > 5);
+    for meta in [
+        format!(r#"{{"tool\u005fcalls":{calls}}}"#),
+        format!(r#"{{"tool_calls":null,"tool_calls":{calls}}}"#),
+    ] {
+        assert_eq!(
+            tool_call_tokens(e, ToolFormat::OpenAi, "", &meta),
+            plain,
+            "{meta}"
+        );
+    }
+}
+
+#[test]
+fn calls_past_the_rendered_bound_count_their_text_and_more() {
+    let e = Encoding::O200kBase;
+    let n = MAX_RENDERED_CALLS + 10;
+    let meta = format!(r#"{{"tool_calls":[{}]}}"#, vec!["{}"; n].join(","));
+    let each = e.count("{}") + OPENAI_CALL_OVERHEAD;
+    let past = e.count("{}") + UNRENDERED_CALL_TOKENS;
+    assert_eq!(
+        tool_call_tokens(e, ToolFormat::OpenAi, "", &meta),
+        MAX_RENDERED_CALLS as u64 * each + 10 * past
+    );
+    // An element that is not a call counts as its text too.
+    let meta = r#"{"tool_calls":[{"name":"f","args":{}}, 42]}"#;
+    assert_eq!(
+        tool_call_tokens(e, ToolFormat::OpenAi, "", meta),
+        e.count("f")
+            + e.count("{}")
+            + OPENAI_CALL_OVERHEAD
+            + e.count("42")
+            + UNRENDERED_CALL_TOKENS
+    );
 }

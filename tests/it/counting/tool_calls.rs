@@ -355,3 +355,131 @@ fn recorded_openai_usage_figures_are_met_within_one_token() {
     );
     assert_eq!(java, 35, "billed 35");
 }
+
+/// A switch between two models of one encoding whose prompts render tool
+/// calls differently (gpt-4o's estimate, gpt-oss's harmony) re-counts; a
+/// META of thousands of empty calls (15 tokens each under harmony, 3 bytes)
+/// re-counts on every switch and replicates.
+#[test]
+fn a_switch_of_tool_call_format_recounts_even_within_one_encoding() {
+    let master = Server::start();
+    let mut con = master.client();
+    let (_replica, mut rcon) = start_replica(&master);
+    let key = "mem:{format}";
+    let calls = r#"{"tool_calls":[{"id":"c1","name":"search","args":{"q":"weather in Paris"}}]}"#;
+    append(
+        &mut con,
+        key,
+        "assistant",
+        "Sure.",
+        &["MODEL", "gpt-4o", "META", calls],
+    );
+    let many = format!(r#"{{"tool_calls":[{}]}}"#, vec!["{}"; 5000].join(","));
+    append(
+        &mut con,
+        key,
+        "assistant",
+        "",
+        &["META", &many, "MAXTOKENS", "1000000"],
+    );
+    for model in [
+        "gpt-oss-120b",
+        "qwen3-32b",
+        "llama-3.1-8b",
+        "gpt-4o",
+        "gpt-oss-120b",
+    ] {
+        let r = append(&mut con, key, "user", "ok", &["MODEL", model]);
+        let count = |con: &mut redis::Connection, content: &str, meta: &str| {
+            int(
+                con,
+                &[
+                    "MEM.COUNT",
+                    model,
+                    content,
+                    "ROLE",
+                    "assistant",
+                    "META",
+                    meta,
+                ],
+            )
+        };
+        let entries = get(&mut con, &["MEM.GET", key]);
+        assert_eq!(
+            entries[0].tokens,
+            count(&mut con, "Sure.", calls),
+            "{model}"
+        );
+        assert_eq!(entries[1].tokens, count(&mut con, "", &many), "{model}");
+        assert_eq!(
+            int_field(&r, "total_tokens"),
+            entries.iter().map(|e| e.tokens).sum::<i64>()
+        );
+    }
+    let want = digest(&mut con, key);
+    poll_until(&mut rcon, "the replica to catch up", |c| {
+        digest(c, key) == want
+    });
+}
+
+fn info_memory_field(con: &mut redis::Connection, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg("all").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO has no {field}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Counting tool calls holds a small multiple of the META (calls are read
+/// one at a time, arguments re-written as a stream): a keyless MEM.COUNT of
+/// 1.4 million empty calls (4 MB) or of one call with 250,000 arguments
+/// evicts no key under an LRU maxmemory 40 MB above what the keys hold
+/// (such a META built 1.8 GB of call values through Redis's allocator).
+#[test]
+fn counting_a_huge_number_of_calls_evicts_no_key() {
+    let server = Server::start();
+    let mut con = server.client();
+    let value = "v".repeat(1000);
+    for chunk in 0..20 {
+        let mut pipe = redis::pipe();
+        for i in 0..1000 {
+            pipe.cmd("SET")
+                .arg(format!("k{chunk}:{i}"))
+                .arg(&value)
+                .ignore();
+        }
+        pipe.query::<()>(&mut con).unwrap();
+    }
+    let used = info_memory_field(&mut con, "used_memory");
+    let limit = (used + (40 << 20)).to_string();
+    ok(&mut con, &["CONFIG", "SET", "maxmemory", &limit]);
+    ok(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    );
+    let empty_calls = format!(r#"{{"tool_calls":[{}]}}"#, vec!["{}"; 1_390_000].join(","));
+    let args: Vec<String> = (0..250_000).map(|i| format!(r#""a{i}":{i}"#)).collect();
+    let wide_call = format!(
+        r#"{{"tool_calls":[{{"name":"f","args":{{{}}}}}]}}"#,
+        args.join(",")
+    );
+    for (model, meta) in [
+        ("gpt-4o", &empty_calls),
+        ("gpt-oss-120b", &empty_calls),
+        ("minimax-m2", &wide_call),
+        ("glm-4.5", &wide_call),
+        ("mistral-large-latest", &empty_calls),
+    ] {
+        assert!(meta.len() <= 4 << 20, "{}", meta.len());
+        let n = int(&mut con, &["MEM.COUNT", model, "", "META", meta]);
+        assert!(n as usize > meta.len() / 4, "{model}: {n}");
+        assert_eq!(
+            info_memory_field(&mut con, "evicted_keys"),
+            0,
+            "{model} evicted keys"
+        );
+    }
+    assert_eq!(int(&mut con, &["DBSIZE"]), 20_000);
+}
