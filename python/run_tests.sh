@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the tests of the redis-mem Python package (python/tests: clients,
-# agent middleware, LangGraph nodes, summarizer service, migration, examples)
+# agent middleware, LangGraph nodes, summarizer service, migration, examples,
+# reply streams and the SSE example in a headless Chromium)
 # against real redis-server processes with the module, which the tests start
 # and stop themselves on free loopback ports.
 #
@@ -64,6 +65,12 @@ fi
 
 if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
     apt_install redis-server
+fi
+
+# The SSE example's browser test (tests/test_sse_browser.py) drives Debian's
+# headless Chromium through its chromedriver.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    apt_install chromium chromium-driver || echo "run_tests.sh: without them tests/test_sse_browser.py fails" >&2
 fi
 
 MODULE="${REDIS_MEM_MODULE:-$REPO/target/release/libredis_mem.so}"
