@@ -82,6 +82,7 @@ DEFAULT_MAXLEN = 10_000
 CHUNK = "chunk"
 END = "end"
 ERROR = "error"
+_KNOWN = (CHUNK, END, ERROR)
 
 T = TypeVar("T")
 Op = Tuple[Any, ...]
@@ -116,7 +117,7 @@ class ReplyEvent:
     @property
     def last(self) -> bool:
         """True for the event that ends the reply (end or error)."""
-        return self.type != CHUNK
+        return self.type in (END, ERROR)
 
 
 def _hash_tag(key: str) -> Optional[str]:
@@ -188,7 +189,7 @@ def _entries(reply: Any) -> List[Tuple[str, Dict[str, str]]]:
 
 
 def _event(eid: str, fields: Mapping[str, str]) -> ReplyEvent:
-    kind = fields.get("type", CHUNK)
+    kind = fields.get("type", "")
     meta = json.loads(fields["meta"]) if fields.get("meta") else None
     mid = fields.get("message_id")
     return ReplyEvent(id=eid, type=kind, text=fields.get("text", ""), msgid=fields.get("msgid"),
@@ -398,8 +399,8 @@ class ReplyStream(_Core):
 
     def events(self, after: str = "0", block: int = 1000, idle_timeout: Optional[float] = None) -> Iterator[ReplyEvent]:
         """Every event after ``after`` as it comes, the end (or error) event
-        last: what an SSE endpoint sends, ``after`` being the client's
-        ``Last-Event-ID``. Raises :class:`ReplyStreamTimeout` when nothing
+        last (a type this version does not know is skipped): what an SSE
+        endpoint sends, ``after`` being the client's ``Last-Event-ID``. Raises :class:`ReplyStreamTimeout` when nothing
         came for ``idle_timeout`` seconds (default: ``ttl``, after which a
         stream without writes is gone)."""
         idle = self._idle(idle_timeout)
@@ -412,6 +413,8 @@ class ReplyStream(_Core):
                 continue
             deadline = time.monotonic() + idle
             for event in got:
+                if event.type not in _KNOWN:
+                    continue  # a later version's event: skipped (docs/STREAMS.md)
                 yield event
                 if event.last:
                     return
@@ -503,6 +506,8 @@ class AsyncReplyStream(_Core):
                 continue
             deadline = loop.time() + idle
             for event in got:
+                if event.type not in _KNOWN:
+                    continue
                 yield event
                 if event.last:
                     return

@@ -95,18 +95,22 @@ class ReplyStreamCallback(BaseCallbackHandler):
 
     def on_chain_start(self, serialized: Optional[Dict[str, Any]], inputs: Any, *, run_id: UUID,
                        parent_run_id: Optional[UUID] = None, **kwargs: Any) -> None:
+        """Notes the reply's run (the first one without a parent)."""
         self._runs.started(run_id, parent_run_id)
 
     def on_chat_model_start(self, serialized: Optional[Dict[str, Any]], messages: Any, *, run_id: UUID,
                             parent_run_id: Optional[UUID] = None, **kwargs: Any) -> None:
+        """Notes the reply's run (a lone chat model's)."""
         self._runs.started(run_id, parent_run_id)
 
     def on_llm_start(self, serialized: Optional[Dict[str, Any]], prompts: List[str], *, run_id: UUID,
                      parent_run_id: Optional[UUID] = None, **kwargs: Any) -> None:
+        """Notes the reply's run (a lone LLM's)."""
         self._runs.started(run_id, parent_run_id)
 
     def on_llm_new_token(self, token: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                          tags: Optional[List[str]] = None, **kwargs: Any) -> None:
+        """Writes the token's text to the stream."""
         text = _token_text(token, tags)
         if text and self.stream.finished is None:
             self.stream.write(text)
@@ -121,18 +125,22 @@ class ReplyStreamCallback(BaseCallbackHandler):
 
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                    **kwargs: Any) -> None:
+        """Finishes the stream when the reply's run ended."""
         self._ended(run_id)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                      **kwargs: Any) -> None:
+        """Finishes the stream when the reply's run ended."""
         self._ended(run_id)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                      **kwargs: Any) -> None:
+        """Ends the stream with an error event when the reply's run failed."""
         self._failed(error, run_id)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                        **kwargs: Any) -> None:
+        """Ends the stream with an error event when the reply's run failed."""
         self._failed(error, run_id)
 
 
@@ -148,18 +156,22 @@ class AsyncReplyStreamCallback(AsyncCallbackHandler):
 
     async def on_chain_start(self, serialized: Optional[Dict[str, Any]], inputs: Any, *, run_id: UUID,
                              parent_run_id: Optional[UUID] = None, **kwargs: Any) -> None:
+        """Notes the reply's run (the first one without a parent)."""
         self._runs.started(run_id, parent_run_id)
 
     async def on_chat_model_start(self, serialized: Optional[Dict[str, Any]], messages: Any, *, run_id: UUID,
                                   parent_run_id: Optional[UUID] = None, **kwargs: Any) -> None:
+        """Notes the reply's run (a lone chat model's)."""
         self._runs.started(run_id, parent_run_id)
 
     async def on_llm_start(self, serialized: Optional[Dict[str, Any]], prompts: List[str], *, run_id: UUID,
                            parent_run_id: Optional[UUID] = None, **kwargs: Any) -> None:
+        """Notes the reply's run (a lone LLM's)."""
         self._runs.started(run_id, parent_run_id)
 
     async def on_llm_new_token(self, token: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                                tags: Optional[List[str]] = None, **kwargs: Any) -> None:
+        """Writes the token's text to the stream."""
         text = _token_text(token, tags)
         if text and self.stream.finished is None:
             await self.stream.write(text)
@@ -174,16 +186,20 @@ class AsyncReplyStreamCallback(AsyncCallbackHandler):
 
     async def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                          **kwargs: Any) -> None:
+        """Finishes the stream when the reply's run ended."""
         await self._ended(run_id)
 
     async def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                            **kwargs: Any) -> None:
+        """Finishes the stream when the reply's run ended."""
         await self._ended(run_id)
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                            **kwargs: Any) -> None:
+        """Ends the stream with an error event when the reply's run failed."""
         await self._failed(error, run_id)
 
     async def on_chain_error(self, error: BaseException, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
                              **kwargs: Any) -> None:
+        """Ends the stream with an error event when the reply's run failed."""
         await self._failed(error, run_id)

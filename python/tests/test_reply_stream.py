@@ -296,3 +296,15 @@ def test_async_reply_stream(clean, protocol):
     asyncio.run(main())
     r = clean.client()
     assert [m.content for m in assistant_messages(r, "mem:{bob}")] == ["".join(f"t{i} " for i in range(12))]
+
+
+def test_unknown_event_types_are_skipped_by_readers(r):
+    """docs/STREAMS.md: a later version may add event types before the last one."""
+    s = ReplyStream(r, "mem:{alice}")
+    s.write("a")
+    r.xadd(s.stream_key, {"type": "usage", "tokens": "12"})
+    s.write("b")
+    s.finish()
+    assert [e.type for e in s.read()] == ["chunk", "usage", "chunk", "end"]
+    assert [e.type for e in s.events()] == ["chunk", "chunk", "end"]
+    assert list(s.chunks()) == ["a", "b"]
