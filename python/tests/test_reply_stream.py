@@ -308,3 +308,65 @@ def test_unknown_event_types_are_skipped_by_readers(r):
     assert [e.type for e in s.read()] == ["chunk", "usage", "chunk", "end"]
     assert [e.type for e in s.events()] == ["chunk", "chunk", "end"]
     assert list(s.chunks()) == ["a", "b"]
+
+
+# -- cluster and ACL ------------------------------------------------------------------
+
+
+def test_on_a_cluster_the_stream_lives_on_the_sessions_node(tmp_path):
+    import shutil
+    import subprocess
+
+    from conftest import start_server
+    from redis.cluster import RedisCluster
+
+    cli = shutil.which("redis-cli")
+    if not cli:
+        pytest.fail("redis-cli is needed to create a cluster (Debian's redis-tools)")
+    nodes = [start_server(str(tmp_path), ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{i}.conf"])
+             for i in range(3)]
+    try:
+        subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, capture_output=True, timeout=60)
+        wait_until(lambda: all("cluster_state:ok" in redis.Redis(port=n.port).execute_command("CLUSTER", "INFO")
+                               .decode() for n in nodes), 30, "cluster_state:ok")
+        rc = RedisCluster(host="127.0.0.1", port=nodes[0].port, decode_responses=True)
+        try:
+            owners = set()
+            for session in ["mem:{alice}", "mem:{bob}", "mem:{carol}", "chat:dave", "chat:erin", "plain"]:
+                s = ReplyStream(rc, session)
+                s.write("Hi ")
+                s.write(session)
+                s.finish()
+                node = rc.get_node_from_key(session)
+                owners.add(node.port)
+                # Both keys on the session's node (a cross-slot pair would have raised above).
+                direct = redis.Redis(port=node.port, decode_responses=True)
+                assert direct.type(s.stream_key) == "stream"
+                assert direct.type(session) == "redis-mem"
+                direct.close()
+                assert "".join(ReplyStream(rc, session, s.reply_id).chunks()) == "Hi " + session
+                assert [m.content for m in RedisMemClient(rc).get(session)] == ["Hi " + session]
+            assert len(owners) >= 2
+        finally:
+            rc.close()
+    finally:
+        for n in nodes:
+            n.stop()
+
+
+def test_an_acl_user_of_the_sessions_pattern_with_the_stream_commands(r, clean):
+    r.execute_command("ACL", "SETUSER", "app", "on", ">pw", "resetkeys", "~mem:*", "-@all",
+                      "+mem.append", "+mem.get", "+xadd", "+xread", "+xrevrange", "+expire")
+    try:
+        app = clean.client(username="app", password="pw")
+        s = ReplyStream(app, "mem:{alice}")
+        s.write("allowed")
+        s.finish()
+        assert [e.type for e in ReplyStream(app, "mem:{alice}", s.reply_id).events()] == ["chunk", "end"]
+        assert [m.content for m in RedisMemClient(app).get("mem:{alice}")] == ["allowed"]
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            ReplyStream(app, "other:{x}").write("refused")  # outside the pattern
+        app.close()
+    finally:
+        r.execute_command("ACL", "DELUSER", "app")
