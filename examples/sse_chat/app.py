@@ -70,6 +70,8 @@ class App:
         # again gets the same reply (and its stream), not a second one.
         reply_id = f"reply-{message_id}" if message_id else new_msgid()
         stream = ReplyStream(self.r, key, reply_id, ttl=STREAM_TTL)
+        # One producer per reply, whichever process the POST reached: a guard
+        # key of this example's own, in the stream's slot.
         if self.r.set(f"{stream.stream_key}:producer", self.name, nx=True, ex=STREAM_TTL):
             threading.Thread(target=self._produce, args=(stream, message), daemon=True).start()
         return reply_id

@@ -90,6 +90,11 @@ def test_write_read_and_resume_after_an_id(conn):
     assert [e.text for e in other.read(after=ids[1])] == ["is ", "42."]
     assert other.read(after=ids[-1]) == []
     assert [e.text for e in other.read(after=ids[0], count=2)] == ["answer ", "is "]
+    end = s.finish(meta={"k": "v"})
+    assert other.finish(text="The answer is 42.") == end  # the retry finds the end event (any reply shape)
+    [last] = other.read(after=ids[-1])
+    assert (last.id, last.type, last.msgid, last.meta) == (end.id, "end", s.reply_id, {"k": "v"})
+    assert [m.content for m in RedisMemClient(conn).get("mem:{alice}")] == ["The answer is 42."]
 
 
 def test_read_block_times_out_empty_then_wakes_on_a_write(r):
