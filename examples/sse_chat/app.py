@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, urlparse
 
 import redis
 
-from redis_mem import RedisMemClient, ReplyStream, ReplyStreamTimeout, new_msgid
+from redis_mem import RedisMemClient, ReplyStream, ReplyStreamGap, ReplyStreamTimeout, new_msgid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY_TEMPLATE = "mem:{%s}"
@@ -162,6 +162,8 @@ def make_handler(app: App) -> type:
                     self.wfile.write(f"id: {event.id}\nevent: {name}\ndata: {json.dumps(data)}\n\n".encode("utf-8"))
             except ReplyStreamTimeout:
                 self.wfile.write(b'event: failed\ndata: {"error": "no reply"}\n\n')
+            except ReplyStreamGap as gap:  # behind by more than MAXLEN: the page cannot resume
+                self.wfile.write(f"event: failed\ndata: {json.dumps({'error': str(gap)})}\n\n".encode("utf-8"))
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client went away: it resumes from its last id
 

@@ -25,6 +25,7 @@ from .reply_stream import (
     ReplyEvent,
     ReplyStream,
     ReplyStreamError,
+    ReplyStreamGap,
     ReplyStreamTimeout,
     reply_stream_key,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "ReplyEvent",
     "ReplyStream",
     "ReplyStreamError",
+    "ReplyStreamGap",
     "ReplyStreamTimeout",
     "SessionInfo",
     "SummarizeBegin",

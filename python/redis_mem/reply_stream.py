@@ -70,6 +70,7 @@ __all__ = [
     "ReplyEvent",
     "ReplyStream",
     "ReplyStreamError",
+    "ReplyStreamGap",
     "ReplyStreamTimeout",
     "reply_stream_key",
 ]
@@ -92,6 +93,20 @@ Core = Generator[Op, Any, T]
 class ReplyStreamError(RuntimeError):
     """The producer ended the reply with :meth:`ReplyStream.error`: raised by
     :meth:`ReplyStream.chunks` with the producer's message."""
+
+
+class ReplyStreamGap(ReplyStreamError):
+    """Events after the reader's ``after`` may have been trimmed (``MAXLEN``)
+    before it read them: the reply cannot be resumed from there without a
+    hole. ``after``: the reader's id; ``first_kept``: the oldest event the
+    stream still holds. Once the reply ended, its whole text is the
+    session's message (MSGID = the reply id)."""
+
+    def __init__(self, reply_id: str, after: str, first_kept: str) -> None:
+        super().__init__(f"reply {reply_id}: events before {first_kept} were trimmed (MAXLEN); "
+                         f"a reader after {after} would miss some")
+        self.after = after
+        self.first_kept = first_kept
 
 
 class ReplyStreamTimeout(TimeoutError):
@@ -186,6 +201,12 @@ def _entries(reply: Any) -> List[Tuple[str, Dict[str, str]]]:
 
     walk(reply)
     return out
+
+
+def _id_key(eid: str) -> Tuple[int, int]:
+    """A stream id as a comparable pair ("0" and "0-0": the start)."""
+    ms, _, seq = str(eid).partition("-")
+    return int(ms or 0), int(seq or 0)
 
 
 def _event(eid: str, fields: Mapping[str, str]) -> ReplyEvent:
@@ -290,6 +311,23 @@ class _Core:
         reply = yield ("read", self.stream_key, str(after or "0"), block, count)
         return [_event(eid, fields) for eid, fields in _entries(reply)]
 
+    def _gap_core(self, after: str) -> Core[None]:
+        """Raises :class:`ReplyStreamGap` when the stream lost events (MAXLEN
+        trimmed some: XINFO STREAM's ``entries-added`` over its ``length``)
+        and ``after`` is older than its first entry. Conservative: a reader
+        that stopped exactly at the last trimmed event is told too."""
+        info = yield ("info", self.stream_key)
+        if not info:
+            return None
+        info = {_text(k): v for k, v in (info.items() if isinstance(info, dict) else zip(info[0::2], info[1::2]))}
+        added, length = info.get("entries-added"), info.get("length")
+        first = _entries([info.get("first-entry")])
+        if added is None or length is None or not first or int(added) <= int(length):
+            return None
+        if _id_key(first[0][0]) > _id_key(after):
+            raise ReplyStreamGap(self.reply_id, after, first[0][0])
+        return None
+
     def _idle(self, idle_timeout: Optional[float]) -> float:
         return float(self.ttl if idle_timeout is None else idle_timeout)
 
@@ -369,6 +407,13 @@ class ReplyStream(_Core):
         if kind == "read":
             _, key, after, block, count = op
             return self.redis.xread({key: after}, count=count, block=block)
+        if kind == "info":
+            try:
+                return self.redis.xinfo_stream(op[1])
+            except redis.ResponseError as err:
+                if "no such key" in str(err).lower():  # expired meanwhile
+                    return None
+                raise
         raise AssertionError(kind)
 
     def write(self, chunk: str) -> str:
@@ -400,13 +445,20 @@ class ReplyStream(_Core):
     def events(self, after: str = "0", block: int = 1000, idle_timeout: Optional[float] = None) -> Iterator[ReplyEvent]:
         """Every event after ``after`` as it comes, the end (or error) event
         last (a type this version does not know is skipped): what an SSE
-        endpoint sends, ``after`` being the client's ``Last-Event-ID``. Raises :class:`ReplyStreamTimeout` when nothing
+        endpoint sends, ``after`` being the client's ``Last-Event-ID``.
+        Raises :class:`ReplyStreamGap` when events after ``after`` were
+        trimmed (``maxlen``) before it came (checked once, with its first
+        events), and :class:`ReplyStreamTimeout` when nothing
         came for ``idle_timeout`` seconds (default: ``ttl``, after which a
         stream without writes is gone)."""
         idle = self._idle(idle_timeout)
         deadline = time.monotonic() + idle
+        checked = False
         while True:
             got = self.read(after, block=max(1, min(block, int(idle * 1000))))
+            if got and not checked:
+                _drive(self._gap_core(after), self._do)
+                checked = True
             if not got:
                 if time.monotonic() >= deadline:
                     raise ReplyStreamTimeout(f"no event of reply {self.reply_id} for {idle:g} s")
@@ -471,6 +523,13 @@ class AsyncReplyStream(_Core):
         if kind == "read":
             _, key, after, block, count = op
             return await self.redis.xread({key: after}, count=count, block=block)
+        if kind == "info":
+            try:
+                return await self.redis.xinfo_stream(op[1])
+            except redis.ResponseError as err:
+                if "no such key" in str(err).lower():  # expired meanwhile
+                    return None
+                raise
         raise AssertionError(kind)
 
     async def write(self, chunk: str) -> str:
@@ -498,8 +557,12 @@ class AsyncReplyStream(_Core):
         idle = self._idle(idle_timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + idle
+        checked = False
         while True:
             got = await self.read(after, block=max(1, min(block, int(idle * 1000))))
+            if got and not checked:
+                await _adrive(self._gap_core(after), self._do)
+                checked = True
             if not got:
                 if loop.time() >= deadline:
                     raise ReplyStreamTimeout(f"no event of reply {self.reply_id} for {idle:g} s")

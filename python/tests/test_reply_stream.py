@@ -19,6 +19,7 @@ from redis_mem import (
     RedisMemClient,
     ReplyStream,
     ReplyStreamError,
+    ReplyStreamGap,
     ReplyStreamTimeout,
     reply_stream_key,
 )
@@ -182,6 +183,27 @@ def test_maxlen_exact_keeps_the_newest(r):
     assert [e.id for e in s.read()] == ids[-5:]
 
 
+def test_a_reader_behind_what_maxlen_trimmed_is_told(r):
+    s = ReplyStream(r, "mem:{alice}", maxlen=5, approximate=False)
+    ids = [s.write(f"c{i} ") for i in range(20)]
+    end = s.finish()  # the end event trims one more: c16 ... end are kept
+    for after in ["0", ids[3], ids[14]]:  # c0..c15 were trimmed: the reader would miss some
+        with pytest.raises(ReplyStreamGap) as gap:
+            list(s.events(after=after))
+        assert gap.value.after == after and gap.value.first_kept == ids[16]
+    with pytest.raises(ReplyStreamError):  # a ReplyStreamError too
+        list(s.chunks(after=ids[5]))
+    # From a kept event on, nothing is missing.
+    assert "".join(s.chunks(after=ids[16])) == "c17 c18 c19 "
+    assert [e.id for e in s.events(after=ids[18])] == [ids[19], end.id]
+    # A stream never trimmed: any id resumes (tested above), "0" too.
+    t = ReplyStream(r, "mem:{alice}", maxlen=5, approximate=False)
+    t.write("only")
+    t.finish(text="")
+    assert list(t.chunks()) == ["only"]
+    assert [m.content for m in assistant_messages(r, "mem:{alice}")] == ["".join(f"c{i} " for i in range(20)), ""]
+
+
 def test_maxlen_approximate_bounds_the_stream(r):
     s = ReplyStream(r, "mem:{alice}", maxlen=100)
     for i in range(1000):
@@ -290,6 +312,11 @@ def test_async_reply_stream(clean, protocol):
             assert again.id == end.id
             with pytest.raises(ReplyStreamTimeout):
                 [e async for e in AsyncReplyStream(ar, "mem:{bob}", "none").events(block=10, idle_timeout=0.05)]
+            t = AsyncReplyStream(ar, "mem:{bob}", maxlen=2, approximate=False)
+            for i in range(5):
+                await t.write(str(i))
+            with pytest.raises(ReplyStreamGap):
+                [x async for x in t.events(idle_timeout=1)]
             e = AsyncReplyStream(ar, "mem:{bob}")
             await e.write("x")
             await e.error("boom")
@@ -362,7 +389,7 @@ def test_on_a_cluster_the_stream_lives_on_the_sessions_node(tmp_path):
 
 def test_an_acl_user_of_the_sessions_pattern_with_the_stream_commands(r, clean):
     r.execute_command("ACL", "SETUSER", "app", "on", ">pw", "resetkeys", "~mem:*", "-@all",
-                      "+mem.append", "+mem.get", "+xadd", "+xread", "+xrevrange", "+expire")
+                      "+mem.append", "+mem.get", "+xadd", "+xread", "+xrevrange", "+xinfo|stream", "+expire")
     try:
         app = clean.client(username="app", password="pw")
         s = ReplyStream(app, "mem:{alice}")
