@@ -27,8 +27,9 @@ is_root() { [ "$(id -u)" = 0 ]; }
 apt_install() {
     if is_root && command -v apt-get >/dev/null 2>&1; then
         echo "run_tests.sh: apt-get install $*" >&2
-        apt-get update -qq >/dev/null
-        RUNLEVEL=1 apt-get install -y -qq "$@" >/dev/null
+        # Wait for a concurrent apt-get (make test builds servers beside us).
+        apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+        RUNLEVEL=1 apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null
     else
         echo "run_tests.sh: please install: $*" >&2
         return 1
