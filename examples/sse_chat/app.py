@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, urlparse
 
 import redis
 
-from redis_mem import RedisMemClient, ReplyStream, ReplyStreamGap, ReplyStreamTimeout, new_msgid
+from redis_mem import RedisMemClient, ReplyStream, ReplyStreamGap, ReplyStreamTimeout, new_msgid, valid_event_id
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY_TEMPLATE = "mem:{%s}"
@@ -140,7 +140,11 @@ def make_handler(app: App) -> type:
                 return
             # A reconnecting EventSource sends the last id it got as Last-Event-ID;
             # a page opened anew (a reload) passes the one it kept as ?after=.
-            after = self.headers.get("Last-Event-ID") or q.get("after") or "0"
+            try:
+                after = valid_event_id(self.headers.get("Last-Event-ID") or q.get("after"))
+            except ValueError as err:
+                self._json(400, {"error": str(err)})  # EventSource gives up on a non-200
+                return
             self.log_message("stream %s after %s", reply_id, after)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -28,6 +28,7 @@ from .reply_stream import (
     ReplyStreamGap,
     ReplyStreamTimeout,
     reply_stream_key,
+    valid_event_id,
 )
 
 __version__ = "0.2.0"
@@ -53,4 +54,5 @@ __all__ = [
     "SummarizeCheck",
     "new_msgid",
     "reply_stream_key",
+    "valid_event_id",
 ]

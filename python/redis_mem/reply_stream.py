@@ -59,7 +59,7 @@ from typing import (
 import redis
 import redis.asyncio
 
-from ._commands import new_msgid
+from ._commands import MAX_MSGID_BYTES, new_msgid
 from ._replies import AppendResult, _text
 from .client import AsyncRedisMemClient, RedisMemClient
 
@@ -73,6 +73,7 @@ __all__ = [
     "ReplyStreamGap",
     "ReplyStreamTimeout",
     "reply_stream_key",
+    "valid_event_id",
 ]
 
 #: Seconds the stream lives after its last write.
@@ -203,6 +204,19 @@ def _entries(reply: Any) -> List[Tuple[str, Dict[str, str]]]:
     return out
 
 
+_EVENT_ID = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?$")
+
+
+def valid_event_id(after: Any) -> str:
+    """``after`` as an event id to read after ("0", "<ms>" or "<ms>-<seq>";
+    None or "" -> "0"); ValueError for anything else (a client's
+    ``Last-Event-ID`` is input: check it before answering)."""
+    eid = "0" if after is None or after == "" else _text(after)
+    if not isinstance(eid, str) or not _EVENT_ID.match(eid):
+        raise ValueError(f"not an event id: {after!r}")
+    return eid
+
+
 def _id_key(eid: str) -> Tuple[int, int]:
     """A stream id as a comparable pair ("0" and "0-0": the start)."""
     ms, _, seq = str(eid).partition("-")
@@ -238,6 +252,8 @@ class _Core:
             raise ValueError("maxlen must be positive")
         self.session_key = _text(key)
         self.reply_id = reply_id or new_msgid()
+        if len(self.reply_id.encode("utf-8")) > MAX_MSGID_BYTES:
+            raise ValueError(f"a reply id is at most {MAX_MSGID_BYTES} bytes (it is the message's MSGID)")
         self.stream_key = reply_stream_key(self.session_key, self.reply_id)
         self.ttl = ttl
         self.maxlen = maxlen
@@ -308,7 +324,7 @@ class _Core:
     def _read_core(self, after: str, block: Optional[int], count: Optional[int]) -> Core[List[ReplyEvent]]:
         if block is not None and block < 0:
             raise ValueError("block is a number of milliseconds >= 0")
-        reply = yield ("read", self.stream_key, str(after or "0"), block, count)
+        reply = yield ("read", self.stream_key, valid_event_id(after), block, count)
         return [_event(eid, fields) for eid, fields in _entries(reply)]
 
     def _gap_core(self, after: str) -> Core[None]:

@@ -129,6 +129,9 @@ def test_sse_chat_example_resumes_from_last_event_id(clean, tmp_path):
         chunks = [d["text"] for _, ev, d in first + rest if ev == "chunk"]
         assert chunks == expected
         assert [ev for _, ev, _ in rest][-1] == "end"
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", f"/stream?session=sse&reply={reply_id}", headers={"Last-Event-ID": "$"})
+        assert c.getresponse().status == 400  # not an event id: refused, not passed to XREAD
         msgs = RedisMemClient(clean.client()).get("mem:{sse}")
         assert [(m.role, m.content, m.msgid) for m in msgs] == [
             ("user", "hi there", "m-1"), ("assistant", "".join(expected), reply_id)]

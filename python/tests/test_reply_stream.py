@@ -22,6 +22,7 @@ from redis_mem import (
     ReplyStreamGap,
     ReplyStreamTimeout,
     reply_stream_key,
+    valid_event_id,
 )
 
 
@@ -402,3 +403,19 @@ def test_an_acl_user_of_the_sessions_pattern_with_the_stream_commands(r, clean):
         app.close()
     finally:
         r.execute_command("ACL", "DELUSER", "app")
+
+
+def test_event_ids_and_reply_ids_are_checked(r):
+    assert [valid_event_id(x) for x in [None, "", "0", "17", "1796193606806-3", b"5-1"]] == [
+        "0", "0", "0", "17", "1796193606806-3", "5-1"]
+    for bad in ["x", "1-", "-1", "1-2-3", "$", ">", "1 2", "+"]:
+        with pytest.raises(ValueError):
+            valid_event_id(bad)
+    s = ReplyStream(r, "mem:{alice}")
+    s.write("a")
+    with pytest.raises(ValueError):
+        s.read(after="$")  # a client's Last-Event-ID is input, never passed to XREAD unchecked
+    assert [e.text for e in s.read(after="0-0")] == ["a"]
+    with pytest.raises(ValueError):
+        ReplyStream(r, "mem:{alice}", "r" * 129)
+    assert ReplyStream(r, "mem:{alice}", "r" * 128).reply_id == "r" * 128
