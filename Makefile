@@ -1,5 +1,6 @@
 # redis-mem: `make run` starts Redis with the module, `make test` runs every test.
-# Both install what a fresh Debian machine is missing (redis-server, libclang-dev).
+# Both install what a fresh Debian machine is missing (redis-server, libclang-dev;
+# `make test` also chromium and chromium-driver for the browser test).
 
 SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -34,6 +35,10 @@ run: build
 TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
 TEST_JOBS ?= 4
 test: build
+	@# The Python suite's browser test drives Debian's headless Chromium; installed
+	@# here, before the servers' tests run beside the Python ones (one apt at a time).
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
+	  { $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; }
 	@cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo fmt --check

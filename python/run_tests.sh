@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the tests of the redis-mem Python package (python/tests: clients,
-# agent middleware, LangGraph nodes, summarizer service, migration, examples)
+# agent middleware, LangGraph nodes, summarizer service, migration, examples,
+# reply streams and the SSE example in a headless Chromium)
 # against real redis-server processes with the module, which the tests start
 # and stop themselves on free loopback ports.
 #
@@ -26,8 +27,9 @@ is_root() { [ "$(id -u)" = 0 ]; }
 apt_install() {
     if is_root && command -v apt-get >/dev/null 2>&1; then
         echo "run_tests.sh: apt-get install $*" >&2
-        apt-get update -qq >/dev/null
-        RUNLEVEL=1 apt-get install -y -qq "$@" >/dev/null
+        # Wait for a concurrent apt-get (make test builds servers beside us).
+        apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+        RUNLEVEL=1 apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" >/dev/null
     else
         echo "run_tests.sh: please install: $*" >&2
         return 1
@@ -64,6 +66,12 @@ fi
 
 if [ -z "${REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
     apt_install redis-server
+fi
+
+# The SSE example's browser test (tests/test_sse_browser.py) drives Debian's
+# headless Chromium through its chromedriver.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    apt_install chromium chromium-driver || echo "run_tests.sh: without them tests/test_sse_browser.py fails" >&2
 fi
 
 MODULE="${REDIS_MEM_MODULE:-$REPO/target/release/libredis_mem.so}"

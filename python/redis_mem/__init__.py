@@ -1,7 +1,7 @@
 """redis-mem for Python: typed sync and asyncio clients of the redis-mem Redis
 module, a LangChain 1.x agent middleware, LangGraph nodes, a summarizer
-service, migration from other stores, and orchestrator (Dify/n8n)
-conversation ids.
+service, migration from other stores, orchestrator (Dify/n8n)
+conversation ids, and resumable reply streams (``ReplyStream``).
 
 The LangChain/LangGraph parts need the ``langchain`` extra
 (``pip install 'redis-mem[langchain]'``); the rest needs only redis-py.
@@ -20,6 +20,16 @@ from .client import (
     SummarizeCheck,
 )
 from .conversation_ids import AsyncConversationIds, ConversationIds
+from .reply_stream import (
+    AsyncReplyStream,
+    ReplyEvent,
+    ReplyStream,
+    ReplyStreamError,
+    ReplyStreamGap,
+    ReplyStreamTimeout,
+    reply_stream_key,
+    valid_event_id,
+)
 
 __version__ = "0.2.0"
 
@@ -29,12 +39,20 @@ __all__ = [
     "AppendResult",
     "AsyncConversationIds",
     "AsyncRedisMemClient",
+    "AsyncReplyStream",
     "ConversationIds",
     "Message",
     "ModelInfo",
     "RedisMemClient",
+    "ReplyEvent",
+    "ReplyStream",
+    "ReplyStreamError",
+    "ReplyStreamGap",
+    "ReplyStreamTimeout",
     "SessionInfo",
     "SummarizeBegin",
     "SummarizeCheck",
     "new_msgid",
+    "reply_stream_key",
+    "valid_event_id",
 ]
