@@ -1,7 +1,7 @@
 """redis-mem for Python: typed sync and asyncio clients of the redis-mem Redis
 module, a LangChain 1.x agent middleware, LangGraph nodes, a summarizer
-service, migration from other stores, and orchestrator (Dify/n8n)
-conversation ids.
+service, migration from other stores, orchestrator (Dify/n8n)
+conversation ids, and session context with its own lifetime.
 
 The LangChain/LangGraph parts need the ``langchain`` extra
 (``pip install 'redis-mem[langchain]'``); the rest needs only redis-py.
@@ -20,6 +20,7 @@ from .client import (
     SummarizeCheck,
 )
 from .conversation_ids import AsyncConversationIds, ConversationIds
+from .session_context import AsyncSessionContext, SessionContext
 
 __version__ = "0.2.0"
 
@@ -29,10 +30,12 @@ __all__ = [
     "AppendResult",
     "AsyncConversationIds",
     "AsyncRedisMemClient",
+    "AsyncSessionContext",
     "ConversationIds",
     "Message",
     "ModelInfo",
     "RedisMemClient",
+    "SessionContext",
     "SessionInfo",
     "SummarizeBegin",
     "SummarizeCheck",
