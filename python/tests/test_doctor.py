@@ -354,3 +354,21 @@ def test_every_master_of_a_cluster(cluster):
         for key in keys:                     # each checked on the master that owns it
             assert about(findings, key, OK, "exists, 1 messages; expires in ")
         assert about(findings, "mem:{missing}", ERROR, "does not exist")
+
+
+def test_diagnose_on_every_connection_kind_writes_nothing(conn):
+    """RESP2/RESP3, bytes or str: the same findings; the doctor changes
+    nothing (no key, no lease, no write counted)."""
+    mem = RedisMemClient(conn)
+    for i in range(6):
+        mem.append("mem:{kind}", "user", f"message {i}", maxmsgs=6, ttl=600)
+    before = (conn.dbsize(), conn.info("mem")["mem_leases_granted"], conn.info("mem")["mem_appends"])
+    findings = diagnose(conn, ["kind", "mem:{none}"])
+    assert about(findings, "server", OK, "redis-mem module loaded: version 1")
+    assert about(findings, "mem:{kind}", OK, "exists, 6 messages; expires in ")
+    assert about(findings, "mem:{kind}", INFO, "6 messages, 42 tokens; summarize at 5 messages or 19200 tokens")
+    assert about(findings, "mem:{kind}", WARNING, "over its summarize threshold")
+    assert about(findings, "mem:{none}", ERROR, "does not exist")
+    after = (conn.dbsize(), conn.info("mem")["mem_leases_granted"], conn.info("mem")["mem_appends"])
+    assert after == before
+    assert mem.summarize_begin("mem:{kind}", 1000, keep=2).lease > 0
