@@ -66,6 +66,7 @@ class Finding:
     fix: str = ""
 
     def line(self) -> str:
+        """The finding as one line of the text report: ``LEVEL subject: message -> fix: ...``."""
         text = f"{self.level.upper():7} {self.subject}: {self.message}"
         return f"{text} -> fix: {self.fix}" if self.fix else text
 
@@ -365,10 +366,14 @@ def _nodes(client: Any) -> List["redis.Redis"]:
     """A plain client per master (one for a plain server)."""
     if not hasattr(client, "get_primaries"):
         return [client]
-    kw = client.get_connection_kwargs() if hasattr(client, "get_connection_kwargs") else {}
-    keep = {k: v for k, v in kw.items() if k in ("username", "password", "ssl", "socket_timeout",
+    return [redis.Redis(host=n.host, port=n.port, **_auth(client)) for n in client.get_primaries()]
+
+
+def _auth(cluster: Any) -> Dict[str, Any]:
+    """What a plain client on one of ``cluster``'s nodes needs of its settings."""
+    kw = cluster.get_connection_kwargs() if hasattr(cluster, "get_connection_kwargs") else {}
+    return {k: v for k, v in kw.items() if k in ("username", "password", "ssl", "socket_timeout",
                                                  "socket_connect_timeout")}
-    return [redis.Redis(host=n.host, port=n.port, **keep) for n in client.get_primaries()]
 
 
 def _session_key(arg: str, template: str) -> str:
@@ -393,7 +398,9 @@ def diagnose(client: Any, sessions: Sequence[str] = (), key_template: str = DEFA
         key = _session_key(arg, key_template)
         if cluster:
             owner = client.get_node_from_key(key)
-            node = next(n for n in nodes if _node_name(n) == f"{owner.host}:{owner.port}")
+            found = [n for n in nodes if _node_name(n) == f"{owner.host}:{owner.port}"]
+            # Else a master the first listing did not have (a failover meanwhile).
+            node = found[0] if found else redis.Redis(host=owner.host, port=owner.port, **_auth(client))
         else:
             node = client
         name = _node_name(node)
