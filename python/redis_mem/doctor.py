@@ -344,6 +344,11 @@ def check_session(r: "redis.Redis", key: str, rep: _Report, subscribers: int) ->
     else:
         rep.add(OK, key, "no summary yet")
 
+    # Attributes: the seed's session context (SessionContext) and the other members.
+    names = sorted(mem.attrget(key, raw=True))
+    rep.add(OK, key, f"attributes: {', '.join(names)}" if names else "no attributes (no session context set, "
+            "or its lifetime ended)")
+
     # External ids (Dify, n8n, ...).
     ttls = info.external_ttl
     if info.external or ttls:

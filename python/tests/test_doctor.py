@@ -71,6 +71,7 @@ def test_a_healthy_session_on_a_production_server(own_server):
     mem.append("mem:{alice}", "user", "Hi, I'm Alice", model="gpt-4o", ttl=3600)
     mem.append("mem:{alice}", "assistant", "Hello Alice!")
     mem.extset("mem:{alice}", "dify", "conv-42", ex=600)
+    mem.attrset("mem:{alice}", "user_profile", {"name": "Alice"})
     worker = sw.SummarizerWorker(srv.client(), summarize_fn=sw.extractive_summarize, keep=2, sweep_interval=0)
     t = threading.Thread(target=worker.run, daemon=True)
     t.start()
@@ -103,6 +104,7 @@ def test_a_healthy_session_on_a_production_server(own_server):
                  "80000 tokens")
     assert about(findings, key, OK, "no message was evicted without a summary")
     assert about(findings, key, OK, "no summary yet")
+    assert about(findings, key, OK, "attributes: user_profile")
     ext = about(findings, key, OK, "external conversation ids: dify (")
     assert ext and ext[0].message.endswith("left)")
     # JSON shape: every finding {level, subject, message, fix}.
@@ -369,6 +371,24 @@ def test_diagnose_on_every_connection_kind_writes_nothing(conn):
     assert about(findings, "mem:{kind}", INFO, "6 messages, 42 tokens; summarize at 5 messages or 19200 tokens")
     assert about(findings, "mem:{kind}", WARNING, "over its summarize threshold")
     assert about(findings, "mem:{none}", ERROR, "does not exist")
+    assert about(findings, "mem:{kind}", OK, "no attributes (no session context set, or its lifetime ended)")
     after = (conn.dbsize(), conn.info("mem")["mem_leases_granted"], conn.info("mem")["mem_appends"])
     assert after == before
     assert mem.summarize_begin("mem:{kind}", 1000, keep=2).lease > 0
+
+
+def test_the_session_context_layer_and_its_lifetime(own_server):
+    """The seed's 1 h context (SessionContext): listed while it lives, gone
+    from the report once its own lifetime ends; the session stays."""
+    from redis_mem import SessionContext
+
+    srv = own_server(*PRODUCTION)
+    r = srv.client()
+    RedisMemClient(r).append("mem:{ctx}", "user", "hi")
+    ctx = SessionContext(r, "mem:{ctx}", ttl=1)
+    ctx.set({"step": "search"})
+    assert about(diagnose(r, ["ctx"]), "mem:{ctx}", OK, "attributes: context")
+    wait_for("the context's lifetime to end", lambda: ctx.get() is None)
+    findings = diagnose(r, ["ctx"])
+    assert about(findings, "mem:{ctx}", OK, "no attributes (no session context set, or its lifetime ended)")
+    assert about(findings, "mem:{ctx}", OK, "exists, 1 messages")
