@@ -392,3 +392,18 @@ def test_the_session_context_layer_and_its_lifetime(own_server):
     findings = diagnose(r, ["ctx"])
     assert about(findings, "mem:{ctx}", OK, "no attributes (no session context set, or its lifetime ended)")
     assert about(findings, "mem:{ctx}", OK, "exists, 1 messages")
+
+
+def test_session_info_v3_fields_on_every_connection_kind(conn):
+    """MEM.INFO's SPEC v3 fields as SessionInfo gives them: ints, and
+    external_ttl a dict of str -> ms (RESP2 sends a flat array)."""
+    mem = RedisMemClient(conn)
+    for i in range(5):
+        mem.append("mem:{v3}", "user", f"message {i}", maxmsgs=4)
+    mem.extset("mem:{v3}", "dify", "conv-9", ex=100)
+    info = mem.info("mem:{v3}")
+    assert (info.evicted, info.summarized, info.summary_ts) == (1, 0, 0)
+    assert list(info.external_ttl) == ["dify"] and 0 < info.external_ttl["dify"] <= 100_000
+    mem.summarize("mem:{v3}", info.first_id + 1, "Summary.")
+    info = mem.info("mem:{v3}")
+    assert (info.evicted, info.summarized) == (1, 2) and info.summary_ts > 0
