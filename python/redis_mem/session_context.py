@@ -14,8 +14,10 @@ while the history lives its 24 h.
 the lifetime (``ttl=None``: the context has none of its own and lives with the
 session). The value is any JSON value; :meth:`~SessionContext.update` merges a
 dict into a dict context (missing or expired: the patch alone) under WATCH, so
-two nodes updating at once lose neither's change. On a cluster client
-(``RedisCluster``) it is a plain read then write.
+two nodes updating at once lose neither's change (it gives up with
+``redis.WatchError`` after 100 attempts that each found the session
+changed). On a cluster client (``RedisCluster``) it is a plain read then
+write.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ __all__ = ["SessionContext", "AsyncSessionContext", "DEFAULT_CONTEXT_TTL", "DEFA
 #: The seed's lifetime of its session context: one hour.
 DEFAULT_CONTEXT_TTL = 3600
 DEFAULT_CONTEXT_NAME = "context"
+#: Updates tried before giving up when every one found the session changed.
+_MAX_ATTEMPTS = 100
 
 # -- the core both drivers share: commands and the merge ----------------------
 
@@ -105,7 +109,7 @@ class SessionContext:
             self.set(new)
             return new
         with r.pipeline(transaction=True) as pipe:
-            while True:
+            for _attempt in range(_MAX_ATTEMPTS):
                 try:
                     pipe.watch(self.key)
                     new = _merged(_parse_get(pipe.execute_command("MEM.ATTRGET", self.key, self.name)), patch)
@@ -115,6 +119,7 @@ class SessionContext:
                     return new
                 except redis.WatchError:
                     continue  # the session changed meanwhile: read it again
+        raise redis.WatchError(f"{self.key!r} changed during each of {_MAX_ATTEMPTS} updates of its context")
 
     def delete(self) -> bool:
         """Removes the context; True when it was set."""
@@ -154,7 +159,7 @@ class AsyncSessionContext:
             await self.set(new)
             return new
         async with r.pipeline(transaction=True) as pipe:
-            while True:
+            for _attempt in range(_MAX_ATTEMPTS):
                 try:
                     await pipe.watch(self.key)
                     cur = await pipe.execute_command("MEM.ATTRGET", self.key, self.name)
@@ -165,6 +170,7 @@ class AsyncSessionContext:
                     return new
                 except redis.WatchError:
                     continue
+        raise redis.WatchError(f"{self.key!r} changed during each of {_MAX_ATTEMPTS} updates of its context")
 
     async def delete(self) -> bool:
         """Removes the context; True when it was set."""
