@@ -104,6 +104,7 @@ SECTIONS = [
     ("MEM.ATTRSET / MEM.ATTRGET / MEM.ATTRDEL", "The document's other members, edited one by one.", [
         "MEM.ATTRSET mem:{bob} user_profile '{\"name\":\"Bob\",\"lang\":\"fr\"}'",
         "MEM.ATTRGET mem:{bob} user_profile",
+        "MEM.ATTRSET mem:{bob} context '{\"step\":2}' EX 3600",
         "MEM.ATTRGET mem:{bob}",
         "MEM.ATTRDEL mem:{bob} context",
         "MEM.GET mem:{bob} LAST 1 FORMAT JSON",

@@ -82,7 +82,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         // Every encoding version so far stores one string buffer; its
         // payload's format must match the version (persistence).
         let result = match encver {
-            1..=3 => {
+            1..=RDB_ENCODING_VERSION => {
                 load_payload(rdb).and_then(|bytes| persistence::decode_rdb_session(encver, &bytes))
             }
             v => Err(format!("unknown redis-mem encoding version {v}")),

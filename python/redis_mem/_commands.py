@@ -154,8 +154,8 @@ def info(key: Key) -> Command[Optional[SessionInfo]]:
     return ["MEM.INFO", key], lambda r: None if r is None else SessionInfo.from_reply(r)
 
 
-def count(model: str, text: str, role: Optional[str] = None) -> Command[int]:
-    return ["MEM.COUNT", model, text] + _opt("ROLE", role), int
+def count(model: str, text: str, role: Optional[str] = None, meta: Meta = None) -> Command[int]:
+    return ["MEM.COUNT", model, text] + _opt("ROLE", role) + _opt("META", _meta_arg(meta)), int
 
 
 def models(model: str) -> Command[ModelInfo]:

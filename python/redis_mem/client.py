@@ -200,12 +200,12 @@ class RedisMemClient:
         """MEM.INFO, or None for a missing key."""
         return self._run(c.info(key))
 
-    def count(self, model: str, text: str, role: Optional[str] = None) -> int:
+    def count(self, model: str, text: str, role: Optional[str] = None, meta: Meta = None) -> int:
         """MEM.COUNT: the tokens of ``text`` under ``model``'s encoding, as the
         module counts them (a prompt, a tool schema, a candidate summary);
         with ``role``, those of a message as MEM.APPEND counts it (3 + role
-        + text)."""
-        return self._run(c.count(model, text, role))
+        + text); with ``meta``, plus the tool calls its ``tool_calls`` carry."""
+        return self._run(c.count(model, text, role, meta))
 
     def models(self, model: str) -> ModelInfo:
         """MEM.MODELS model: the encoding ``model`` counts with, whether that
@@ -329,9 +329,10 @@ class AsyncRedisMemClient:
         """MEM.INFO, or None for a missing key."""
         return await self._run(c.info(key))
 
-    async def count(self, model: str, text: str, role: Optional[str] = None) -> int:
+    async def count(self, model: str, text: str, role: Optional[str] = None,
+                    meta: Meta = None) -> int:
         """MEM.COUNT (see :meth:`RedisMemClient.count`)."""
-        return await self._run(c.count(model, text, role))
+        return await self._run(c.count(model, text, role, meta))
 
     async def models(self, model: str) -> ModelInfo:
         """MEM.MODELS model (see :meth:`RedisMemClient.models`)."""

@@ -113,7 +113,9 @@ def test_exact_models_keep_the_modules_count(r):
     agent.invoke({"messages": [HumanMessage("add 2 3")]}, cfg())
     mem = RedisMemClient(r)
     entries = mem.get(KEY)
-    assert entries[1].tokens == mem.count("gpt-4o", "", role="assistant")
+    # The module's count, its tool call included.
+    assert entries[1].tokens == mem.count("gpt-4o", "", role="assistant", meta=entries[1].meta)
+    assert entries[1].tokens > mem.count("gpt-4o", "", role="assistant")
     assert entries[3].tokens == mem.count("gpt-4o", "The sum is 5.", role="assistant")
     assert mw.stats["provider_tokens"] == 0
 

@@ -5,10 +5,11 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use super::args::{self, Options};
 use super::reply::Reply;
-use super::{args, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
+use super::{finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
 use crate::config::Config;
-use crate::declare::{entry, key, optional, string, Access::*, CommandDecl};
+use crate::declare::{entry, integer, key, option, optional, string, Access::*, CommandDecl};
 use crate::error;
 use crate::key::SessionKey;
 use crate::offload::{self, can_block, refuse_large_where_blocking_is_impossible, Pass};
@@ -41,7 +42,7 @@ pub fn can_offload_json(ctx: &Context, len: usize) -> Result<bool, RedisError> {
 /// Most attributes (distinct members) a session holds through MEM.ATTRSET.
 pub use crate::session::MAX_ATTRS;
 
-/// MEM.ATTRSET key name json
+/// MEM.ATTRSET key name json [EX seconds]
 pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     attr_set_checked(ctx, args, Pass::Fresh)
 }
@@ -53,11 +54,13 @@ fn attr_set_checked(
     args: Vec<RedisString>,
     pass: Pass<Result<(), String>>,
 ) -> RedisResult {
-    if args.len() != 4 {
+    if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
     let keyname = &args[1];
     let name = attr_name(&args[2])?;
+    // The attribute's own lifetime (the seed's 1 h session context).
+    let ex = Options::parse(&args[4..], &ATTR_SET)?.seconds("EX", 1)?;
     let cfg = Config::current();
     // Limits as for META: the size first, so a huge value is not parsed.
     args::check_size("json", args[3].len(), cfg.max_message_bytes)?;
@@ -78,7 +81,7 @@ fn attr_set_checked(
         }
         None => check_attr_value(value).map_err(error::bad_attr_value)?,
     }
-    store_attr(ctx, keyname, name, value, &cfg)
+    store_attr(ctx, keyname, (name, value, ex), &cfg)
 }
 
 /// MEM.ATTRSET's write, its value checked: the session created or updated,
@@ -86,21 +89,26 @@ fn attr_set_checked(
 fn store_attr(
     ctx: &Context,
     keyname: &RedisString,
-    name: &str,
-    value: &str,
+    (name, value, ex): (&str, &str, Option<u64>),
     cfg: &Config,
 ) -> RedisResult {
     let mut key = SessionKey::open(ctx, keyname, true)?;
+    let now = now_ms();
     // A bounded number of names, so an edit (which looks at every name)
     // stays cheap whatever a client does.
     if let Some(s) = key.session() {
-        if s.attr(name).is_none() && s.attr_count() >= MAX_ATTRS {
+        // Expired ones go with this write: not counted.
+        let held = if s.extra.any_expired(now) {
+            s.attrs(now).len()
+        } else {
+            s.attr_count()
+        };
+        if s.attr(name, now).is_none() && held >= MAX_ATTRS {
             return Err(crate::error::invalid(format!(
                 "a session holds at most {MAX_ATTRS} attributes"
             )));
         }
     }
-    let now = now_ms();
     let settings = SettingsOptions::none().merge(key.session(), cfg);
     // Stored as the client wrote it (numbers, key order and all), without
     // the whitespace around it.
@@ -109,6 +117,8 @@ fn store_attr(
         settings,
         name: name.to_owned(),
         value: value.trim().to_owned(),
+        // At most 100 years (seconds checks): far from overflow.
+        expires_at: ex.map(|s| now + s as i64 * 1000),
     };
     let header = op.header();
     let session = key.session_or_create(|| op.new_session())?;
@@ -136,13 +146,14 @@ pub fn attr_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let key = SessionKey::open(ctx, &args[1], false)?;
     let session = key.session();
+    let now = now_ms();
     if let Some(arg) = args.get(2) {
         // Any name may be asked for; a name ATTRSET refuses is never set.
         let name = args::utf8("name", arg)?;
-        let value = session.and_then(|s| s.attr(name));
+        let value = session.and_then(|s| s.attr(name, now));
         return Ok(value.map_or(RedisValue::Null, RedisValue::BulkString));
     }
-    let all = session.map_or_else(Vec::new, |s| s.attrs());
+    let all = session.map_or_else(Vec::new, |s| s.attrs(now));
     let reply = Reply::new(ctx);
     reply.map(all.len());
     for (name, value) in &all {
@@ -161,14 +172,14 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // ATTRSET would refuse: empty, or over 64 bytes).
     let name = args::utf8("name", &args[2])?;
     let mut key = SessionKey::open(ctx, keyname, true)?;
-    // Nothing to delete: no write, nothing replicated, no event.
-    if key.session().and_then(|s| s.attr(name)).is_none() {
+    let now = now_ms();
+    // Nothing to delete (or expired): no write, nothing replicated, no event.
+    if key.session().and_then(|s| s.attr(name, now)).is_none() {
         return Ok(RedisValue::Integer(0));
     }
     let Some(session) = key.session_mut() else {
         return Ok(RedisValue::Integer(0));
     };
-    let now = now_ms();
     let op = Op::AttrDel {
         now,
         name: name.to_owned(),
@@ -195,11 +206,16 @@ pub static ATTR_SET: CommandDecl = CommandDecl {
     entry: entry!(attr_set),
     flags: "write deny-oom",
     acl: "mem",
-    summary: "Stores a JSON value under a name beside the history (user_profile, context, ...), returned at the top level of MEM.GET FORMAT JSON; creates the session and refreshes its TTL.",
+    summary: "Stores a JSON value under a name beside the history (user_profile, context, ...), returned at the top level of MEM.GET FORMAT JSON, with EX a lifetime of its own; creates the session and refreshes its TTL.",
     complexity: "O(N) in the size of the session's attributes.",
-    arity: 4,
+    arity: -4,
     access: Update,
-    args: &[key(), string("name"), string("json")],
+    args: &[
+        key(),
+        string("name"),
+        string("json"),
+        option("EX", integer("seconds")),
+    ],
 };
 pub static ATTR_GET: CommandDecl = CommandDecl {
     name: "mem.attrget",

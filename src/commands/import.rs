@@ -178,6 +178,9 @@ fn import_built(ctx: &Context, args: Vec<RedisString>, pass: Pass<Built>) -> Red
 
 /// A fresh import's session: built on the main thread, or to be built by
 /// a worker.
+// Both live a moment on the stack of one command: boxing either only adds
+// an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Build {
     Here(Result<(Imported, Payload), RedisError>),
     OnWorker(Plan),

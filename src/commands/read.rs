@@ -187,15 +187,15 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Null);
     };
     let s: &Session = &live;
-    let live: Vec<&String> = s
+    let live: Vec<(&String, i64)> = s
         .external
         .iter()
         .filter(|(_, e)| e.expires_at > now)
-        .map(|(name, _)| name)
+        .map(|(name, e)| (name, e.expires_at - now))
         .collect();
     let reply = Reply::new(ctx);
     reply
-        .map(14)
+        .map(18)
         .field_int("messages", s.message_count())
         .field_int("total_tokens", s.total_tokens)
         .field_str("model", &s.settings.model)
@@ -216,8 +216,20 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .field_int("summary_upto", s.summary.as_ref().map_or(0, |x| x.upto))
         .bulk("external")
         .array(live.len());
-    for name in live {
+    for (name, _) in &live {
         reply.bulk(name);
+    }
+    // Why it forgot (the doctor reads these): what left without a summary,
+    // what summaries cover, when the last one was made.
+    reply
+        .field_int("evicted", s.history.evicted)
+        .field_int("summarized", s.history.summarized)
+        .bulk("summary_ts")
+        .signed(s.summary.as_ref().map_or(0, |x| x.ts))
+        .bulk("external_ttl")
+        .map(live.len());
+    for (name, left_ms) in &live {
+        reply.bulk(name).signed(*left_ms);
     }
     Ok(RedisValue::NoReply)
 }
@@ -265,7 +277,7 @@ pub static INFO: CommandDecl = CommandDecl {
     entry: entry!(info),
     flags: "readonly",
     acl: "mem",
-    summary: "Returns the session's counts, settings and ids, or nil when the key does not exist.",
+    summary: "Returns the session's counts, settings and ids, what left it (evicted, summarized) and the external ids' time left, or nil when the key does not exist.",
     complexity: "O(1) (O(N) for N external ids).",
     arity: 2,
     access: Read,

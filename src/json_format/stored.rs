@@ -27,6 +27,18 @@ pub struct StoredOut<'a> {
     last_id: u64,
     external: BTreeMap<&'a str, ExternalOut<'a>>,
     departed_msgids: Vec<DepartedOut<'a>>,
+    /// The attributes' own expiries (Unix ms; MEM.ATTRSET ... EX).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    attribute_expires: &'a BTreeMap<String, i64>,
+    /// What left the session (MEM.INFO `evicted`, `summarized`).
+    #[serde(skip_serializing_if = "is_zero")]
+    evicted: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    summarized: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, Deserialize)]
@@ -74,6 +86,9 @@ impl<'a> StoredOut<'a> {
                     tokens: d.tokens,
                 })
                 .collect(),
+            attribute_expires: s.extra.expiries(),
+            evicted: s.history.evicted,
+            summarized: s.history.summarized,
         }
     }
 }
@@ -90,6 +105,12 @@ pub struct StoredIn {
     external: BTreeMap<String, ExternalIn>,
     #[serde(default)]
     departed_msgids: Vec<DepartedIn>,
+    #[serde(default)]
+    attribute_expires: BTreeMap<String, i64>,
+    #[serde(default)]
+    evicted: u64,
+    #[serde(default)]
+    summarized: u64,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +161,10 @@ impl StoredIn {
                 session.external.insert(system, id);
             }
         }
+        apply_attribute_expires(session, self.attribute_expires, now)?;
+        // The document's history, then what the import itself trimmed.
+        session.history.evicted = session.history.evicted.saturating_add(self.evicted);
+        session.history.summarized = session.history.summarized.saturating_add(self.summarized);
         if self.departed_msgids.len() > MAX_DEPARTED {
             return Err(format!(
                 "{STORED_MEMBER}.departed_msgids holds more than {MAX_DEPARTED}"
@@ -153,6 +178,33 @@ impl StoredIn {
         }
         Ok(())
     }
+}
+
+/// The document's attribute expiries: each of an attribute it holds, at
+/// most 100 years ahead (as EX allows); one past at `now` drops its
+/// attribute (a read would not have shown it).
+fn apply_attribute_expires(
+    session: &mut Session,
+    expires: BTreeMap<String, i64>,
+    now: i64,
+) -> Result<(), String> {
+    // No expiry is set yet: every attribute of the document is live.
+    let names: std::collections::HashSet<String> =
+        session.attrs(now).into_iter().map(|(n, _)| n).collect();
+    let mut kept = BTreeMap::new();
+    for (name, at) in expires {
+        if !names.contains(&name) {
+            return Err(format!(
+                "{STORED_MEMBER}.attribute_expires: '{name}' is not an attribute of the document"
+            ));
+        }
+        if at <= now {
+            session.attr_del(&name);
+        } else {
+            kept.insert(name, at.min(now.saturating_add(MAX_TTL_SECS as i64 * 1000)));
+        }
+    }
+    session.extra.set_expiries(kept)
 }
 
 /// A departed msgid of the document: a valid msgid and count, and an id

@@ -12,7 +12,7 @@
 //! session or a panic.
 //!
 //! Adding a format: a new format byte N (and `RDB_ENCODING_VERSION` N with
-//! it), the encoder writes N, the decoder of the previous layout reads the
+//! it, which data_type.rs's rdb_load accepts up to), the encoder writes N, the decoder of the previous layout reads the
 //! new fields only `if r.format() >= N`; formats already published are never
 //! changed. See docs/FORMAT.md.
 
@@ -35,7 +35,7 @@ pub const RDB_ENCODING_VERSION: i32 = FORMAT_LATEST as i32;
 /// Release 0.1's payloads: postcard of its structs.
 const FORMAT_V1: u8 = 1;
 /// The format sessions are written in.
-const FORMAT_LATEST: u8 = v3::FORMAT;
+const FORMAT_LATEST: u8 = v3::FORMAT_4;
 
 pub fn encode_session(session: &Session) -> Vec<u8> {
     v3::encode_session(session)
@@ -50,7 +50,7 @@ pub fn encode_session_v2(session: &Session) -> Vec<u8> {
 /// A session of any known format, its invariants checked.
 pub fn decode_session(bytes: &[u8]) -> Result<Session, String> {
     let session = decode(bytes, v1::session, |r| match r.format() {
-        v3::FORMAT => v3::session(r),
+        v3::FORMAT | v3::FORMAT_4 => v3::session(r),
         _ => v2::session(r),
     })?;
     session.validate()?;
@@ -80,7 +80,9 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
 /// content is back in (`Op::with_content`, then `Op::validate`).
 pub fn decode_op(bytes: &[u8]) -> Result<Op, String> {
     match bytes.first() {
-        Some(&v3::FORMAT) => Err("corrupt payload: format 3 carries sessions, not ops".to_owned()),
+        Some(&format @ (v3::FORMAT | v3::FORMAT_4)) => Err(format!(
+            "corrupt payload: format {format} carries sessions, not ops"
+        )),
         _ => decode(bytes, v1::op, v2::op),
     }
 }

@@ -93,6 +93,7 @@ fn sample_0_1() -> Session {
             .unwrap(),
         leases: Leases::default(),
         msgids: Default::default(),
+        history: Default::default(),
     }
 }
 
@@ -224,9 +225,32 @@ const V3_SAMPLE: &str = "03
     01 1f 7b22757365725f70726f66696c65223a7b226e616d65223a22416e6e227d7d
     01 03 c0c9b2fef962 03  01 04 03 632d34  01 03 632d32 02 07";
 
+/// `sample()` in format 4: format 3 and then the attributes' expiries
+/// (none), evicted (0) and summarized (0).
+fn v4_sample() -> String {
+    let mut v4 = V3_SAMPLE.replacen("03", "04", 1);
+    v4.push_str(" 00 00 00");
+    v4
+}
+
+#[test]
+fn format_4_golden_bytes() {
+    assert_eq!(hex(&encode_session(&sample())), hex(&unhex(&v4_sample())));
+    let mut s = sample();
+    s.attr_set("ctx", "1".into(), Some(1_700_000_360_000));
+    s.history.evicted = 3;
+    s.history.summarized = 300;
+    let bytes = encode_session(&s);
+    // ... one expiry, "ctx", its time; evicted 03, summarized ac02.
+    assert!(hex(&bytes).ends_with("03ac02"), "{}", hex(&bytes));
+    assert!(hex(&bytes).contains("01036374"), "{}", hex(&bytes));
+    assert_eq!(decode_session(&bytes).unwrap(), s);
+}
+
 #[test]
 fn format_3_golden_bytes() {
-    assert_eq!(hex(&encode_session(&sample())), hex(&unhex(V3_SAMPLE)));
+    // What releases after 0.2 wrote before format 4: it loads as it was.
+    assert_eq!(decode_session(&unhex(V3_SAMPLE)).unwrap(), sample());
     // The same session as format 2 wrote it.
     assert_eq!(
         decode_session(&unhex(V3_SAMPLE)).unwrap(),
@@ -274,6 +298,7 @@ fn sample_attr_ops() -> [Op; 2] {
             },
             name: "context".into(),
             value: r#"{"topic":1}"#.into(),
+            expires_at: None,
         },
         Op::AttrDel {
             now: 1_700_000_000_010,
@@ -526,7 +551,7 @@ fn flipped_bits_never_panic_and_never_break_invariants() {
 #[test]
 fn unknown_formats_are_refused() {
     for (what, bytes, is_session) in all_payloads() {
-        for format in [0u8, 4, 9, 255] {
+        for format in [0u8, 5, 9, 255] {
             let mut b = bytes.clone();
             b[0] = format;
             let e = if is_session {
@@ -553,11 +578,14 @@ fn unknown_formats_are_refused() {
 fn rdb_values_need_the_format_of_their_encoding_version() {
     let v1 = unhex(V1_SAMPLE);
     let v2 = encode_session_v2(&sample());
-    let v3 = encode_session(&sample());
-    assert_eq!(RDB_ENCODING_VERSION, 3);
+    let v3 = unhex(V3_SAMPLE);
+    let v4 = encode_session(&sample());
+    assert_eq!(RDB_ENCODING_VERSION, 4);
     assert_eq!(decode_rdb_session(1, &v1).unwrap(), sample_0_1());
     assert_eq!(decode_rdb_session(2, &v2).unwrap(), sample());
     assert_eq!(decode_rdb_session(3, &v3).unwrap(), sample());
+    assert_eq!(decode_rdb_session(4, &v4).unwrap(), sample());
+    assert!(decode_rdb_session(3, &v4).is_err());
     assert!(decode_rdb_session(1, &v2)
         .unwrap_err()
         .contains("format 2 in a value of encoding version 1"));

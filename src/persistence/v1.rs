@@ -53,6 +53,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
             .map_err(|e| format!("corrupt payload: {e}"))?,
         leases: Default::default(),
         msgids: Default::default(),
+        history: Default::default(),
     })
 }
 

@@ -39,6 +39,10 @@ const OP_RECOUNT: u8 = 4;
 const OP_LEASE: u8 = 5;
 const OP_ATTRSET: u8 = 6;
 const OP_ATTRDEL: u8 = 7;
+/// An AttrSet with its own expiry (MEM.ATTRSET ... EX): kind 6's fields,
+/// then expires_at. Kind 6 stays for the rest, so a replica of an earlier
+/// release applies what it can.
+const OP_ATTRSET_EX: u8 = 8;
 /// Fewest bytes of a re-count entry (id, tokens).
 const MIN_COUNT_BYTES: usize = 2;
 
@@ -180,12 +184,20 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
             settings,
             name,
             value,
+            expires_at,
         } => {
-            w.u8(OP_ATTRSET);
+            w.u8(if expires_at.is_some() {
+                OP_ATTRSET_EX
+            } else {
+                OP_ATTRSET
+            });
             w.i64(*now);
             put_settings(&mut w, settings);
             w.str(name);
             w.str(value);
+            if let Some(at) = expires_at {
+                w.i64(*at);
+            }
         }
         Op::AttrDel { now, name } => {
             w.u8(OP_ATTRDEL);
@@ -380,11 +392,15 @@ pub fn op(r: &mut Reader) -> Result<Op> {
                 counts,
             })
         }
-        OP_ATTRSET => Ok(Op::AttrSet {
+        OP_ATTRSET | OP_ATTRSET_EX => Ok(Op::AttrSet {
             now,
             settings: settings(r)?,
             name: r.string("attribute name")?,
             value: r.string("attribute value")?,
+            expires_at: match kind {
+                OP_ATTRSET_EX => Some(r.i64("attribute expiry")?),
+                _ => None,
+            },
         }),
         OP_ATTRDEL => Ok(Op::AttrDel {
             now,

@@ -12,16 +12,20 @@
 
 use super::v2;
 use super::wire::{Reader, Result, Writer};
-use crate::session::{MessageLog, Session};
+use crate::session::{History, MessageLog, Session};
 
 pub const FORMAT: u8 = 3;
+/// Format 3 and, after its tail, the attributes' own expiries (a count of
+/// name str, expires_at zigzag; names strictly increasing) and the
+/// session's history (evicted varint, summarized varint).
+pub const FORMAT_4: u8 = 4;
 
 /// Fewest bytes of a message's head (four varints).
 const MIN_HEAD_BYTES: usize = 4;
 
 pub fn encode_session(s: &Session) -> Vec<u8> {
     let (a, b) = s.messages.stored_bytes();
-    let mut w = Writer::new(FORMAT);
+    let mut w = Writer::new(FORMAT_4);
     // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes.
     w.reserve(256 + a.len() + b.len() + s.messages.len() * 12);
     v2::put_session_head(&mut w, s);
@@ -38,6 +42,14 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
     w.raw(a);
     w.raw(b);
     v2::put_session_tail(&mut w, s);
+    let expiries = s.extra.expiries();
+    w.length(expiries.len());
+    for (name, at) in expiries {
+        w.str(name);
+        w.i64(*at);
+    }
+    w.u64(s.history.evicted);
+    w.u64(s.history.summarized);
     w.into_bytes()
 }
 
@@ -64,5 +76,29 @@ pub fn session(r: &mut Reader) -> Result<Session> {
     let bytes = r.take(total, "message bytes")?;
     session.messages = MessageLog::from_stored(heads, bytes)?;
     v2::session_tail(r, &mut session)?;
+    if r.format() >= FORMAT_4 {
+        // Two bytes at least: an empty name and a one-byte time.
+        let count = r.count(2, "attribute expiries")?;
+        let mut expiry = std::collections::BTreeMap::new();
+        for _ in 0..count {
+            let name = r.string("attribute name")?;
+            if expiry
+                .keys()
+                .next_back()
+                .is_some_and(|last: &String| *last >= name)
+            {
+                return Err("corrupt payload: attribute expiries not in order".to_owned());
+            }
+            expiry.insert(name, r.i64("attribute expiry")?);
+        }
+        session
+            .extra
+            .set_expiries(expiry)
+            .map_err(|e| format!("corrupt payload: {e}"))?;
+        session.history = History {
+            evicted: r.u64("evicted")?,
+            summarized: r.u64("summarized")?,
+        };
+    }
     Ok(session)
 }

@@ -66,6 +66,7 @@ impl Session {
         if let Some((id, tokens)) = self.messages.pop_back() {
             self.total_tokens -= tokens;
             self.msgids.leave_id(id, tokens);
+            self.history.evicted += 1;
         }
     }
 
@@ -89,6 +90,7 @@ impl Session {
         });
         self.total_tokens -= tokens;
         let evicted = left.len() as u64;
+        self.history.evicted += evicted;
         for (id, tokens) in left {
             self.msgids.leave_id(id, tokens);
         }
@@ -100,6 +102,12 @@ impl Session {
     /// message is old, which lasts only until the session's next write.
     pub fn live(&self, now: i64) -> Cow<'_, Session> {
         let Some(mut gone) = self.aged(now, false) else {
+            // Attributes past their own expiry are not shown either.
+            if self.extra.any_expired(now) {
+                let mut view = self.clone();
+                view.extra.purge(now);
+                return Cow::Owned(view);
+            }
             return Cow::Borrowed(self);
         };
         // As evict_aged: then the tool results left first.
@@ -123,11 +131,17 @@ impl Session {
             total_tokens: self.total_tokens,
             created: self.created,
             updated: self.updated,
-            extra: self.extra.clone(),
+            extra: {
+                let mut extra = self.extra.clone();
+                extra.purge(now);
+                extra
+            },
             leases: self.leases.clone(),
             msgids: self.msgids.clone(),
+            history: self.history,
         };
         for (h, _) in self.messages.heads().zip(&gone).filter(|(_, g)| **g) {
+            view.history.evicted += 1;
             view.total_tokens -= u64::from(h.tokens);
             view.msgids.leave_id(h.id, u64::from(h.tokens));
         }

@@ -213,19 +213,19 @@ fn raw(text: &str) -> Box<str> {
 #[test]
 fn attributes_are_set_replaced_and_deleted_member_by_member() {
     let mut s = Session::new(settings(), 0);
-    assert_eq!((s.attr("a"), s.attrs()), (None, vec![]));
-    s.attr_set("user_profile", raw(r#"{"name": "Ann", "z": 1.0}"#));
-    s.attr_set("context", raw("[1,2]"));
+    assert_eq!((s.attr("a", 0), s.attrs(0)), (None, vec![]));
+    s.attr_set("user_profile", raw(r#"{"name": "Ann", "z": 1.0}"#), None);
+    s.attr_set("context", raw("[1,2]"), None);
     assert_eq!(
         s.extra.text().as_deref(),
         Some(r#"{"user_profile":{"name": "Ann", "z": 1.0},"context":[1,2]}"#)
     );
-    s.attr_set("user_profile", raw("null"));
+    s.attr_set("user_profile", raw("null"), None);
     assert_eq!(
         s.extra.text().as_deref(),
         Some(r#"{"user_profile":null,"context":[1,2]}"#)
     );
-    assert_eq!(s.attr("context").as_deref(), Some("[1,2]"));
+    assert_eq!(s.attr("context", 0).as_deref(), Some("[1,2]"));
     assert!(s.attr_del("user_profile"));
     assert!(!s.attr_del("user_profile"));
     assert!(s.attr_del("context"));
@@ -240,8 +240,8 @@ fn duplicate_members_of_an_import_read_as_the_last_and_are_replaced_at_the_first
         r#"{"a":1,"b":2,"a":3,"c":"\u00e9"}"#,
     )))
     .unwrap();
-    assert_eq!(s.attr("a").as_deref(), Some("3"));
-    let all = s.attrs();
+    assert_eq!(s.attr("a", 0).as_deref(), Some("3"));
+    let all = s.attrs(0);
     assert_eq!(
         all,
         vec![
@@ -250,7 +250,7 @@ fn duplicate_members_of_an_import_read_as_the_last_and_are_replaced_at_the_first
             ("c".into(), r#""\u00e9""#.into())
         ]
     );
-    s.attr_set("a", raw("4"));
+    s.attr_set("a", raw("4"), None);
     assert_eq!(
         s.extra.text().as_deref(),
         Some(r#"{"a":4,"b":2,"c":"\u00e9"}"#)
@@ -295,10 +295,11 @@ fn attribute_ops_evict_by_age_and_create_the_session() {
         settings: s.settings.clone(),
         name: "p".into(),
         value: "1".into(),
+        expires_at: None,
     };
     assert!(set.new_session().is_some());
     assert_eq!(s.apply(set).unwrap().trimmed, 1);
-    assert_eq!(s.attr("p").as_deref(), Some("1"));
+    assert_eq!(s.attr("p", 0).as_deref(), Some("1"));
     let out = s
         .apply(Op::AttrDel {
             now: NOW,
@@ -321,6 +322,7 @@ fn attribute_ops_evict_by_age_and_create_the_session() {
         settings: s.settings.clone(),
         name: "p".into(),
         value: "{".into(),
+        expires_at: None,
     };
     assert!(bad.validate().is_err());
 }

@@ -6,6 +6,7 @@
 //! import keeps a document's members as written (duplicates included), and
 //! an edit rewrites only the member it names.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -56,6 +57,10 @@ pub fn check_attr_name(name: &str) -> Result<(), String> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attrs {
     pairs: Vec<(Box<str>, Box<str>)>,
+    /// Name -> expiry (ms) of the attributes set with their own lifetime
+    /// (MEM.ATTRSET ... EX): past it they are never read, and the next
+    /// write drops them (at its op's `now`, so replicas drop the same).
+    expiry: BTreeMap<String, i64>,
 }
 
 /// A JSON object's members in order, name and value as their raw text.
@@ -90,14 +95,91 @@ impl Attrs {
         match text {
             None => Ok(Attrs::default()),
             Some(t) => serde_json::from_str::<Members>(t)
-                .map(|m| Attrs { pairs: m.0 })
+                .map(|m| Attrs {
+                    pairs: m.0,
+                    expiry: BTreeMap::new(),
+                })
                 .map_err(|e| format!("imported members are not a JSON object: {e}")),
         }
     }
 
     /// From an import: (raw name, raw value) pairs as the document wrote them.
     pub fn from_raw(pairs: Vec<(Box<str>, Box<str>)>) -> Attrs {
-        Attrs { pairs }
+        Attrs {
+            pairs,
+            expiry: BTreeMap::new(),
+        }
+    }
+
+    /// The expiries (ms) of the attributes that have one, by name.
+    pub fn expiries(&self) -> &BTreeMap<String, i64> {
+        &self.expiry
+    }
+
+    /// Gives attributes their expiries (a decoded session, an import);
+    /// every name must be an attribute's.
+    pub fn set_expiries(&mut self, expiry: BTreeMap<String, i64>) -> Result<(), String> {
+        let names: std::collections::HashSet<String> = self
+            .pairs
+            .iter()
+            .filter_map(|(raw, _)| Attrs::name(raw))
+            .collect();
+        if let Some(name) = expiry.keys().find(|n| !names.contains(*n)) {
+            return Err(format!("an expiry for '{name}', which is not an attribute"));
+        }
+        self.expiry = expiry;
+        Ok(())
+    }
+
+    /// The latest expiry of an attribute (the key lives at least as long).
+    pub fn latest_expiry(&self) -> Option<i64> {
+        self.expiry.values().copied().max()
+    }
+
+    fn is_live(&self, name: &str, now: i64) -> bool {
+        self.expiry.get(name).is_none_or(|&at| at > now)
+    }
+
+    /// Whether an attribute's time is up at `now`.
+    pub fn any_expired(&self, now: i64) -> bool {
+        self.expiry.values().any(|&at| at <= now)
+    }
+
+    /// Drops the attributes whose time is up at `now`.
+    pub fn purge(&mut self, now: i64) {
+        if !self.any_expired(now) {
+            return;
+        }
+        let gone: Vec<String> = self
+            .expiry
+            .iter()
+            .filter(|(_, &at)| at <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        self.pairs
+            .retain(|(raw, _)| Attrs::name(raw).is_none_or(|n| !gone.contains(&n)));
+        self.expiry.retain(|_, at| *at > now);
+    }
+
+    /// The `name:value` members live at `now`, as one object's inner text
+    /// (FORMAT JSON).
+    pub fn write_live_members(&self, out: &mut Vec<u8>, now: i64) {
+        if self.expiry.is_empty() {
+            return self.write_members(out);
+        }
+        let mut first = true;
+        for (name, value) in &self.pairs {
+            if Attrs::name(name).is_some_and(|n| !self.is_live(&n, now)) {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(name.as_bytes());
+            out.push(b':');
+            out.extend_from_slice(value.as_bytes());
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -135,6 +217,7 @@ impl Attrs {
                 .iter()
                 .map(|(n, v)| n.len() + v.len())
                 .sum::<usize>()
+            + self.expiry.keys().map(|n| n.capacity() + 48).sum::<usize>()
     }
 
     /// The decoded name of a member (a raw name that is not a JSON string
@@ -148,7 +231,7 @@ impl Session {
     /// Every attribute, name -> JSON text, one per name in the order names
     /// first appear. A name present more than once (an imported document's
     /// duplicate) reads as its last value, as JSON parsers read it.
-    pub fn attrs(&self) -> Vec<(String, String)> {
+    pub fn attrs(&self, now: i64) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         // name -> its place in `out`: one pass, whatever the member count
         // (a linear search per member held 20,000 imported members 170-210 ms).
@@ -157,6 +240,9 @@ impl Session {
             let Some(name) = Attrs::name(raw) else {
                 continue;
             };
+            if !self.extra.is_live(&name, now) {
+                continue;
+            }
             match at.get(&name) {
                 // `at` holds only indices of entries pushed to `out`.
                 Some(&i) => out[i].1 = value.to_string(),
@@ -174,8 +260,12 @@ impl Session {
         self.extra.pairs.len()
     }
 
-    /// The JSON text of attribute `name` (its last value), if set.
-    pub fn attr(&self, name: &str) -> Option<String> {
+    /// The JSON text of attribute `name` (its last value), if set and live
+    /// at `now`.
+    pub fn attr(&self, name: &str, now: i64) -> Option<String> {
+        if !self.extra.is_live(name, now) {
+            return None;
+        }
         self.extra
             .pairs
             .iter()
@@ -188,7 +278,11 @@ impl Session {
     /// `value` is JSON text already checked (by the command, its worker, or
     /// `Op::validate` for a replicated op): not parsed again here, as a
     /// 3.2 MB value re-parsed held the main thread 10-16 ms.
-    pub fn attr_set(&mut self, name: &str, value: Box<str>) {
+    pub fn attr_set(&mut self, name: &str, value: Box<str>, expires_at: Option<i64>) {
+        match expires_at {
+            Some(at) => self.extra.expiry.insert(name.to_owned(), at),
+            None => self.extra.expiry.remove(name),
+        };
         let pairs = &mut self.extra.pairs;
         let named = |raw: &str| Attrs::name(raw).as_deref() == Some(name);
         match pairs.iter().position(|(raw, _)| named(raw)) {
@@ -214,6 +308,7 @@ impl Session {
 
     /// Removes every member named `name`. Returns whether there was one.
     pub fn attr_del(&mut self, name: &str) -> bool {
+        self.extra.expiry.remove(name);
         let pairs = &mut self.extra.pairs;
         let before = pairs.len();
         pairs.retain(|(raw, _)| Attrs::name(raw).as_deref() != Some(name));
@@ -227,10 +322,11 @@ impl Session {
         now: i64,
         name: &str,
         value: String,
+        expires_at: Option<i64>,
     ) -> Result<Outcome, SessionError> {
         let aged = self.evict_aged(now, false);
-        self.attr_set(name, value.into_boxed_str());
         self.touch(now);
+        self.attr_set(name, value.into_boxed_str(), expires_at);
         Ok(self.outcome(0, 0, aged))
     }
 

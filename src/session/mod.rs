@@ -154,6 +154,17 @@ pub struct Session {
     /// (retry.rs). Kept beside the messages, not in each: a message without
     /// one costs nothing.
     pub msgids: Msgids,
+    /// What left the session since it was created (MEM.INFO).
+    pub history: History,
+}
+
+/// Messages that left a session since it was created: evicted by the caps
+/// or MAXAGE with no summary covering them, or covered by summaries. What
+/// an operator asks first when an agent "forgot" (MEM.INFO, the doctor).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub evicted: u64,
+    pub summarized: u64,
 }
 
 /// A change to a session, with every value the master decided made explicit.
@@ -192,6 +203,8 @@ pub enum Op {
         settings: Settings,
         name: String,
         value: String,
+        /// Its own expiry (ms; MEM.ATTRSET ... EX), if any.
+        expires_at: Option<i64>,
     },
     /// Remove every member of an attribute's name.
     AttrDel { now: i64, name: String },
@@ -384,6 +397,7 @@ impl Session {
             extra: Attrs::default(),
             leases: Leases::default(),
             msgids: Msgids::default(),
+            history: History::default(),
         }
     }
 
@@ -445,7 +459,8 @@ impl Session {
                 settings: _,
                 name,
                 value,
-            } => self.apply_attr_set(now, &name, value),
+                expires_at,
+            } => self.apply_attr_set(now, &name, value, expires_at),
             Op::AttrDel { now, name } => Ok(self.apply_attr_del(now, &name)),
             Op::Recount {
                 now: _,
@@ -642,10 +657,19 @@ impl Session {
     }
 
     fn evict_oldest(&mut self) {
-        if let Some((id, tokens)) = self.messages.pop_front() {
-            self.total_tokens -= tokens;
-            self.msgids.leave_id(id, tokens);
+        if self.drop_oldest() {
+            self.history.evicted += 1;
         }
+    }
+
+    /// Removes the oldest message (evicted, or covered by a summary).
+    fn drop_oldest(&mut self) -> bool {
+        let Some((id, tokens)) = self.messages.pop_front() else {
+            return false;
+        };
+        self.total_tokens -= tokens;
+        self.msgids.leave_id(id, tokens);
+        true
     }
 
     /// Why a summary up to `upto` cannot replace what it covers, whatever
@@ -706,7 +730,9 @@ impl Session {
     fn summarize_live(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
         let pos = self.check_summary(&summary)?;
         for _ in 0..=pos {
-            self.evict_oldest();
+            if self.drop_oldest() {
+                self.history.summarized += 1;
+            }
         }
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
@@ -726,6 +752,7 @@ impl Session {
     /// master and its replicas drop the same ones.
     fn purge_external(&mut self, now: i64) {
         self.external.retain(|_, e| e.expires_at > now);
+        self.extra.purge(now);
     }
 
     /// The external id of `system`, unless it expired.
@@ -751,7 +778,9 @@ impl Session {
         let latest_ext = self
             .external
             .values()
-            .map(|e| e.expires_at.min(MAX_EXPIRY_MS))
+            .map(|e| e.expires_at)
+            .chain(self.extra.latest_expiry())
+            .map(|at| at.min(MAX_EXPIRY_MS))
             .max();
         Some(latest_ext.map_or(sliding, |ext| ext.max(sliding)))
     }

@@ -167,6 +167,15 @@ fn check_id(what: &str, id: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// An expiry an op or a stored session can hold: what a write's clock and
+/// the longest EX give at most.
+pub(super) fn check_expiry(at: i64) -> Result<(), String> {
+    if !(0..=super::MAX_EXPIRY_MS).contains(&at) {
+        return Err(format!("expiry {at} out of range"));
+    }
+    Ok(())
+}
+
 fn check_clock(now: i64) -> Result<(), String> {
     if !(0..=MAX_TS).contains(&now) {
         return Err(format!("op time {now} out of range"));
@@ -287,8 +296,12 @@ impl Op {
                 settings,
                 name,
                 value,
+                expires_at,
             } => {
                 check_clock(*now)?;
+                if let Some(at) = expires_at {
+                    check_expiry(*at)?;
+                }
                 settings.validate()?;
                 check_stored_name(name)?;
                 // What a client set was held to check_attr_value; a stored

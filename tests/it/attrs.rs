@@ -317,3 +317,126 @@ mod imported_members {
         }
     }
 }
+
+/// The seed's `session:context:{id}` layer (1 h): an attribute with its own
+/// lifetime (SPEC v3 MEM.ATTRSET ... EX). Past it, no read returns it
+/// (ATTRGET, the map, FORMAT JSON); the key lives at least as long; a SET
+/// without EX clears the lifetime; RDB, AOF, replicas, DUMP and FORMAT JSON
+/// carry it.
+#[test]
+fn an_attribute_with_its_own_lifetime_is_never_read_past_it() {
+    let mut master = Server::with_args(&[
+        "--repl-diskless-sync-delay",
+        "0",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]);
+    let mut con = master.client();
+    let (_replica, mut rcon) = start_replica(&master);
+    ok(&mut con, &["MEM.APPEND", "c", "user", "hi", "TTL", "60"]);
+    ok(
+        &mut con,
+        &["MEM.ATTRSET", "c", "context", r#"{"step":1}"#, "EX", "5"],
+    );
+    ok(&mut con, &["MEM.ATTRSET", "c", "profile", r#"{"n":"Ann"}"#]);
+    ok(&mut con, &["MEM.ATTRSET", "c", "long", "1", "EX", "3600"]);
+    assert_eq!(
+        get(&mut con, "c", "context").as_deref(),
+        Some(r#"{"step":1}"#)
+    );
+    // The key lives at least as long as its longest attribute.
+    assert!(int(&mut con, &["PTTL", "c"]) > 3_500_000);
+    let doc: serde_json::Value = serde_json::from_str(&json_text(&mut con, "c")).unwrap();
+    assert_eq!(doc["context"]["step"], 1);
+    assert!(
+        doc["redis_mem"]["attribute_expires"]["context"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
+    // FORMAT JSON imports back with the lifetimes.
+    let doc = json_text(&mut con, "c");
+    ok(&mut con, &["MEM.IMPORT", "c2", &doc]);
+    // Persisted and replicated with its expiry.
+    let n: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut con).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(digest(&mut rcon, "c"), digest(&mut con, "c"));
+    let bytes = dump(&mut con, "c");
+    redis::cmd("RESTORE")
+        .arg("c3")
+        .arg(0)
+        .arg(bytes)
+        .query::<()>(&mut con)
+        .unwrap();
+    master.restart();
+    let mut con = master.client();
+    for key in ["c", "c2", "c3"] {
+        assert_eq!(
+            get(&mut con, key, "context").as_deref(),
+            Some(r#"{"step":1}"#),
+            "{key}"
+        );
+    }
+    // Past its lifetime: gone from every read, the rest kept.
+    poll_until(&mut con, "the context attribute to expire", |c| {
+        get(c, "c", "context").is_none()
+    });
+    for key in ["c", "c2", "c3"] {
+        assert_eq!(get(&mut con, key, "context"), None, "{key}");
+        let names: Vec<String> = all(&mut con, key).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["profile", "long"], "{key}");
+        let doc: serde_json::Value = serde_json::from_str(&json_text(&mut con, key)).unwrap();
+        assert!(doc.get("context").is_none(), "{key}: {doc}");
+        assert_eq!(int(&mut con, &["MEM.ATTRDEL", key, "context"]), 0);
+    }
+    // A SET without EX keeps the value for good.
+    ok(&mut con, &["MEM.ATTRSET", "c", "long", "2"]);
+    let doc: serde_json::Value = serde_json::from_str(&json_text(&mut con, "c")).unwrap();
+    assert!(doc["redis_mem"].get("attribute_expires").is_none(), "{doc}");
+    // Bad EX values are refused, changing nothing.
+    for bad in ["0", "-1", "x", "3153600001"] {
+        let e = cmd(&mut con, &["MEM.ATTRSET", "c", "long", "3", "EX", bad]).unwrap_err();
+        assert!(e.to_string().contains("EX"), "{bad}: {e}");
+    }
+    assert_eq!(get(&mut con, "c", "long").as_deref(), Some("2"));
+}
+
+/// What the seed's "why did it forget" list asks (SPEC v3 MEM.INFO):
+/// messages the caps or MAXAGE removed with no summary, those summaries
+/// cover, when the last summary ran, each external id's time left.
+#[test]
+fn info_says_what_left_the_session_and_how() {
+    let mut server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.client();
+    for i in 0..5 {
+        ok(
+            &mut con,
+            &["MEM.APPEND", "f", "user", &format!("m{i}"), "MAXMSGS", "3"],
+        );
+    }
+    ok(&mut con, &["MEM.SUMMARIZE", "f", "4", "the first four"]);
+    ok(
+        &mut con,
+        &["MEM.EXTSET", "f", "dify", "conv-1", "EX", "100"],
+    );
+    let info = as_fields(cmd(&mut con, &["MEM.INFO", "f"]).unwrap());
+    let field = |name: &str| int_field(&info, name);
+    assert_eq!(field("evicted"), 2, "m0 and m1 left by MAXMSGS 3");
+    assert_eq!(field("summarized"), 2, "m2 and m3 under the summary");
+    assert!(field("summary_ts") > 1_700_000_000_000);
+    let ext = info.iter().find(|(k, _)| k == "external_ttl").unwrap();
+    let ext = as_fields(ext.1.clone());
+    let left = int_field(&ext, "dify");
+    assert!(left > 90_000 && left <= 100_000, "{left}");
+    // Kept across a restart (AOF) and a DEBUG RELOAD (RDB).
+    server.restart();
+    let mut con = server.client();
+    ok(&mut con, &["DEBUG", "RELOAD"]);
+    let info = as_fields(cmd(&mut con, &["MEM.INFO", "f"]).unwrap());
+    assert_eq!(
+        (int_field(&info, "evicted"), int_field(&info, "summarized")),
+        (2, 2)
+    );
+}

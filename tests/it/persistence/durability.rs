@@ -443,13 +443,13 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
         &["MEM.APPEND", "mem:{ver}", "user", "hello", "TTL", "0"],
     );
     let full = dump(&mut con, "mem:{ver}");
-    assert_eq!(module_payload(&full)[0], 3, "today's payload format");
+    assert_eq!(module_payload(&full)[0], 4, "today's payload format");
     let (payload, ver) = split_dump(&full);
     // Type 7 (module), then the module id as a 64-bit RDB length (0x81 and 8
     // bytes, big-endian) whose low 10 bits are the encoding version.
     assert_eq!(&payload[..2], &[7, 0x81]);
     let id = u64::from_be_bytes(payload[2..10].try_into().unwrap());
-    assert_eq!(id & 0x3ff, 3, "today's encoding version");
+    assert_eq!(id & 0x3ff, 4, "today's encoding version");
     let with_encver = |v: u64| {
         let mut p = payload.to_vec();
         p[2..10].copy_from_slice(&((id & !0x3ff) | v).to_be_bytes());
@@ -458,7 +458,7 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
     redis::cmd("RESTORE")
         .arg("mem:{ver}:same")
         .arg(0)
-        .arg(with_encver(3))
+        .arg(with_encver(4))
         .query::<()>(&mut con)
         .unwrap();
     assert_eq!(
@@ -466,10 +466,11 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
         digest(&mut con, "mem:{ver}")
     );
     for (encver, reason) in [
-        (1, "payload format 3 in a value of encoding version 1"),
-        (2, "payload format 3 in a value of encoding version 2"),
+        (1, "payload format 4 in a value of encoding version 1"),
+        (2, "payload format 4 in a value of encoding version 2"),
+        (3, "payload format 4 in a value of encoding version 3"),
         (0, "unknown redis-mem encoding version 0"),
-        (4, "unknown redis-mem encoding version 4"),
+        (5, "unknown redis-mem encoding version 5"),
         (1023, "unknown redis-mem encoding version 1023"),
     ] {
         let r = redis::cmd("RESTORE")
@@ -485,5 +486,5 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
         );
         assert_eq!(ok(&mut con, &["EXISTS", "mem:{ver}:bad"]), Value::Int(0));
     }
-    println!("durability/encoding versions: 3 restores, 1 and 2 (mismatched), 0, 4, 1023 refused");
+    println!("durability/encoding versions: 4 restores, 1-3 (mismatched), 0, 5, 1023 refused");
 }

@@ -52,7 +52,7 @@ fn sample(con: &mut redis::Connection) -> Sample {
     let tokens = int_field(&append(con, k, "user", CONTENT, &["TS", "5"]), "tokens") as u8;
     let dump = session::dump(con, k);
     let payload = session::module_payload(&dump);
-    assert_eq!(payload[0], 3, "DUMP is not format 3");
+    assert_eq!(payload[0], 4, "DUMP is not format 4");
     let mut needle = vec![0u8];
     needle.extend_from_slice(CONTENT.as_bytes());
     let data_at = payload

@@ -113,7 +113,7 @@ pub const CHECK_FIELDS: [&str; 8] = [
     "upto",
     "upto_tokens",
 ];
-pub const INFO_FIELDS: [&str; 14] = [
+pub const INFO_FIELDS: [&str; 18] = [
     "messages",
     "total_tokens",
     "model",
@@ -128,6 +128,10 @@ pub const INFO_FIELDS: [&str; 14] = [
     "updated",
     "summary_upto",
     "external",
+    "evicted",
+    "summarized",
+    "summary_ts",
+    "external_ttl",
 ];
 
 /// One entry of a MEM.GET reply.
@@ -189,8 +193,21 @@ pub fn digest(con: &mut redis::Connection, key: &str) -> String {
     }
 }
 
+/// MEM.INFO's fields, `external_ttl` as its system names only: its values
+/// count down, so two reads of an unchanged session compare equal (tests of
+/// the values read MEM.INFO themselves).
 pub fn info(con: &mut redis::Connection, key: &str) -> Vec<(String, Value)> {
-    map_reply(con, &["MEM.INFO", key])
+    let mut fields = map_reply(con, &["MEM.INFO", key]);
+    for (name, value) in &mut fields {
+        if name == "external_ttl" {
+            let systems: Vec<Value> = as_fields(value.clone())
+                .into_iter()
+                .map(|(system, _)| Value::BulkString(system.into_bytes()))
+                .collect();
+            *value = Value::Array(systems);
+        }
+    }
+    fields
 }
 
 pub fn check(con: &mut redis::Connection, key: &str, opts: &[&str]) -> Vec<(String, Value)> {
