@@ -114,6 +114,12 @@ def _raw_info(r: "redis.Redis", section: str) -> Dict[str, str]:
     return out
 
 
+def _server_ms(r: "redis.Redis") -> int:
+    """The server's clock (TIME), in Unix ms: expiries are on it."""
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
 class _Report:
     def __init__(self) -> None:
         self.findings: List[Finding] = []
@@ -345,8 +351,16 @@ def check_session(r: "redis.Redis", key: str, rep: _Report, subscribers: int) ->
         rep.add(OK, key, "no summary yet")
 
     # Attributes: the seed's session context (SessionContext) and the other members.
+    # Their own lifetimes: FORMAT JSON's redis_mem.attribute_expires (Unix ms; SPEC v3).
     names = sorted(mem.attrget(key, raw=True))
-    rep.add(OK, key, f"attributes: {', '.join(names)}" if names else "no attributes (no session context set, "
+    try:
+        attr_expires: Dict[str, Any] = mem.get_json(key, last=0).get("redis_mem", {}).get("attribute_expires") or {}
+    except redis.ResponseError:
+        attr_expires = {}
+    server_now = _server_ms(r)
+    parts = [f"{n} ({_dur(max(0, int(attr_expires[n]) - server_now))} left)" if n in attr_expires else n
+             for n in names]
+    rep.add(OK, key, f"attributes: {', '.join(parts)}" if names else "no attributes (no session context set, "
             "or its lifetime ended)")
 
     # External ids (Dify, n8n, ...).

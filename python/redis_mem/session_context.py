@@ -71,6 +71,14 @@ def _parse_get(reply: Any) -> Any:
     return c.attrget("", "x", False)[1](reply)
 
 
+def _expires(doc: Mapping[str, Any], name: str) -> Optional[int]:
+    """The attribute's expiry in a FORMAT JSON document (``redis_mem.attribute_expires``)."""
+    if name not in doc:  # not set, or past its lifetime
+        return None
+    at = (doc.get("redis_mem") or {}).get("attribute_expires", {}).get(name)
+    return None if at is None else int(at)
+
+
 def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_primaries")
 
@@ -125,6 +133,11 @@ class SessionContext:
         """Removes the context; True when it was set."""
         return self.mem.attrdel(self.key, self.name)
 
+    def expires_at(self) -> Optional[int]:
+        """When the context's lifetime ends (Unix ms, the server's clock), or
+        None: not set, or no lifetime of its own (it lives with the session)."""
+        return _expires(self.mem.get_json(self.key, last=0), self.name)
+
 
 class AsyncSessionContext:
     """:class:`SessionContext` for asyncio (``redis.asyncio``)."""
@@ -175,3 +188,8 @@ class AsyncSessionContext:
     async def delete(self) -> bool:
         """Removes the context; True when it was set."""
         return await self.mem.attrdel(self.key, self.name)
+
+    async def expires_at(self) -> Optional[int]:
+        """When the context's lifetime ends (Unix ms, the server's clock), or
+        None (see :meth:`SessionContext.expires_at`)."""
+        return _expires(await self.mem.get_json(self.key, last=0), self.name)

@@ -387,10 +387,12 @@ def test_the_session_context_layer_and_its_lifetime(own_server):
     RedisMemClient(r).append("mem:{ctx}", "user", "hi")
     ctx = SessionContext(r, "mem:{ctx}", ttl=1)
     ctx.set({"step": "search"})
-    assert about(diagnose(r, ["ctx"]), "mem:{ctx}", OK, "attributes: context")
+    SessionContext(r, "mem:{ctx}", ttl=None, name="user_profile").set({"name": "Ann"})
+    [f] = about(diagnose(r, ["ctx"]), "mem:{ctx}", OK, "attributes: context (")
+    assert f.message.endswith("s left), user_profile")
     wait_for("the context's lifetime to end", lambda: ctx.get() is None)
     findings = diagnose(r, ["ctx"])
-    assert about(findings, "mem:{ctx}", OK, "no attributes (no session context set, or its lifetime ended)")
+    assert about(findings, "mem:{ctx}", OK, "attributes: user_profile")
     assert about(findings, "mem:{ctx}", OK, "exists, 1 messages")
 
 

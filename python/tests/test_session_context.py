@@ -156,3 +156,36 @@ def test_bad_arguments(r):
         SessionContext(r, KEY, ttl=0)
     with pytest.raises(ValueError):
         SessionContext(r, KEY, name="")
+
+
+def test_expires_at_is_the_contexts_own_end(r):
+    def server_ms():
+        sec, usec = r.time()
+        return sec * 1000 + usec // 1000
+
+    ctx = SessionContext(r, KEY)                 # 1 h
+    assert ctx.expires_at() is None              # not set
+    before = server_ms()
+    ctx.set({"step": "search"})
+    at = ctx.expires_at()
+    assert before + 3600_000 <= at <= server_ms() + 3600_000
+    # The key's expiry is never earlier than the context's.
+    assert r.pttl(KEY) >= at - server_ms() - 1000
+    forever = SessionContext(r, KEY, ttl=None, name="user_profile")
+    forever.set({"name": "Ann"})
+    assert forever.expires_at() is None          # lives with the session
+    ctx.delete()
+    assert ctx.expires_at() is None
+
+    async def main():
+        ar = redis.asyncio.Redis(host="127.0.0.1", port=r.connection_pool.connection_kwargs["port"])
+        try:
+            actx = AsyncSessionContext(ar, KEY, ttl=60)
+            assert await actx.expires_at() is None
+            await actx.set(1)
+            at = await actx.expires_at()
+            assert server_ms() < at <= server_ms() + 60_000
+        finally:
+            await ar.aclose()
+
+    asyncio.run(main())
