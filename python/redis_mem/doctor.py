@@ -273,7 +273,7 @@ def check_session(r: "redis.Redis", key: str, rep: _Report, subscribers: int) ->
     if info is None:  # deleted between TYPE and MEM.INFO
         rep.add(ERROR, key, "does not exist (it vanished while being checked)")
         return
-    now = int(time.time() * 1000)
+    now = _server_ms(r)  # leases, summaries and expiries are on the server's clock
 
     pttl = int(r.pttl(key))
     if pttl < 0:
@@ -357,8 +357,7 @@ def check_session(r: "redis.Redis", key: str, rep: _Report, subscribers: int) ->
         attr_expires: Dict[str, Any] = mem.get_json(key, last=0).get("redis_mem", {}).get("attribute_expires") or {}
     except redis.ResponseError:
         attr_expires = {}
-    server_now = _server_ms(r)
-    parts = [f"{n} ({_dur(max(0, int(attr_expires[n]) - server_now))} left)" if n in attr_expires else n
+    parts = [f"{n} ({_dur(max(0, int(attr_expires[n]) - now))} left)" if n in attr_expires else n
              for n in names]
     rep.add(OK, key, f"attributes: {', '.join(parts)}" if names else "no attributes (no session context set, "
             "or its lifetime ended)")
