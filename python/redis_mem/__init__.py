@@ -1,7 +1,8 @@
 """redis-mem for Python: typed sync and asyncio clients of the redis-mem Redis
 module, a LangChain 1.x agent middleware, LangGraph nodes, a summarizer
 service, migration from other stores, orchestrator (Dify/n8n)
-conversation ids, and resumable reply streams (``ReplyStream``).
+conversation ids, session context with its own lifetime (``SessionContext``),
+resumable reply streams (``ReplyStream``) and a doctor (``redis-mem doctor``).
 
 The LangChain/LangGraph parts need the ``langchain`` extra
 (``pip install 'redis-mem[langchain]'``); the rest needs only redis-py.
@@ -30,6 +31,7 @@ from .reply_stream import (
     reply_stream_key,
     valid_event_id,
 )
+from .session_context import AsyncSessionContext, SessionContext
 
 __version__ = "0.2.0"
 
@@ -40,6 +42,7 @@ __all__ = [
     "AsyncConversationIds",
     "AsyncRedisMemClient",
     "AsyncReplyStream",
+    "AsyncSessionContext",
     "ConversationIds",
     "Message",
     "ModelInfo",
@@ -49,6 +52,7 @@ __all__ = [
     "ReplyStreamError",
     "ReplyStreamGap",
     "ReplyStreamTimeout",
+    "SessionContext",
     "SessionInfo",
     "SummarizeBegin",
     "SummarizeCheck",

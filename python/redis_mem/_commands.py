@@ -134,9 +134,9 @@ def import_json(key: Key, doc: Union[str, bytes, Mapping[str, Any]], replace: bo
     return args, AppendResult.from_reply
 
 
-def attrset(key: Key, name: str, value: Any, raw: bool) -> Command[bool]:
+def attrset(key: Key, name: str, value: Any, raw: bool, ex: Opt = None) -> Command[bool]:
     text = value if raw else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return ["MEM.ATTRSET", key, name, text], _ok
+    return ["MEM.ATTRSET", key, name, text] + _opt("EX", ex), _ok
 
 
 def attrget(key: Key, name: Optional[str], raw: bool) -> Command[Any]:

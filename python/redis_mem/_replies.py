@@ -226,17 +226,30 @@ class SessionInfo:
     updated: int
     summary_upto: int
     external: List[str] = field(default_factory=list)
+    #: SPEC v3; None when the module sends none (an older module).
+    #: Messages the caps or MAXAGE removed without a summary covering them,
+    #: since the session was created.
+    evicted: Optional[int] = None
+    #: Messages covered by summaries.
+    summarized: Optional[int] = None
+    #: Unix ms of the last summary; 0 when none.
+    summary_ts: Optional[int] = None
+    #: External system -> milliseconds its id has left (as PTTL).
+    external_ttl: Optional[Dict[str, int]] = None
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SessionInfo":
         """Parses a MEM.INFO map."""
         m = _to_map(reply)
+        ext_ttl = m.get("external_ttl")
         return _from_map(
             cls,
             m,
             model=_text(m.get("model")),
             encoding=_text(m.get("encoding")),
             external=[_text(x) for x in (m.get("external") or [])],
+            **{k: int(m[k]) for k in ("evicted", "summarized", "summary_ts") if m.get(k) is not None},
+            external_ttl=None if ext_ttl is None else {k: int(v) for k, v in _to_map(ext_ttl).items()},
         )
 
 

@@ -140,12 +140,15 @@ class RedisMemClient:
         """MEM.EXTSET (an orchestrator's conversation id); True on OK."""
         return self._run(c.extset(key, system, conversation_id, ex))
 
-    def attrset(self, key: c.Key, name: str, value: Any, raw: bool = False) -> bool:
+    def attrset(self, key: c.Key, name: str, value: Any, raw: bool = False, ex: Optional[int] = None) -> bool:
         """MEM.ATTRSET: store ``value`` (any JSON-serializable value; with
         ``raw=True`` a JSON text sent as is) as the session's ``name`` member
         (``user_profile``, ``context``, ...), returned at the top level of
-        :meth:`get_json`. Creates the session, refreshes its TTL."""
-        return self._run(c.attrset(key, name, value, raw))
+        :meth:`get_json`. Creates the session, refreshes its TTL. ``ex``
+        (seconds, SPEC v3): the attribute's own lifetime, after which reads
+        no longer return it; without it the attribute has none (a later set
+        without ``ex`` clears it, as Redis SET does)."""
+        return self._run(c.attrset(key, name, value, raw, ex))
 
     def attrdel(self, key: c.Key, name: str) -> bool:
         """MEM.ATTRDEL: True when the member was set."""
@@ -268,12 +271,15 @@ class AsyncRedisMemClient:
         """MEM.EXTSET (an orchestrator's conversation id); True on OK."""
         return await self._run(c.extset(key, system, conversation_id, ex))
 
-    async def attrset(self, key: c.Key, name: str, value: Any, raw: bool = False) -> bool:
+    async def attrset(self, key: c.Key, name: str, value: Any, raw: bool = False, ex: Optional[int] = None) -> bool:
         """MEM.ATTRSET: store ``value`` (any JSON-serializable value; with
         ``raw=True`` a JSON text sent as is) as the session's ``name`` member
         (``user_profile``, ``context``, ...), returned at the top level of
-        :meth:`get_json`. Creates the session, refreshes its TTL."""
-        return await self._run(c.attrset(key, name, value, raw))
+        :meth:`get_json`. Creates the session, refreshes its TTL. ``ex``
+        (seconds, SPEC v3): the attribute's own lifetime, after which reads
+        no longer return it; without it the attribute has none (a later set
+        without ``ex`` clears it, as Redis SET does)."""
+        return await self._run(c.attrset(key, name, value, raw, ex))
 
     async def attrdel(self, key: c.Key, name: str) -> bool:
         """MEM.ATTRDEL: True when the member was set."""
