@@ -276,6 +276,25 @@ def _output_tokens(m: BaseMessage) -> Optional[int]:
     return max(0, out - reasoning) if type(reasoning) is int else out
 
 
+def _visible_bytes(item: Dict[str, Any]) -> int:
+    """Bytes of what a reply gives the model back: its text and tool calls."""
+    calls = (item.get("meta") or {}).get("tool_calls") or []
+    text = item.get("content") or ""
+    return len(text.encode("utf-8")) + (len(json.dumps(calls, ensure_ascii=False).encode("utf-8")) if calls else 0)
+
+
+def _plausible_output_tokens(tokens: int, item: Dict[str, Any]) -> bool:
+    """Whether a provider's output count can be that of the reply's visible
+    text and calls: a token covers at least one byte (so at most the bytes,
+    plus a few for the calls' framing) and rarely more than 64 (whitespace
+    runs); a count beyond that holds what the model will not see again
+    (thinking), or was summed over cumulative streamed chunks, and stored it
+    would evict the conversation; 0 for a non-empty reply hides it from the
+    caps and BUDGET."""
+    visible = _visible_bytes(item)
+    return visible // 64 <= tokens <= visible + 16 and (tokens > 0 or visible == 0)
+
+
 def _reported_input_tokens(response: Any) -> Optional[int]:
     """``input_tokens`` of the model's reply (a ModelResponse or an AIMessage)."""
     msgs = response.result if isinstance(response, ModelResponse) else [response]
@@ -291,12 +310,16 @@ def _text_of(m: BaseMessage) -> str:
     return text if isinstance(text, str) else str(text())
 
 
+#: The largest token figure the module takes (a model window, BUDGET): 2^53 - 1.
+MAX_TOKEN_FIGURE = 2**53 - 1
+
+
 def _positive(name: str, value: Optional[int], allow_zero: bool = False) -> Optional[int]:
     if value is None:
         return None
-    if type(value) is not int or value < (0 if allow_zero else 1):
-        raise ValueError(f"{name} must be {'a non-negative' if allow_zero else 'a positive'} integer or None, "
-                         f"not {value!r}")
+    if type(value) is not int or not (0 if allow_zero else 1) <= value <= MAX_TOKEN_FIGURE:
+        raise ValueError(f"{name} must be {'a non-negative' if allow_zero else 'a positive'} integer up to "
+                         f"{MAX_TOKEN_FIGURE}, or None, not {value!r}")
     return value
 
 
@@ -464,7 +487,7 @@ class RedisMemMiddleware(AgentMiddleware):
         self.mem = RedisMemClient(client) if client is not None else None
         self.amem = AsyncRedisMemClient(async_client) if async_client is not None else None
         self.memory: MemoryType = memory
-        if budget != "auto" and (type(budget) is not int or budget < 1):
+        if budget != "auto" and (type(budget) is not int or not 1 <= budget <= MAX_TOKEN_FIGURE):
             raise ValueError(f'budget must be a positive number of tokens or "auto", not {budget!r}')
         if tokens_from_usage not in (None, True, False):
             raise ValueError(f"tokens_from_usage must be True, False or None (automatic), not {tokens_from_usage!r}")
@@ -505,7 +528,8 @@ class RedisMemMiddleware(AgentMiddleware):
         #: Appends made (batches), duplicates, summaries committed, local steps,
         #: messages truncated or refused: for tests and metrics.
         self.stats = {"batches": 0, "duplicates": 0, "summaries": 0, "summary_failures": 0, "local": 0,
-                      "truncated": 0, "refused": 0, "resent": 0, "provider_tokens": 0}
+                      "truncated": 0, "refused": 0, "resent": 0, "provider_tokens": 0,
+                      "provider_tokens_implausible": 0}
         #: The last auto budget computed (None: none yet, or a fixed budget).
         self.last_budget: Optional[BudgetBreakdown] = None
         self._drift: Dict[str, UsageDrift] = {}
@@ -764,8 +788,15 @@ class RedisMemMiddleware(AgentMiddleware):
 
     def _given(self, item: Dict[str, Any], tokens: Optional[int]) -> Dict[str, Any]:
         # A message stored truncated is not the text the provider counted.
-        if tokens is not None and "redis_mem_truncated" not in item["meta"]:
-            item["tokens"] = tokens
+        if tokens is None or "redis_mem_truncated" in item["meta"]:
+            return item
+        if not _plausible_output_tokens(tokens, item):
+            self.stats["provider_tokens_implausible"] += 1
+            log.warning("redis-mem: a reply reported %d output tokens for %d bytes of text and tool calls: not "
+                        "what the model will be given back (thinking tokens, or usage summed over streamed "
+                        "chunks?); the module's count is stored instead", tokens, _visible_bytes(item))
+            return item
+        item["tokens"] = tokens
         return item
 
     def _append_core(self, key: str, msgs: List[BaseMessage], limit: int) -> Core[List[AppendResult]]:

@@ -14,7 +14,7 @@ import logging
 import pytest
 import redis.asyncio
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -37,8 +37,9 @@ def cfg(thread="alice"):
 
 
 def reported_output(answer):
-    # Distinct from any count the module would make of these short texts.
-    return 900 + len(answer.content) if not answer.tool_calls else 700
+    # Distinct from any count the module would make of these short texts,
+    # and plausible for them (at most a token per byte of what they show).
+    return len(answer.content) + 5 if not answer.tool_calls else 70
 
 
 def reported_input(prompt):
@@ -98,8 +99,8 @@ def test_claude_replies_are_stored_with_the_providers_output_tokens(r):
     assert [(e.role, e.content) for e in entries] == [
         ("user", "add 2 3"), ("assistant", ""), ("tool", "5"), ("assistant", "The sum is 5.")]
     # The AI messages carry the provider's count (TOKENS), the tool call's too.
-    assert entries[1].tokens == 700
-    assert entries[3].tokens == 900 + len("The sum is 5.")
+    assert entries[1].tokens == 70
+    assert entries[3].tokens == len("The sum is 5.") + 5
     # What the provider did not count keeps the module's count.
     assert entries[0].tokens == mem.count("claude-sonnet-4-5", "add 2 3", role="user")
     assert entries[2].tokens == mem.count("claude-sonnet-4-5", "5", role="tool")
@@ -136,7 +137,7 @@ def test_which_models_store_the_providers_count(r, chat_model_name, setting, fro
     agent.invoke({"messages": [HumanMessage("hello")]}, cfg())
     answer = RedisMemClient(r).get(KEY)[-1]
     assert answer.content == "You said: hello"
-    provider = 900 + len("You said: hello")
+    provider = len("You said: hello") + 5
     assert (answer.tokens == provider) is expected
     if not expected:
         count_model = setting or chat_model_name
@@ -252,7 +253,8 @@ def test_a_fixed_budget_still_wins(r, mem_get_budgets):
 
 @pytest.mark.parametrize("kwargs", [
     {"budget": 0}, {"budget": -5}, {"budget": "big"}, {"budget": True}, {"budget": 1.5},
-    {"context_window": 0}, {"context_window": "128k"}, {"reply_reserve": -1}, {"tokens_from_usage": "yes"},
+    {"context_window": 0}, {"context_window": "128k"}, {"context_window": 10**30}, {"budget": 2**63},
+    {"reply_reserve": -1}, {"tokens_from_usage": "yes"},
 ])
 def test_bad_budget_settings_are_refused(r, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
@@ -273,7 +275,7 @@ def test_async_path_stores_usage_counts_the_drift_and_the_auto_budget(clean):
     mw, model = asyncio.run(main())
     mem = RedisMemClient(clean.client())
     entries = mem.get(KEY)
-    assert [e.tokens for e in entries if e.role == "assistant"] == [700, 900 + len("The sum is 9.")]
+    assert [e.tokens for e in entries if e.role == "assistant"] == [70, len("The sum is 9.") + 5]
     fixed = mem.count("claude-sonnet-4-5", SYSTEM) + tools_tokens(mem, "claude-sonnet-4-5")
     assert mw.last_budget.budget == 200000 - fixed - 8192
     drift = mw.usage_drift["claude-sonnet-4-5"]
@@ -324,3 +326,24 @@ def test_the_readme_budget_example(r, mem_get_budgets):
     agent.invoke({"messages": [HumanMessage("hello")]}, cfg())
     assert memory.last_budget == BudgetBreakdown("claude-sonnet-4-5", 200000, 9, 56 + 84, 8192, 191659)
     assert mem_get_budgets() == [191659]
+
+
+@pytest.mark.parametrize("reported", [0, 180_300, 9_000_000])
+def test_implausible_provider_counts_are_not_stored(r, reported):
+    """A count no reply of these bytes can have (cumulative usage summed over
+    streamed chunks, thinking tokens reported as output, a 0) is not stored:
+    it would evict the whole conversation, or hide the reply from the caps."""
+    text = "word " * 600
+    script = with_usage(lambda msgs: AIMessage(text), reported_input, lambda answer: reported)
+    mw = RedisMemMiddleware(r, model="claude-sonnet-4-5")
+    agent, _ = agent_with(mw, script=script)
+    for turn in range(3):
+        agent.invoke({"messages": [HumanMessage(f"talk {turn}")]}, cfg())
+    mem = RedisMemClient(r)
+    entries = mem.get(KEY)
+    assert [e.role for e in entries] == ["user", "assistant"] * 3, "nothing evicted"
+    for e in entries:
+        if e.role == "assistant":
+            assert e.tokens == mem.count("claude-sonnet-4-5", e.content, role="assistant", meta=e.meta)
+    assert mw.stats["provider_tokens_implausible"] == 3
+    assert mw.stats["provider_tokens"] == 0
