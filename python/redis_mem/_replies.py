@@ -236,6 +236,9 @@ class SessionInfo:
     summary_ts: Optional[int] = None
     #: External system -> milliseconds its id has left (as PTTL).
     external_ttl: Optional[Dict[str, int]] = None
+    #: Milliseconds a summarizer's lease has left (0: none; None: the module
+    #: does not say).
+    lease_ttl: Optional[int] = None
 
     @classmethod
     def from_reply(cls, reply: Any) -> "SessionInfo":
@@ -248,7 +251,7 @@ class SessionInfo:
             model=_text(m.get("model")),
             encoding=_text(m.get("encoding")),
             external=[_text(x) for x in (m.get("external") or [])],
-            **{k: int(m[k]) for k in ("evicted", "summarized", "summary_ts") if m.get(k) is not None},
+            **{k: int(m[k]) for k in ("evicted", "summarized", "summary_ts", "lease_ttl") if m.get(k) is not None},
             external_ttl=None if ext_ttl is None else {k: int(v) for k, v in _to_map(ext_ttl).items()},
         )
 

@@ -49,9 +49,6 @@ LEVELS = (OK, INFO, WARNING, ERROR)
 #: The module's name in MODULE LIST.
 MODULE_NAME = "mem"
 DEFAULT_KEY_TEMPLATE = "mem:{%s}"
-#: KEEP for the read of a session's lease: no message is left to summarize,
-#: so MEM.SUMMARIZE_BEGIN grants none and only reports another's.
-_NO_UPTO_KEEP = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -302,16 +299,9 @@ def check_session(r: "redis.Redis", key: str, rep: _Report, subscribers: int) ->
             f"messages or {check.threshold_tokens} tokens; caps {info.maxmsgs} messages, {info.maxtokens} tokens")
     at_cap = info.messages >= info.maxmsgs or info.total_tokens >= info.maxtokens * 0.95
 
-    # A live lease (a summarizer at work): read with a KEEP that leaves nothing
-    # to summarize, so no lease is granted.
-    lease_left: Optional[int] = None
-    try:
-        begin = _to_map(r.execute_command("MEM.SUMMARIZE_BEGIN", key, 1, "KEEP", _NO_UPTO_KEEP))
-        expires = int(begin.get("lease_expires", 0))
-        if expires > now:
-            lease_left = expires - now
-    except redis.ResponseError as e:  # a read-only user, a replica
-        rep.add(INFO, key, f"its lease could not be read ({e})")
+    # A live lease (a summarizer at work), as MEM.INFO reports it: the doctor
+    # only reads.
+    lease_left: Optional[int] = info.lease_ttl or None
     if lease_left is not None:
         rep.add(INFO, key, f"a summarizer holds its lease for {_dur(lease_left)} more (until {_utc(now + lease_left)})")
 

@@ -132,6 +132,9 @@ from ._replies import AppendResult, Message, ModelInfo, SummarizeBegin
 from .client import AsyncRedisMemClient, RedisMemClient
 from .messages import SUMMARY_SOURCE, message_from_mem, message_to_mem, msgid_of, summary_message
 from .messages import clean_json as _clean_json
+from ._drive import Core, Op, T
+from ._drive import adrive as _adrive
+from ._drive import drive as _drive
 from .messages import clean_text as _clean_text
 from .summarizing import SUMMARY_PROMPT, summary_prompt
 
@@ -189,10 +192,6 @@ NO_PUBLIC_TOKENIZER = re.compile(r"(^|[./:])(claude|gemini)", re.IGNORECASE)
 COUNT_CACHE_SIZE = 256
 
 
-T = TypeVar("T")
-#: An I/O request of the core: (operation, arguments...).
-Op = Tuple[Any, ...]
-Core = Generator[Op, Any, T]
 
 
 class RedisMemUnavailable(RuntimeError):
@@ -1419,20 +1418,6 @@ class RedisMemMiddleware(AgentMiddleware):
         return {}
 
 
-def _drive(core: Core[T], do: Callable[[Op], Any]) -> T:
-    """Runs ``core``, answering each I/O request with ``do`` (exceptions are
-    thrown into the core)."""
-    try:
-        op = next(core)
-        while True:
-            try:
-                result = do(op)
-            except Exception as err:
-                op = core.throw(err)
-                continue
-            op = core.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
 
 
 async def _adrive(core: Core[T], do: Callable[[Op], Awaitable[Any]]) -> T:

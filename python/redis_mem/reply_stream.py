@@ -60,6 +60,9 @@ import redis
 import redis.asyncio
 
 from ._commands import MAX_MSGID_BYTES, new_msgid
+from ._drive import Core, Op, T
+from ._drive import adrive as _adrive
+from ._drive import drive as _drive
 from ._replies import AppendResult, _text
 from .client import AsyncRedisMemClient, RedisMemClient
 
@@ -85,10 +88,6 @@ CHUNK = "chunk"
 END = "end"
 ERROR = "error"
 _KNOWN = (CHUNK, END, ERROR)
-
-T = TypeVar("T")
-Op = Tuple[Any, ...]
-Core = Generator[Op, Any, T]
 
 
 class ReplyStreamError(RuntimeError):
@@ -348,32 +347,6 @@ class _Core:
         return float(self.ttl if idle_timeout is None else idle_timeout)
 
 
-def _drive(core: Core[T], do: Callable[[Op], Any]) -> T:
-    try:
-        op = next(core)
-        while True:
-            try:
-                result = do(op)
-            except Exception as err:
-                op = core.throw(err)
-                continue
-            op = core.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def _adrive(core: Core[T], do: Callable[[Op], Awaitable[Any]]) -> T:
-    try:
-        op = next(core)
-        while True:
-            try:
-                result = await do(op)
-            except Exception as err:
-                op = core.throw(err)
-                continue
-            op = core.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
 
 
 class ReplyStream(_Core):

@@ -195,7 +195,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .collect();
     let reply = Reply::new(ctx);
     reply
-        .map(18)
+        .map(19)
         .field_int("messages", s.message_count())
         .field_int("total_tokens", s.total_tokens)
         .field_str("model", &s.settings.model)
@@ -231,6 +231,13 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     for (name, left_ms) in &live {
         reply.bulk(name).signed(*left_ms);
     }
+    // A summarizer at work: the ms its lease has left (0: none).
+    let lease_ms = s
+        .leases
+        .current
+        .as_ref()
+        .map_or(0, |l| (l.expires_at - now).max(0));
+    reply.bulk("lease_ttl").signed(lease_ms);
     Ok(RedisValue::NoReply)
 }
 

@@ -430,6 +430,26 @@ fn info_says_what_left_the_session_and_how() {
     let ext = as_fields(ext.1.clone());
     let left = int_field(&ext, "dify");
     assert!(left > 90_000 && left <= 100_000, "{left}");
+    assert_eq!(field("lease_ttl"), 0, "no summarizer at work");
+    let begin = as_fields(
+        cmd(
+            &mut con,
+            &[
+                "MEM.SUMMARIZE_BEGIN",
+                "f",
+                "60000",
+                "CONTEXT",
+                "10",
+                "KEEP",
+                "0",
+            ],
+        )
+        .unwrap(),
+    );
+    assert!(int_field(&begin, "lease") > 0, "{begin:?}");
+    let info = as_fields(cmd(&mut con, &["MEM.INFO", "f"]).unwrap());
+    let lease = int_field(&info, "lease_ttl");
+    assert!(lease > 50_000 && lease <= 60_000, "{lease}");
     // Kept across a restart (AOF) and a DEBUG RELOAD (RDB).
     server.restart();
     let mut con = server.client();

@@ -113,7 +113,7 @@ pub const CHECK_FIELDS: [&str; 8] = [
     "upto",
     "upto_tokens",
 ];
-pub const INFO_FIELDS: [&str; 18] = [
+pub const INFO_FIELDS: [&str; 19] = [
     "messages",
     "total_tokens",
     "model",
@@ -132,6 +132,7 @@ pub const INFO_FIELDS: [&str; 18] = [
     "summarized",
     "summary_ts",
     "external_ttl",
+    "lease_ttl",
 ];
 
 /// One entry of a MEM.GET reply.
