@@ -93,7 +93,6 @@ from typing import (
     Awaitable,
     Callable,
     Dict,
-    Generator,
     List,
     Literal,
     Mapping,
@@ -102,7 +101,6 @@ from typing import (
     Sequence,
     Set,
     Tuple,
-    TypeVar,
     Union,
 )
 
@@ -128,13 +126,13 @@ except ImportError as e:  # pragma: no cover - the extra is missing
         "redis_mem.middleware needs LangChain 1.x and LangGraph: pip install 'redis-mem[langchain]'"
     ) from e
 
+from ._drive import Core, Op, T
+from ._drive import adrive as _adrive
+from ._drive import drive as _drive
 from ._replies import AppendResult, Message, ModelInfo, SummarizeBegin
 from .client import AsyncRedisMemClient, RedisMemClient
 from .messages import SUMMARY_SOURCE, message_from_mem, message_to_mem, msgid_of, summary_message
 from .messages import clean_json as _clean_json
-from ._drive import Core, Op, T
-from ._drive import adrive as _adrive
-from ._drive import drive as _drive
 from .messages import clean_text as _clean_text
 from .summarizing import SUMMARY_PROMPT, summary_prompt
 
@@ -1416,20 +1414,3 @@ class RedisMemMiddleware(AgentMiddleware):
         if self.memory != "none":
             await self._adrive(self._after_core(state, final=True))
         return {}
-
-
-
-
-async def _adrive(core: Core[T], do: Callable[[Op], Awaitable[Any]]) -> T:
-    """:func:`_drive` with an async ``do``."""
-    try:
-        op = next(core)
-        while True:
-            try:
-                result = await do(op)
-            except Exception as err:
-                op = core.throw(err)
-                continue
-            op = core.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]

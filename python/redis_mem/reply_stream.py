@@ -43,16 +43,12 @@ from dataclasses import dataclass
 from typing import (
     Any,
     AsyncIterator,
-    Awaitable,
-    Callable,
     Dict,
-    Generator,
     Iterator,
     List,
     Mapping,
     Optional,
     Tuple,
-    TypeVar,
     Union,
 )
 
@@ -60,7 +56,7 @@ import redis
 import redis.asyncio
 
 from ._commands import MAX_MSGID_BYTES, new_msgid
-from ._drive import Core, Op, T
+from ._drive import Core, Op
 from ._drive import adrive as _adrive
 from ._drive import drive as _drive
 from ._replies import AppendResult, _text
