@@ -49,6 +49,8 @@ fn required_api_present() -> bool {
     // other thread runs module code during OnLoad.
     unsafe {
         [
+            present!(RedisModule_CreateCommand),
+            present!(RedisModule_GetCommand),
             present!(RedisModule_OpenKey),
             present!(RedisModule_CloseKey),
             present!(RedisModule_KeyType),
