@@ -97,13 +97,9 @@ fn store_attr(
     // A bounded number of names, so an edit (which looks at every name)
     // stays cheap whatever a client does.
     if let Some(s) = key.session() {
-        // Expired ones go with this write: not counted.
-        let held = if s.extra.any_expired(now) {
-            s.attrs(now).len()
-        } else {
-            s.attr_count()
-        };
-        if s.attr(name, now).is_none() && held >= MAX_ATTRS {
+        // Distinct names live now (expired ones go with this write; an
+        // imported document's repeated name is one).
+        if !s.has_attr(name, now) && s.extra.live_count(now) >= MAX_ATTRS {
             return Err(crate::error::invalid(format!(
                 "a session holds at most {MAX_ATTRS} attributes"
             )));
@@ -174,7 +170,7 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let now = now_ms();
     // Nothing to delete (or expired): no write, nothing replicated, no event.
-    if key.session().and_then(|s| s.attr(name, now)).is_none() {
+    if !key.session().is_some_and(|s| s.has_attr(name, now)) {
         return Ok(RedisValue::Integer(0));
     }
     let Some(session) = key.session_mut() else {

@@ -36,7 +36,8 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let key = SessionKey::open(ctx, &args[1], false)?;
     // Messages past the session's maxage are never shown, even before the
     // next write evicts them.
-    let live = key.session().map(|s| s.live(now_ms()));
+    let now = now_ms();
+    let live = key.session().map(|s| s.live(now));
     let session = live.as_deref();
     let empty = MessageLog::new();
     let (summary, messages) = match session {
@@ -45,7 +46,7 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     if json {
         let cfg = Config::current();
-        let doc = json_format::render(session, summary, messages, &cfg.default_model);
+        let doc = json_format::render(session, summary, messages, &cfg.default_model, now);
         return Ok(RedisValue::StringBuffer(doc));
     }
     let reply = Reply::new(ctx);
@@ -195,7 +196,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .collect();
     let reply = Reply::new(ctx);
     reply
-        .map(19)
+        .map(20)
         .field_int("messages", s.message_count())
         .field_int("total_tokens", s.total_tokens)
         .field_str("model", &s.settings.model)
@@ -224,6 +225,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     reply
         .field_int("evicted", s.history.evicted)
         .field_int("summarized", s.history.summarized)
+        .field_int("summaries_dropped", s.history.summaries_dropped)
         .bulk("summary_ts")
         .signed(s.summary.as_ref().map_or(0, |x| x.ts))
         .bulk("external_ttl")

@@ -101,6 +101,7 @@ pub fn render<'a>(
     summary: Option<&'a Summary>,
     messages: impl Iterator<Item = MessageRef<'a>> + Clone,
     default_model: &'a str,
+    now: i64,
 ) -> Vec<u8> {
     // Sized once: growing a 40 MB document by doubling copied it twice
     // over and faulted in every new page.
@@ -134,11 +135,12 @@ pub fn render<'a>(
     );
     if let Some(s) = session {
         out.extend_from_slice(b",\"redis_mem\":");
-        push_json(&mut out, &stored::StoredOut::of(s));
+        push_json(&mut out, &stored::StoredOut::of(s, now));
     }
-    if let Some(extra) = session.map(|s| &s.extra).filter(|e| !e.is_empty()) {
+    // Attributes live at `now` (one past its own expiry is not shown).
+    if let Some(extra) = session.map(|s| &s.extra).filter(|e| e.live_count(now) > 0) {
         out.push(b',');
-        extra.write_members(&mut out);
+        extra.write_live_members(&mut out, now);
     }
     out.push(b'}');
     out

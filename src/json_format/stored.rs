@@ -27,14 +27,17 @@ pub struct StoredOut<'a> {
     last_id: u64,
     external: BTreeMap<&'a str, ExternalOut<'a>>,
     departed_msgids: Vec<DepartedOut<'a>>,
-    /// The attributes' own expiries (Unix ms; MEM.ATTRSET ... EX).
+    /// The attributes' own expiries (Unix ms; MEM.ATTRSET ... EX), of
+    /// those live.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    attribute_expires: &'a BTreeMap<String, i64>,
+    attribute_expires: BTreeMap<&'a str, i64>,
     /// What left the session (MEM.INFO `evicted`, `summarized`).
     #[serde(skip_serializing_if = "is_zero")]
     evicted: u64,
     #[serde(skip_serializing_if = "is_zero")]
     summarized: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    summaries_dropped: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -56,7 +59,7 @@ struct DepartedOut<'a> {
 }
 
 impl<'a> StoredOut<'a> {
-    pub fn of(s: &'a Session) -> StoredOut<'a> {
+    pub fn of(s: &'a Session, now: i64) -> StoredOut<'a> {
         StoredOut {
             ttl: s.settings.ttl,
             maxtokens: s.settings.max_tokens,
@@ -86,9 +89,10 @@ impl<'a> StoredOut<'a> {
                     tokens: d.tokens,
                 })
                 .collect(),
-            attribute_expires: s.extra.expiries(),
+            attribute_expires: s.extra.live_expiries(now),
             evicted: s.history.evicted,
             summarized: s.history.summarized,
+            summaries_dropped: s.history.summaries_dropped,
         }
     }
 }
@@ -111,6 +115,8 @@ pub struct StoredIn {
     evicted: u64,
     #[serde(default)]
     summarized: u64,
+    #[serde(default)]
+    summaries_dropped: u64,
 }
 
 #[derive(Deserialize)]
@@ -162,9 +168,24 @@ impl StoredIn {
             }
         }
         apply_attribute_expires(session, self.attribute_expires, now)?;
-        // The document's history, then what the import itself trimmed.
-        session.history.evicted = session.history.evicted.saturating_add(self.evicted);
-        session.history.summarized = session.history.summarized.saturating_add(self.summarized);
+        // The document's history, then what the import itself trimmed;
+        // figures exact in every JSON parser (2^53 - 1 at most).
+        for (what, n) in [
+            ("evicted", self.evicted),
+            ("summarized", self.summarized),
+            ("summaries_dropped", self.summaries_dropped),
+        ] {
+            if n > MAX_ID {
+                return Err(format!("{STORED_MEMBER}.{what} {n} is above {MAX_ID}"));
+            }
+        }
+        let h = &mut session.history;
+        h.evicted = h.evicted.saturating_add(self.evicted).min(MAX_ID);
+        h.summarized = h.summarized.saturating_add(self.summarized).min(MAX_ID);
+        h.summaries_dropped = h
+            .summaries_dropped
+            .saturating_add(self.summaries_dropped)
+            .min(MAX_ID);
         if self.departed_msgids.len() > MAX_DEPARTED {
             return Err(format!(
                 "{STORED_MEMBER}.departed_msgids holds more than {MAX_DEPARTED}"

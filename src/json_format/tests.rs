@@ -200,7 +200,7 @@ fn render_puts_extra_members_at_the_top_level() {
     let mut s = Session::new(crate::session::tests::settings(), 0);
     s.extra = crate::session::Attrs::from_text(Some(r#"{"user_profile":{"a":1}}"#)).unwrap();
     let out: Value =
-        serde_json::from_slice(&render(Some(&s), None, std::iter::empty(), "m")).unwrap();
+        serde_json::from_slice(&render(Some(&s), None, std::iter::empty(), "m", 0)).unwrap();
     assert_eq!(out["user_profile"]["a"], 1);
     assert_eq!(out["summary"], Value::Null);
     assert_eq!(out["conversation_history"], Value::Array(vec![]));
@@ -230,7 +230,7 @@ fn session_with_meta(meta: &str) -> Session {
 }
 
 fn rendered(s: &Session) -> String {
-    String::from_utf8(render(Some(s), None, s.messages.iter(), "m")).unwrap()
+    String::from_utf8(render(Some(s), None, s.messages.iter(), "m", 0)).unwrap()
 }
 
 #[test]

@@ -226,10 +226,10 @@ const V3_SAMPLE: &str = "03
     01 03 c0c9b2fef962 03  01 04 03 632d34  01 03 632d32 02 07";
 
 /// `sample()` in format 4: format 3 and then the attributes' expiries
-/// (none), evicted (0) and summarized (0).
+/// (none), evicted (0), summarized (0) and summaries dropped (0).
 fn v4_sample() -> String {
     let mut v4 = V3_SAMPLE.replacen("03", "04", 1);
-    v4.push_str(" 00 00 00");
+    v4.push_str(" 00 00 00 00");
     v4
 }
 
@@ -240,9 +240,10 @@ fn format_4_golden_bytes() {
     s.attr_set("ctx", "1".into(), Some(1_700_000_360_000));
     s.history.evicted = 3;
     s.history.summarized = 300;
+    s.history.summaries_dropped = 1;
     let bytes = encode_session(&s);
-    // ... one expiry, "ctx", its time; evicted 03, summarized ac02.
-    assert!(hex(&bytes).ends_with("03ac02"), "{}", hex(&bytes));
+    // ... one expiry, "ctx", its time; evicted 03, summarized ac02, 01.
+    assert!(hex(&bytes).ends_with("03ac0201"), "{}", hex(&bytes));
     assert!(hex(&bytes).contains("01036374"), "{}", hex(&bytes));
     assert_eq!(decode_session(&bytes).unwrap(), s);
 }

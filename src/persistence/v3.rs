@@ -17,7 +17,7 @@ use crate::session::{History, MessageLog, Session};
 pub const FORMAT: u8 = 3;
 /// Format 3 and, after its tail, the attributes' own expiries (a count of
 /// name str, expires_at zigzag; names strictly increasing) and the
-/// session's history (evicted varint, summarized varint).
+/// session's history (evicted, summarized, summaries_dropped: varints).
 pub const FORMAT_4: u8 = 4;
 
 /// Fewest bytes of a message's head (four varints).
@@ -50,6 +50,7 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
     }
     w.u64(s.history.evicted);
     w.u64(s.history.summarized);
+    w.u64(s.history.summaries_dropped);
     w.into_bytes()
 }
 
@@ -98,6 +99,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         session.history = History {
             evicted: r.u64("evicted")?,
             summarized: r.u64("summarized")?,
+            summaries_dropped: r.u64("summaries dropped")?,
         };
     }
     Ok(session)

@@ -101,13 +101,9 @@ impl Session {
     /// write at `now` would evict by age. Borrowed (no copy) unless some
     /// message is old, which lasts only until the session's next write.
     pub fn live(&self, now: i64) -> Cow<'_, Session> {
+        // Attributes past their own expiry stay until the next write; every
+        // read of them filters by `now` (nothing is copied for it).
         let Some(mut gone) = self.aged(now, false) else {
-            // Attributes past their own expiry are not shown either.
-            if self.extra.any_expired(now) {
-                let mut view = self.clone();
-                view.extra.purge(now);
-                return Cow::Owned(view);
-            }
             return Cow::Borrowed(self);
         };
         // As evict_aged: then the tool results left first.
@@ -131,11 +127,8 @@ impl Session {
             total_tokens: self.total_tokens,
             created: self.created,
             updated: self.updated,
-            extra: {
-                let mut extra = self.extra.clone();
-                extra.purge(now);
-                extra
-            },
+            // Shared, not copied (copy on write).
+            extra: self.extra.clone(),
             leases: self.leases.clone(),
             msgids: self.msgids.clone(),
             history: self.history,

@@ -165,6 +165,8 @@ pub struct Session {
 pub struct History {
     pub evicted: u64,
     pub summarized: u64,
+    /// Summaries the caps evicted (what they covered is gone).
+    pub summaries_dropped: u64,
 }
 
 /// A change to a session, with every value the master decided made explicit.
@@ -582,6 +584,7 @@ impl Session {
         if self.total_tokens > caps.tokens {
             if let Some(summary) = self.summary.take() {
                 self.total_tokens -= summary.tokens;
+                self.history.summaries_dropped += 1;
             }
         }
         evicted

@@ -332,6 +332,18 @@ impl Session {
     /// refused instead of misbehaving later.
     pub fn validate(&self) -> Result<(), String> {
         self.settings.validate()?;
+        // Figures MEM.INFO and FORMAT JSON show exactly (2^53 - 1 at most),
+        // and expiries a write could have set.
+        let h = &self.history;
+        if [h.evicted, h.summarized, h.summaries_dropped]
+            .iter()
+            .any(|&n| n > super::MAX_ID)
+        {
+            return Err("history counts above 2^53 - 1".to_owned());
+        }
+        for at in self.extra.expiries().values() {
+            check_expiry(*at)?;
+        }
         let mut prev = 0;
         let mut total = 0u64;
         if let Some(s) = &self.summary {

@@ -460,3 +460,45 @@ fn info_says_what_left_the_session_and_how() {
         (2, 2)
     );
 }
+
+/// A summary the caps evict is counted (MEM.INFO `summaries_dropped`): what
+/// it covered is gone, and `summary_upto` 0 alone would not say so.
+#[test]
+fn info_counts_a_summary_the_caps_dropped() {
+    let server = Server::start();
+    let mut con = server.client();
+    for i in 0..5 {
+        ok(
+            &mut con,
+            &[
+                "MEM.APPEND",
+                "sd",
+                "user",
+                &format!("message number {i} here"),
+            ],
+        );
+    }
+    let long = "a long summary of what was said ".repeat(4);
+    ok(&mut con, &["MEM.SUMMARIZE", "sd", "3", &long]);
+    ok(
+        &mut con,
+        &["MEM.APPEND", "sd", "user", "hi", "MAXTOKENS", "30"],
+    );
+    let info = as_fields(cmd(&mut con, &["MEM.INFO", "sd"]).unwrap());
+    assert_eq!(int_field(&info, "summary_upto"), 0, "{info:?}");
+    assert_eq!(int_field(&info, "summaries_dropped"), 1, "{info:?}");
+    assert_eq!(int_field(&info, "summarized"), 3);
+    let doc: serde_json::Value = serde_json::from_str(&json_text(&mut con, "sd")).unwrap();
+    assert_eq!(doc["redis_mem"]["summaries_dropped"], 1);
+    // Counts above 2^53 - 1 in a document are refused.
+    let e = cmd(
+        &mut con,
+        &[
+            "MEM.IMPORT",
+            "ie",
+            r#"{"conversation_history":[],"redis_mem":{"evicted":18446744073709551615}}"#,
+        ],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("evicted"), "{e}");
+}

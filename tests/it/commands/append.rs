@@ -494,7 +494,7 @@ fn map_replies_resp2_flat_arrays_and_resp3_maps() {
         let v = ok(con, &["MEM.EXTSET", key, "n8n", "x"]);
         assert!(matches!(v, Value::Okay | Value::SimpleString(_)), "{v:?}");
         let v = ok(con, &["MEM.INFO", key]);
-        assert!(is_map(&v, 19), "INFO resp3={resp3}: {v:?}");
+        assert!(is_map(&v, 20), "INFO resp3={resp3}: {v:?}");
         let f = as_fields(v);
         assert_eq!(names(&f), INFO_FIELDS);
         let ext: Vec<String> = redis::from_redis_value(&f[13].1).unwrap();

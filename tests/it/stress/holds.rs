@@ -278,3 +278,71 @@ fn maxage_read_view_of_a_large_session_with_one_old_message() {
     let doc = json_doc(&mut con, k);
     assert_eq!(doc["conversation_history"].as_array().unwrap().len(), n - 1);
 }
+
+/// Reads of a session with 100 MB of attributes, one of them past its own
+/// lifetime and one message past MAXAGE: nothing is copied for them (a read
+/// copied every attribute: ~50 ms each), and the expired one is never shown.
+#[test]
+fn reads_of_large_attributes_with_an_expired_one_copy_nothing() {
+    let server = Server::start();
+    let mut con = server.client();
+    open_limits(&mut con);
+    let k = "mem:{attrs100}";
+    let now = now_ms();
+    ok(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "old",
+            "TS",
+            &now.to_string(),
+            "MAXAGE",
+            "3600",
+        ],
+    );
+    ok(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "new",
+            "TS",
+            &(now + 3_600_000).to_string(),
+        ],
+    );
+    let value = format!("\"{}\"", "v".repeat(250_000));
+    for i in 0..400 {
+        ok(&mut con, &["MEM.ATTRSET", k, &format!("a{i}"), &value]);
+    }
+    ok(&mut con, &["MEM.ATTRSET", k, "tiny", "1", "EX", "1"]);
+    ok(
+        &mut con,
+        &["MEM.APPEND", k, "user", "newest", "MAXAGE", "2"],
+    );
+    poll_until(
+        &mut con,
+        "the attribute and the first message to expire",
+        |c| {
+            let gone: Option<String> = redis::cmd("MEM.ATTRGET")
+                .arg(k)
+                .arg("tiny")
+                .query(c)
+                .unwrap();
+            gone.is_none() && int_field(&info(c, k), "messages") == 2
+        },
+    );
+    start_slowlog(&mut con);
+    for _ in 0..3 {
+        assert_eq!(int_field(&info(&mut con, k), "messages"), 2);
+        let last = get(&mut con, &["MEM.GET", k, "LAST", "1"]);
+        assert_eq!(last[0].content, "newest");
+        check(&mut con, k, &[]);
+    }
+    report(
+        &mut con,
+        "100 MB of attributes, one expired, one message past MAXAGE",
+    );
+}

@@ -113,7 +113,7 @@ pub const CHECK_FIELDS: [&str; 8] = [
     "upto",
     "upto_tokens",
 ];
-pub const INFO_FIELDS: [&str; 19] = [
+pub const INFO_FIELDS: [&str; 20] = [
     "messages",
     "total_tokens",
     "model",
@@ -130,6 +130,7 @@ pub const INFO_FIELDS: [&str; 19] = [
     "external",
     "evicted",
     "summarized",
+    "summaries_dropped",
     "summary_ts",
     "external_ttl",
     "lease_ttl",
