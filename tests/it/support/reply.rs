@@ -195,9 +195,10 @@ pub fn digest(con: &mut redis::Connection, key: &str) -> String {
     }
 }
 
-/// MEM.INFO's fields, `external_ttl` as its system names only: its values
-/// count down, so two reads of an unchanged session compare equal (tests of
-/// the values read MEM.INFO themselves).
+/// MEM.INFO's fields, `external_ttl` as its system names only and
+/// `lease_ttl` as 0 or 1 (whether a lease is held): their values count
+/// down, so two reads of an unchanged session compare equal (tests of the
+/// values read MEM.INFO themselves).
 pub fn info(con: &mut redis::Connection, key: &str) -> Vec<(String, Value)> {
     let mut fields = map_reply(con, &["MEM.INFO", key]);
     for (name, value) in &mut fields {
@@ -207,6 +208,10 @@ pub fn info(con: &mut redis::Connection, key: &str) -> Vec<(String, Value)> {
                 .map(|(system, _)| Value::BulkString(system.into_bytes()))
                 .collect();
             *value = Value::Array(systems);
+        }
+        if name == "lease_ttl" {
+            let held = redis::from_redis_value::<i64>(value).unwrap_or(0) > 0;
+            *value = Value::Int(i64::from(held));
         }
     }
     fields
