@@ -14,7 +14,8 @@ What each check answers (the seed's troubleshooting list):
 * "the AI does not remember the last sentence": the session exists (or not),
   its key and TTL, messages and tokens against the summarize threshold and
   the caps, messages evicted with no summary covering them (MEM.INFO
-  ``evicted``), summaries the caps dropped (``summaries_dropped``), the summarizers subscribed, ``notify-keyspace-events``.
+  ``evicted``), summaries the caps dropped (``summaries_dropped``), the
+  summarizers subscribed, ``notify-keyspace-events``.
 * "it forgets after a while": the TTL left, the last summary, evictions,
   ``maxmemory-policy``, persistence (AOF / RDB).
 * "memory lost with several replicas": every master is checked, the role of
