@@ -28,6 +28,7 @@ from .reply_stream import (
     ReplyStreamError,
     ReplyStreamGap,
     ReplyStreamTimeout,
+    check_reply_id,
     reply_stream_key,
     valid_event_id,
 )
@@ -58,5 +59,6 @@ __all__ = [
     "SummarizeCheck",
     "new_msgid",
     "reply_stream_key",
+    "check_reply_id",
     "valid_event_id",
 ]

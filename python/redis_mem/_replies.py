@@ -230,6 +230,9 @@ class SessionInfo:
     #: Messages the caps or MAXAGE removed without a summary covering them,
     #: since the session was created.
     evicted: Optional[int] = None
+    #: Summaries the caps evicted (the messages they covered are gone);
+    #: None from a module whose MEM.INFO has no such field.
+    summaries_dropped: Optional[int] = None
     #: Messages covered by summaries.
     summarized: Optional[int] = None
     #: Unix ms of the last summary; 0 when none.
@@ -251,7 +254,8 @@ class SessionInfo:
             model=_text(m.get("model")),
             encoding=_text(m.get("encoding")),
             external=[_text(x) for x in (m.get("external") or [])],
-            **{k: int(m[k]) for k in ("evicted", "summarized", "summary_ts", "lease_ttl") if m.get(k) is not None},
+            **{k: int(m[k]) for k in ("evicted", "summaries_dropped", "summarized", "summary_ts", "lease_ttl")
+               if m.get(k) is not None},
             external_ttl=None if ext_ttl is None else {k: int(v) for k, v in _to_map(ext_ttl).items()},
         )
 

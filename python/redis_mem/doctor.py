@@ -14,7 +14,8 @@ What each check answers (the seed's troubleshooting list):
 * "the AI does not remember the last sentence": the session exists (or not),
   its key and TTL, messages and tokens against the summarize threshold and
   the caps, messages evicted with no summary covering them (MEM.INFO
-  ``evicted``), the summarizers subscribed, ``notify-keyspace-events``.
+  ``evicted``), summaries the caps dropped (``summaries_dropped``), the
+  summarizers subscribed, ``notify-keyspace-events``.
 * "it forgets after a while": the TTL left, the last summary, evictions,
   ``maxmemory-policy``, persistence (AOF / RDB).
 * "memory lost with several replicas": every master is checked, the role of
@@ -111,6 +112,33 @@ def _raw_info(r: "redis.Redis", section: str) -> Dict[str, str]:
     return out
 
 
+def _denied(e: BaseException) -> bool:
+    """Whether ``e`` is the ACL refusing a command to this user."""
+    return isinstance(e, redis.exceptions.NoPermissionError) or "no permissions" in str(e).lower()
+
+
+def _not_allowed(rep: "_Report", subject: str, what: str, command: str) -> None:
+    rep.add(INFO, subject, f"{what} not checked: this user may not run {command} (ACL)",
+            f"run the doctor as a user with +{command.lower().replace(' ', '|')}, or check it by hand")
+
+
+def _module_from_info(r: "redis.Redis") -> Optional[Tuple[bool, str]]:
+    """(loaded, version) from INFO modules (``module:name=mem,ver=...``),
+    None when INFO is refused too."""
+    try:
+        modules = _raw_info(r, "modules")
+    except redis.RedisError as e:
+        if _denied(e):
+            return None
+        raise
+    for k, v in modules.items():
+        if k.startswith("module"):
+            fields = dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
+            if fields.get("name") == MODULE_NAME:
+                return True, fields.get("ver", "?")
+    return False, "?"
+
+
 def _server_ms(r: "redis.Redis") -> int:
     """The server's clock (TIME), in Unix ms: expiries are on it."""
     sec, usec = r.time()
@@ -152,22 +180,56 @@ def check_server(r: "redis.Redis", rep: _Report, db: int = 0, cluster: bool = Fa
         rep.add(INFO, subject, "this node is a replica: it holds the master's sessions read-only",
                 "point applications and summarizers at the master (--url of the master)")
 
-    # Module loaded, its version.
+    # Module loaded, its version: MODULE LIST, else (a user without it, e.g.
+    # +@read +info) INFO modules.
     loaded = False
     version = "?"
-    for mod in r.execute_command("MODULE", "LIST") or []:
-        m = _to_map(mod)
-        if _text(m.get("name")) == MODULE_NAME:
-            loaded, version = True, str(_text(m.get("ver")))
+    try:
+        for mod in r.execute_command("MODULE", "LIST") or []:
+            m = _to_map(mod)
+            if _text(m.get("name")) == MODULE_NAME:
+                loaded, version = True, str(_text(m.get("ver")))
+    except redis.RedisError as e:
+        if not _denied(e):
+            raise
+        got = _module_from_info(r)
+        if got is None:
+            _not_allowed(rep, subject, "whether the module is loaded", "MODULE LIST")
+            got = (True, "?")  # unknown: the session checks say what they find
+        else:
+            rep.add(INFO, subject, "this user may not run MODULE LIST: the module was looked up in INFO modules")
+        loaded, version = got
     mem: Dict[str, str] = {}
     if loaded:
-        mem = _raw_info(r, "mem")
+        try:
+            mem = _raw_info(r, "mem")
+        except redis.RedisError as e:
+            if not _denied(e):
+                raise
         rep.add(OK, subject, f"redis-mem module loaded: version {version}, build {mem.get('mem_build', '?')}, "
                 f"{mem.get('mem_sessions', '?')} sessions")
     else:
         rep.add(ERROR, subject, "the redis-mem module is not loaded: MEM.* commands are unknown here",
                 "loadmodule /path/to/libredis_mem.so in redis.conf (or --loadmodule), then restart")
 
+    try:
+        _config_checks(r, rep, subject)
+    except redis.RedisError as e:
+        if not _denied(e):
+            raise
+        _not_allowed(rep, subject, "notify-keyspace-events, persistence and maxmemory-policy", "CONFIG GET")
+    _encoding_checks(rep, subject, loaded, mem)
+    try:
+        subs = _summarizer_checks(r, rep, subject, db)
+    except redis.RedisError as e:
+        if not _denied(e):
+            raise
+        _not_allowed(rep, subject, "summarizers subscribed", "PUBSUB NUMSUB")
+        subs = 0
+    return loaded, subs
+
+
+def _config_checks(r: "redis.Redis", rep: _Report, subject: str) -> None:
     # notify-keyspace-events: the summarizer listens on __keyevent@<db>__:mem.threshold,
     # which needs module events (d, or A) and keyevent channels (E).
     flags = _config(r, "notify-keyspace-events")
@@ -215,8 +277,10 @@ def check_server(r: "redis.Redis", rep: _Report, db: int = 0, cluster: bool = Fa
     else:
         rep.add(OK, subject, f"maxmemory-policy {policy} ({limit}) never evicts sessions")
 
+
+def _encoding_checks(rep: _Report, subject: str, loaded: bool, mem: Dict[str, str]) -> None:
     # Encodings built and their memory.
-    if loaded:
+    if loaded and mem:
         built = [e for e in mem.get("mem_encodings_loaded", "").split(",") if e]
         parts, failed = [], []
         for name in mem.get("mem_encodings", "").split(","):
@@ -232,6 +296,8 @@ def check_server(r: "redis.Redis", rep: _Report, db: int = 0, cluster: bool = Fa
             rep.add(WARNING, subject, f"encodings that failed to build: {', '.join(failed)} (their models' "
                     "commands are refused)", "see the server log; restart the server to build them again")
 
+
+def _summarizer_checks(r: "redis.Redis", rep: _Report, subject: str, db: int) -> int:
     # Summarizers subscribed (keyspace events are node-local: one per master).
     channel = f"__keyevent@{db}__:{EVENT}"
     numsub = r.execute_command("PUBSUB", "NUMSUB", channel)
@@ -246,7 +312,7 @@ def check_server(r: "redis.Redis", rep: _Report, db: int = 0, cluster: bool = Fa
                 "summaries are made only by an agent middleware summarizing inline",
                 "run redis-mem-summarizer --url <this server> (--cluster for every master), unless your agents "
                 "summarize inline (RedisMemMiddleware without summary_service)")
-    return loaded, subs
+    return subs
 
 
 # -- a session --------------------------------------------------------------------
@@ -329,6 +395,11 @@ def check_session(r: "redis.Redis", key: str, rep: _Report, subscribers: int) ->
                 "run a summarizer (redis-mem-summarizer) / raise the caps (MAXMSGS, MAXTOKENS, MAXAGE)")
     else:
         rep.add(OK, key, "no message was evicted without a summary")
+    # Summaries the caps evicted (what they covered is gone with them).
+    if info.summaries_dropped:
+        rep.add(WARNING, key, f"the caps dropped {info.summaries_dropped} summaries: what they covered is lost",
+                "raise the caps (MAXTOKENS) or summarize earlier (a lower summarize threshold), so a summary "
+                "fits beside the recent messages")
 
     # The last summary.
     if info.summary_ts:
@@ -418,7 +489,10 @@ def diagnose(client: Any, sessions: Sequence[str] = (), key_template: str = DEFA
         try:
             check_session(node, key, rep, subs.get(name, 0))
         except redis.RedisError as e:
-            rep.add(ERROR, key, f"could not be checked: {e}")
+            rep.add(ERROR, key, f"could not be checked: {e}",
+                    "the module's commands are in no ACL category (+@read does not grant them): give the "
+                    "doctor's user +mem.info +mem.models +mem.summarize_check +mem.attrget +mem.get "
+                    "+time" if _denied(e) else "")
     return rep.findings
 
 

@@ -24,10 +24,11 @@ The layout (docs/STREAMS.md; the TypeScript package shares it):
   ``{<session key>}:reply:<id>``: the session's hash slot either way, so on a
   cluster the stream and the session live on one node;
 - one entry per event, its stream id the event id (SSE ``id:``), fields
-  ``type`` (``chunk``, ``end`` or ``error``) and: a chunk's ``text``; an
-  end's ``msgid`` (the reply id: the stored message's MSGID), ``message_id``
-  (its id in the session) and ``meta`` (JSON object, when given); an
-  error's ``text`` (what went wrong);
+  ``type`` (``chunk``, ``end`` or ``error``) and: a chunk's ``text`` and
+  ``n`` (its sequence number: 0, 1, ...); an end's ``msgid`` (the reply id:
+  the stored message's MSGID), ``chunks`` (how many chunks were written),
+  ``message_id`` (its id in the session) and ``meta`` (JSON object, when
+  given); an error's ``text`` (what went wrong);
 - ``XADD ... MAXLEN ~ <maxlen>`` and ``EXPIRE <ttl>`` on every write: the
   stream outlives the reply's last event by ``ttl`` seconds (default 300),
   then is gone; the reply itself stays in the session.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -71,9 +73,12 @@ __all__ = [
     "ReplyStreamError",
     "ReplyStreamGap",
     "ReplyStreamTimeout",
+    "check_reply_id",
     "reply_stream_key",
     "valid_event_id",
 ]
+
+log = logging.getLogger("redis_mem.reply_stream")
 
 #: Seconds the stream lives after its last write.
 DEFAULT_TTL = 300
@@ -84,6 +89,12 @@ CHUNK = "chunk"
 END = "end"
 ERROR = "error"
 _KNOWN = (CHUNK, END, ERROR)
+#: mem.max-message-bytes when CONFIG GET is not allowed (the module's default).
+DEFAULT_MAX_MESSAGE_BYTES = 4194304
+#: Marker appended to a reply stored truncated ({kept} and {size} in bytes),
+#: as the middleware's.
+TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]"
+_MAX_U64 = (1 << 64) - 1
 
 
 class ReplyStreamError(RuntimeError):
@@ -92,15 +103,17 @@ class ReplyStreamError(RuntimeError):
 
 
 class ReplyStreamGap(ReplyStreamError):
-    """Events after the reader's ``after`` may have been trimmed (``MAXLEN``)
-    before it read them: the reply cannot be resumed from there without a
-    hole. ``after``: the reader's id; ``first_kept``: the oldest event the
-    stream still holds. Once the reply ended, its whole text is the
-    session's message (MSGID = the reply id)."""
+    """Events after the reader's ``after`` were lost before it read them:
+    trimmed (``MAXLEN``), or the stream was recreated (Redis restarted
+    without persistence mid-reply, or the stream expired before the end
+    event): the reply cannot be resumed from there without a hole.
+    ``after``: the reader's id; ``first_kept``: the oldest event the
+    stream still holds ("" when it holds none). Once the reply ended, its
+    whole text is the session's message (MSGID = the reply id)."""
 
-    def __init__(self, reply_id: str, after: str, first_kept: str) -> None:
-        super().__init__(f"reply {reply_id}: events before {first_kept} were trimmed (MAXLEN); "
-                         f"a reader after {after} would miss some")
+    def __init__(self, reply_id: str, after: str, first_kept: str, reason: Optional[str] = None) -> None:
+        super().__init__(f"reply {reply_id}: " + (reason or f"events before {first_kept} were trimmed (MAXLEN)")
+                         + f"; a reader after {after} would miss some")
         self.after = after
         self.first_kept = first_kept
 
@@ -116,7 +129,9 @@ class ReplyEvent:
     ``Last-Event-ID``), ``type`` ``"chunk"``, ``"end"`` or ``"error"``.
     ``text``: a chunk's text, an error's message ("" for an end).
     An end carries ``msgid`` (the reply id), ``message_id`` (the stored
-    message's id in the session, None when it was not stored) and ``meta``."""
+    message's id in the session, None when it was not stored), ``meta`` and
+    ``chunks`` (how many chunks the producer wrote); a chunk its sequence
+    number ``n`` (0, 1, ...). Both None from a producer that predates them."""
 
     id: str
     type: str
@@ -124,6 +139,8 @@ class ReplyEvent:
     msgid: Optional[str] = None
     message_id: Optional[int] = None
     meta: Optional[Dict[str, Any]] = None
+    n: Optional[int] = None
+    chunks: Optional[int] = None
 
     @property
     def last(self) -> bool:
@@ -162,11 +179,11 @@ def reply_stream_key(session_key: Union[str, bytes], reply_id: str) -> str:
     return f"{{{key}}}:reply:{reply_id}"
 
 
-_ID = re.compile(r"^[0-9]+-[0-9]+$")
+_ID = re.compile(r"[0-9]+-[0-9]+")
 
 
 def _is_id(v: Any) -> bool:
-    return isinstance(v, (str, bytes)) and _ID.match(_text(v)) is not None
+    return isinstance(v, (str, bytes)) and _ID.fullmatch(_text(v)) is not None
 
 
 def _fields(v: Any) -> Dict[str, str]:
@@ -199,17 +216,55 @@ def _entries(reply: Any) -> List[Tuple[str, Dict[str, str]]]:
     return out
 
 
-_EVENT_ID = re.compile(r"^[0-9]{1,20}(-[0-9]{1,20})?$")
+_EVENT_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
 
 
 def valid_event_id(after: Any) -> str:
-    """``after`` as an event id to read after ("0", "<ms>" or "<ms>-<seq>";
-    None or "" -> "0"); ValueError for anything else (a client's
+    """``after`` as an event id to read after ("0", "<ms>" or "<ms>-<seq>",
+    each part decimal and at most 2^64-1; None or "" -> "0"); ValueError
+    for anything else, a trailing newline too (a client's
     ``Last-Event-ID`` is input: check it before answering)."""
     eid = "0" if after is None or after == "" else _text(after)
-    if not isinstance(eid, str) or not _EVENT_ID.match(eid):
+    m = _EVENT_ID.fullmatch(eid) if isinstance(eid, str) else None
+    if m is None or any(part is not None and int(part) > _MAX_U64 for part in m.groups()):
         raise ValueError(f"not an event id: {after!r}")
     return eid
+
+
+def check_reply_id(reply_id: Any) -> str:
+    """``reply_id`` when the module takes it as a MSGID (1 to 128 UTF-8
+    bytes, no ASCII control character); ValueError (TypeError when not a
+    str) otherwise."""
+    if not isinstance(reply_id, str):
+        raise TypeError(f"a reply id is a str, not {type(reply_id).__name__}")
+    if not 1 <= len(reply_id.encode("utf-8", "surrogatepass")) <= MAX_MSGID_BYTES:
+        raise ValueError(f"a reply id is 1 to {MAX_MSGID_BYTES} bytes (it is the message's MSGID)")
+    bad = next((ch for ch in reply_id if ord(ch) < 0x20 or ord(ch) == 0x7F), None)
+    if bad is not None:
+        raise ValueError(f"a reply id must not contain control characters (byte 0x{ord(bad):02x}): "
+                         "it is the message's MSGID")
+    try:
+        reply_id.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"a reply id must be valid UTF-8: {err}") from None
+    return reply_id
+
+
+def _truncate(text: str, limit: int) -> Tuple[str, int]:
+    """(text cut to at most ``limit`` UTF-8 bytes with the marker, original
+    size) or (text, 0) when it fits (the middleware's rule)."""
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text, 0
+    marker_room = len(TRUNCATED_MARKER.format(kept=len(raw), size=len(raw)).encode("utf-8"))
+    cut = raw[:max(0, limit - marker_room)].decode("utf-8", "ignore")
+    return cut + TRUNCATED_MARKER.format(kept=len(cut.encode("utf-8")), size=len(raw)), len(raw)
+
+
+def _successor(eid: str) -> str:
+    """The smallest stream id above ``eid``."""
+    ms, seq = _id_key(eid)
+    return f"{ms}-{seq + 1}" if seq < _MAX_U64 else f"{ms + 1}-0"
 
 
 def _id_key(eid: str) -> Tuple[int, int]:
@@ -223,7 +278,26 @@ def _event(eid: str, fields: Mapping[str, str]) -> ReplyEvent:
     meta = json.loads(fields["meta"]) if fields.get("meta") else None
     mid = fields.get("message_id")
     return ReplyEvent(id=eid, type=kind, text=fields.get("text", ""), msgid=fields.get("msgid"),
-                      message_id=int(mid) if mid else None, meta=meta)
+                      message_id=int(mid) if mid else None, meta=meta,
+                      n=_opt_int(fields.get("n")), chunks=_opt_int(fields.get("chunks")))
+
+
+def _opt_int(v: Optional[str]) -> Optional[int]:
+    try:
+        return int(v) if v is not None and v != "" else None
+    except ValueError:
+        return None
+
+
+def _taken(res: Any) -> Any:
+    """An XADD with an explicit id's reply: its id, or None when a racing
+    writer took the id first (ERR ... equal or smaller than the target stream
+    top item); other errors raised."""
+    if isinstance(res, Exception):
+        if "equal or smaller" in str(res):
+            return None
+        raise res
+    return res
 
 
 class _Core:
@@ -246,9 +320,7 @@ class _Core:
         if maxlen <= 0:
             raise ValueError("maxlen must be positive")
         self.session_key = _text(key)
-        self.reply_id = reply_id or new_msgid()
-        if len(self.reply_id.encode("utf-8")) > MAX_MSGID_BYTES:
-            raise ValueError(f"a reply id is at most {MAX_MSGID_BYTES} bytes (it is the message's MSGID)")
+        self.reply_id = check_reply_id(reply_id or new_msgid())
         self.stream_key = reply_stream_key(self.session_key, self.reply_id)
         self.ttl = ttl
         self.maxlen = maxlen
@@ -258,6 +330,7 @@ class _Core:
         self._parts: List[str] = []
         self.last_id: Optional[str] = None
         self.finished: Optional[ReplyEvent] = None
+        self.max_message_bytes: Optional[int] = None
 
     @property
     def text(self) -> str:
@@ -277,7 +350,7 @@ class _Core:
         self._check_open()
         if not isinstance(chunk, str):
             raise TypeError(f"a chunk is a str, not {type(chunk).__name__}")
-        eid = yield from self._xadd({"type": CHUNK, "text": chunk})
+        eid = yield from self._xadd({"type": CHUNK, "text": chunk, "n": str(len(self._parts))})
         self._parts.append(chunk)
         return eid
 
@@ -291,23 +364,57 @@ class _Core:
         self._check_open()
         full = self.text if text is None else text
         message_id: Optional[int] = None
+        meta = dict(meta) if meta else None
         if self.store:
-            result: AppendResult = yield ("append", self.session_key, full, self.reply_id,
-                                          dict(meta) if meta else None, self.append_options)
+            limit = yield from self._limit_core()
+            stored, size = _truncate(full, limit)
+            if size:
+                # Refused whole on every retry otherwise: stored cut, with a
+                # marker (as the middleware does); the full text stays in the
+                # stream's chunks until its TTL.
+                meta = dict(meta or {})
+                meta["redis_mem_truncated"] = size
+                log.warning("redis-mem: reply %s of %d bytes is over mem.max-message-bytes (%d): stored "
+                            "truncated with a marker (the stream keeps it whole for %d s)",
+                            self.reply_id, size, limit, self.ttl)
+            result: AppendResult = yield ("append", self.session_key, stored, self.reply_id,
+                                          meta, self.append_options)
             message_id = result.id if result.id else None
-        last = yield from self._last_event_core()
-        if last is not None and last.type == END and last.msgid == self.reply_id:
-            event = last  # a finish retried after its end event was written
-        else:
-            fields = {"type": END, "msgid": self.reply_id}
-            if message_id is not None:
-                fields["message_id"] = str(message_id)
-            if meta:
-                fields["meta"] = json.dumps(dict(meta), ensure_ascii=False, separators=(",", ":"))
-            eid = yield from self._xadd(fields)
-            event = _event(eid, fields)
+        fields = {"type": END, "msgid": self.reply_id, "chunks": str(len(self._parts))}
+        if message_id is not None:
+            fields["message_id"] = str(message_id)
+        if meta:
+            fields["meta"] = json.dumps(meta, ensure_ascii=False, separators=(",", ":"))
+        event = yield from self._end_core(fields)
         self.finished = event
         return event
+
+    def _limit_core(self) -> Core[int]:
+        if self.max_message_bytes is None:
+            got = yield ("config", "mem.max-message-bytes")
+            try:
+                self.max_message_bytes = int(got) if got is not None else DEFAULT_MAX_MESSAGE_BYTES
+            except (TypeError, ValueError):
+                self.max_message_bytes = DEFAULT_MAX_MESSAGE_BYTES
+        return self.max_message_bytes
+
+    def _end_core(self, fields: Dict[str, str]) -> Core[ReplyEvent]:
+        """The end event, written once however many finish at once: each
+        writer XADDs it with the id right after the stream's last event, so
+        of two racing writers the second's XADD is refused (an id not above
+        the stream's top) and it finds the first's end event."""
+        for attempt in range(16):
+            last = yield from self._last_event_core()
+            if last is not None and last.type == END and last.msgid == self.reply_id:
+                return last  # a finish retried (or racing) after the end event was written
+            # An empty stream whose last id is above 0-1 (every entry gone):
+            # a second try takes an automatic id.
+            nid = _successor(last.id) if last is not None else ("0-1" if attempt == 0 else "*")
+            got = yield ("xadd_at", self.stream_key, fields, nid, self.maxlen, self.approximate, self.ttl)
+            if got is not None:
+                self.last_id = _text(got)
+                return _event(self.last_id, fields)
+        raise RuntimeError(f"reply {self.reply_id}: could not write its end event (the stream kept changing)")
 
     def _error_core(self, message: str) -> Core[ReplyEvent]:
         self._check_open()
@@ -338,6 +445,56 @@ class _Core:
         if _id_key(first[0][0]) > _id_key(after):
             raise ReplyStreamGap(self.reply_id, after, first[0][0])
         return None
+
+    def _resume_core(self, after: str) -> Core[Optional[int]]:
+        """The sequence number of the chunk a reader after ``after`` is to
+        get next (None: unknown, a producer without them). A reader after
+        an id the stream does not hold (trimmed, or the stream was recreated
+        or expired since) raises :class:`ReplyStreamGap`."""
+        eid = valid_event_id(after)
+        if _id_key(eid) == (0, 0):
+            return 0
+        full = eid if "-" in eid else f"{eid}-0"
+        got = _entries((yield ("before", self.stream_key, full, 16)))
+        if not got or _id_key(got[0][0]) != _id_key(full):
+            first = yield from self._first_core()
+            raise ReplyStreamGap(self.reply_id, after, first,
+                                 f"the stream no longer holds event {eid} (trimmed, or the stream was "
+                                 "recreated: Redis restarted without persistence, or it expired)")
+        for _eid, fields in got:
+            if fields.get("type") == CHUNK:
+                n = _opt_int(fields.get("n"))
+                return None if n is None else n + 1
+        return 0 if len(got) < 16 else None  # no chunk before it: the reply's first is next
+
+    def _first_core(self) -> Core[str]:
+        info = yield ("info", self.stream_key)
+        if not info:
+            return ""
+        info = {_text(k): v for k, v in (info.items() if isinstance(info, dict) else zip(info[0::2], info[1::2]))}
+        first = _entries([info.get("first-entry")])
+        return first[0][0] if first else ""
+
+    def _track(self, event: ReplyEvent, expected: Optional[int], after: str) -> Optional[int]:
+        """``expected`` after ``event`` (see :meth:`_resume_core`);
+        :class:`ReplyStreamGap` when a chunk comes out of sequence or the
+        end counts more chunks than the reader could have got."""
+        if expected is None:
+            return None
+        if event.type == CHUNK:
+            if event.n is None:
+                return None  # a producer without sequence numbers: nothing to check
+            if event.n != expected:
+                raise ReplyStreamGap(self.reply_id, after, event.id,
+                                     f"chunk {event.n} came where chunk {expected} was due (the stream "
+                                     "lost events: recreated after a restart without persistence?)")
+            return expected + 1
+        if event.type == END and event.chunks is not None and event.chunks > expected:
+            raise ReplyStreamGap(self.reply_id, after, event.id,
+                                 f"the reply has {event.chunks} chunks and chunks {expected} to "
+                                 f"{event.chunks - 1} are not in the stream (it expired or was recreated "
+                                 "before the end)")
+        return expected
 
     def _idle(self, idle_timeout: Optional[float]) -> float:
         return float(self.ttl if idle_timeout is None else idle_timeout)
@@ -386,6 +543,21 @@ class ReplyStream(_Core):
             return pipe.execute()[0]
         if kind == "last":
             return self.redis.xrevrange(op[1], count=1)
+        if kind == "before":
+            return self.redis.xrevrange(op[1], max=op[2], count=op[3])
+        if kind == "config":
+            try:
+                got = self.redis.config_get(op[1])
+            except redis.ResponseError:
+                return None
+            return next(iter(got.values()), None) if got else None
+        if kind == "xadd_at":
+            _, key, fields, nid, maxlen, approx, ttl = op
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xadd(key, fields, id=nid, maxlen=maxlen, approximate=approx)
+            pipe.expire(key, ttl)
+            res = pipe.execute(raise_on_error=False)
+            return _taken(res[0])
         if kind == "append":
             _, key, text, msgid, meta, options = op
             return self.mem.append(key, "assistant", text, meta=meta, msgid=msgid, **options)
@@ -410,8 +582,13 @@ class ReplyStream(_Core):
         as the session's assistant message with one ``MEM.APPEND key
         assistant <text> MSGID <reply id>`` (``meta`` as its META), then
         appends the end event. Retried (this object again, or another one
-        with the same reply id after an error), the message is stored once
-        (the module knows the MSGID) and the end event written once."""
+        with the same reply id after an error), or run by two processes at
+        once, the message is stored once (the module knows the MSGID) and the
+        end event written once (an XADD at the id after the stream's last
+        event: the second is refused). A text over ``mem.max-message-bytes``
+        is stored truncated with a marker (META ``redis_mem_truncated``: its
+        size; a warning logged), the stream keeping it whole until its
+        TTL."""
         return _drive(self._finish_core(meta, text), self._do)
 
     def error(self, message: str) -> ReplyEvent:
@@ -432,13 +609,17 @@ class ReplyStream(_Core):
         last (a type this version does not know is skipped): what an SSE
         endpoint sends, ``after`` being the client's ``Last-Event-ID``.
         Raises :class:`ReplyStreamGap` when events after ``after`` were
-        trimmed (``maxlen``) before it came (checked once, with its first
-        events), and :class:`ReplyStreamTimeout` when nothing
+        lost: trimmed (``maxlen``) before it came (checked once, with its
+        first events), ``after`` no longer in the stream (``XREVRANGE``;
+        recreated or expired), a chunk out of sequence (``n``), or an end
+        counting more chunks than the reader got (docs/STREAMS.md); and :class:`ReplyStreamTimeout` when nothing
         came for ``idle_timeout`` seconds (default: ``ttl``, after which a
         stream without writes is gone)."""
         idle = self._idle(idle_timeout)
         deadline = time.monotonic() + idle
         checked = False
+        start = valid_event_id(after)
+        expected = _drive(self._resume_core(start), self._do)
         while True:
             got = self.read(after, block=max(1, min(block, int(idle * 1000))))
             if got and not checked:
@@ -452,6 +633,7 @@ class ReplyStream(_Core):
             for event in got:
                 if event.type not in _KNOWN:
                     continue  # a later version's event: skipped (docs/STREAMS.md)
+                expected = self._track(event, expected, start)
                 yield event
                 if event.last:
                     return
@@ -502,6 +684,21 @@ class AsyncReplyStream(_Core):
             return (await pipe.execute())[0]
         if kind == "last":
             return await self.redis.xrevrange(op[1], count=1)
+        if kind == "before":
+            return await self.redis.xrevrange(op[1], max=op[2], count=op[3])
+        if kind == "config":
+            try:
+                got = await self.redis.config_get(op[1])
+            except redis.ResponseError:
+                return None
+            return next(iter(got.values()), None) if got else None
+        if kind == "xadd_at":
+            _, key, fields, nid, maxlen, approx, ttl = op
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xadd(key, fields, id=nid, maxlen=maxlen, approximate=approx)
+            pipe.expire(key, ttl)
+            res = await pipe.execute(raise_on_error=False)
+            return _taken(res[0])
         if kind == "append":
             _, key, text, msgid, meta, options = op
             return await self.mem.append(key, "assistant", text, meta=meta, msgid=msgid, **options)
@@ -543,6 +740,8 @@ class AsyncReplyStream(_Core):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + idle
         checked = False
+        start = valid_event_id(after)
+        expected = await _adrive(self._resume_core(start), self._do)
         while True:
             got = await self.read(after, block=max(1, min(block, int(idle * 1000))))
             if got and not checked:
@@ -556,6 +755,7 @@ class AsyncReplyStream(_Core):
             for event in got:
                 if event.type not in _KNOWN:
                     continue
+                expected = self._track(event, expected, start)
                 yield event
                 if event.last:
                     return

@@ -18,6 +18,13 @@ two nodes updating at once lose neither's change (it gives up with
 ``redis.WatchError`` after 100 attempts that each found the session
 changed). On a cluster client (``RedisCluster``) it is a plain read then
 write.
+
+The module checks a JSON value of 256 KB or more off the main thread, which
+a MULTI/EXEC cannot wait for, so there is no atomic update of a context that
+large (and no Lua-free alternative): :meth:`~SessionContext.update` raises
+``ValueError`` naming :meth:`~SessionContext.set` when the merged value would
+be 256 KB or more, before writing anything (the context is left as it was).
+``set()`` stores a value of any size (up to the module's limits), unguarded.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ DEFAULT_CONTEXT_TTL = 3600
 DEFAULT_CONTEXT_NAME = "context"
 #: Updates tried before giving up when every one found the session changed.
 _MAX_ATTEMPTS = 100
+#: From this many bytes of JSON the module checks an ATTRSET value off the
+#: main thread, which MULTI/EXEC cannot wait for (MAX_INLINE_JSON_BYTES).
+MAX_UPDATE_JSON_BYTES = 256 << 10
 
 # -- the core both drivers share: commands and the merge ----------------------
 
@@ -64,7 +74,14 @@ def _merged(current: Any, patch: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _set_args(key: c.Key, name: str, value: Any, ttl: Optional[int]) -> List[Any]:
-    return c.attrset(key, name, value, False, ttl)[0]
+    args = c.attrset(key, name, value, False, ttl)[0]
+    size = len(str(args[3]).encode("utf-8"))
+    if size >= MAX_UPDATE_JSON_BYTES:
+        raise ValueError(
+            f"the updated context of {key!r} would be {size} bytes of JSON (256 KB or more): the module "
+            "checks such a value off the main thread, which update()'s WATCH/MULTI cannot wait for; "
+            "nothing was written: store it with set() (not atomic against concurrent updates)")
+    return args
 
 
 def _parse_get(reply: Any) -> Any:
@@ -110,11 +127,14 @@ class SessionContext:
 
     def update(self, patch: Mapping[str, Any]) -> Dict[str, Any]:
         """Merges ``patch`` into the context (see the module doc), renews its
-        lifetime, and returns the new context."""
+        lifetime, and returns the new context. ``ValueError`` (nothing
+        written) when the new context would be 256 KB of JSON or more: a
+        WATCH/MULTI write of that size is refused by the module; use
+        :meth:`set` for it."""
         r = self.mem.redis
         if _is_cluster(r):
             new = _merged(self.get(), patch)
-            self.set(new)
+            self.mem.redis.execute_command(*_set_args(self.key, self.name, new, self.ttl))
             return new
         with r.pipeline(transaction=True) as pipe:
             for _attempt in range(_MAX_ATTEMPTS):
@@ -169,7 +189,7 @@ class AsyncSessionContext:
         r = self.mem.redis
         if _is_cluster(r):
             new = _merged(await self.get(), patch)
-            await self.set(new)
+            await self.mem.redis.execute_command(*_set_args(self.key, self.name, new, self.ttl))
             return new
         async with r.pipeline(transaction=True) as pipe:
             for _attempt in range(_MAX_ATTEMPTS):

@@ -409,3 +409,82 @@ def test_session_info_v3_fields_on_every_connection_kind(conn):
     mem.summarize("mem:{v3}", info.first_id + 1, "Summary.")
     info = mem.info("mem:{v3}")
     assert (info.evicted, info.summarized) == (1, 2) and info.summary_ts > 0
+
+
+def test_a_read_only_user_gets_findings_not_an_exit_2(own_server):
+    """An ACL user with +@read +info only (no MODULE LIST, CONFIG GET,
+    PUBSUB): the doctor falls back to INFO modules, says what it could not
+    check, and goes on to the sessions."""
+    srv = own_server(*PRODUCTION)
+    r = srv.client()
+    RedisMemClient(r).append("mem:{ro}", "user", "hello")
+    r.execute_command("ACL", "SETUSER", "reader", "on", ">pw", "~*", "resetchannels", "-@all", "+@read", "+info")
+    url = f"redis://reader:pw@127.0.0.1:{srv.port}/0"
+    assert "no permissions" in str(pytest.raises(redis.ResponseError, redis.Redis.from_url(url).execute_command,
+                                                 "MODULE", "LIST").value).lower()
+    rc, out, err = doctor("--json", "--url", url, "ro")
+    assert rc in (0, 1), (rc, out, err)
+    findings = [Finding(**f) for f in json.loads(out)]
+    assert about(findings, "server", OK, "redis-mem module loaded")
+    assert about(findings, "server", INFO, "INFO modules")
+    assert about(findings, "server", INFO, "not checked: this user may not run CONFIG GET")
+    assert about(findings, "server", INFO, "not checked: this user may not run PUBSUB NUMSUB")
+    # The module's commands are in no ACL category: +@read alone cannot check a
+    # session, and the finding says which commands to grant.
+    [f] = about(findings, "mem:{ro}", ERROR, "no permissions")
+    assert "+mem.info" in f.fix
+    # With them, the session is checked.
+    r.execute_command("ACL", "SETUSER", "reader", "+mem.info", "+mem.models", "+mem.summarize_check",
+                      "+mem.attrget", "+mem.get", "+time")
+    rc, out, err = doctor("--json", "--url", url, "ro")
+    assert rc in (0, 1), (rc, out, err)
+    findings = [Finding(**f) for f in json.loads(out)]
+    assert about(findings, "mem:{ro}", OK, "exists, 1 messages")
+    assert not about(findings, "mem:{ro}", ERROR)
+    # Not even INFO modules: the module check is skipped with a finding, the rest goes on.
+    r.execute_command("ACL", "SETUSER", "reader", "-info", "+info|server", "+info|replication", "+info|mem",
+                      "+info|cluster")
+    rc, out, err = doctor("--json", "--url", url, "ro")
+    assert rc in (0, 1), (rc, out, err)
+    findings = [Finding(**f) for f in json.loads(out)]
+    assert about(findings, "server", INFO, "whether the module is loaded not checked")
+    assert about(findings, "mem:{ro}", OK, "exists, 1 messages")
+
+
+def test_summaries_the_caps_dropped_are_a_warning(own_server):
+    """MEM.INFO `summaries_dropped`: the caps evicted a summary, and what it
+    covered with it."""
+    srv = own_server(*PRODUCTION)
+    r = srv.client()
+    mem = RedisMemClient(r)
+    for i in range(5):
+        mem.append("mem:{drop}", "user", f"message {i}")
+    reply = r.execute_command("MEM.INFO", "mem:{drop}")
+    raw = dict(zip(reply[0::2], reply[1::2])) if isinstance(reply, list) else reply
+    if "summaries_dropped" not in raw:
+        pytest.skip("this module's MEM.INFO has no 'summaries_dropped' field (the module change is not merged)")
+    assert mem.info("mem:{drop}").summaries_dropped == 0
+    r.execute_command("MEM.SUMMARIZE", "mem:{drop}", 3, "A long summary of what was said. " * 20)
+    r.execute_command("MEM.APPEND", "mem:{drop}", "user", "hi", "MAXTOKENS", 30)
+    info = mem.info("mem:{drop}")
+    assert info.summaries_dropped and info.summaries_dropped > 0
+    rc, findings = doctor_json("--url", srv.url, "drop")
+    assert rc == 1
+    [f] = about(findings, "mem:{drop}", WARNING, "summaries")
+    assert f.message == f"the caps dropped {info.summaries_dropped} summaries: what they covered is lost"
+    assert "MAXTOKENS" in f.fix and "summarize earlier" in f.fix
+
+
+def test_session_info_summaries_dropped_is_none_when_absent():
+    from redis_mem._replies import SessionInfo
+
+    base = {"messages": 1, "total_tokens": 3, "first_id": 1, "last_id": 1, "ttl": -1, "model": "gpt-4o",
+            "encoding": "o200k_base", "maxmsgs": 10, "maxtokens": 100, "created": 1, "updated": 1,
+            "summary_upto": 0}
+    fields = {f.name for f in __import__("dataclasses").fields(SessionInfo)}
+    base = {k: v for k, v in base.items() if k in fields}
+    for name in fields - set(base) - {"external", "evicted", "summaries_dropped", "summarized", "summary_ts",
+                                      "external_ttl", "lease_ttl"}:
+        base[name] = 0
+    assert SessionInfo.from_reply(base).summaries_dropped is None
+    assert SessionInfo.from_reply({**base, "summaries_dropped": 2}).summaries_dropped == 2

@@ -139,3 +139,148 @@ def test_sse_chat_example_resumes_from_last_event_id(clean, tmp_path):
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
+
+
+# -- the SSE example against hostile requests ---------------------------------
+
+
+def _start_sse(clean, tmp_path, *extra):
+    """The SSE example as a process on a free port: (port, proc, log path)."""
+    import http.client
+    import time
+
+    from conftest import _free_port
+
+    app = os.path.join(EXAMPLES, "sse_chat", "app.py")
+    port = _free_port()
+    logpath = tmp_path / f"app-{port}.log"
+    log = open(logpath, "w")
+    proc = subprocess.Popen([sys.executable, app, "--port", str(port), "--redis-url", clean.url,
+                             "--name", "hostile", *extra], stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+    log.close()
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/healthz")
+            c.getresponse().read()
+            return port, proc, logpath
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "the app did not start"
+            time.sleep(0.05)
+
+
+def _call(port, method, path, body=None, headers=None, timeout=10):
+    import http.client
+
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request(method, path, body, headers or {})
+    resp = c.getresponse()
+    data = resp.read()
+    c.close()
+    return resp.status, resp.getheader("Content-Type"), data
+
+
+def test_sse_chat_example_refuses_bad_posts_before_any_write(clean, tmp_path):
+    port, proc, _ = _start_sse(clean, tmp_path, "--token-delay", "0.01", "--tokens", "3")
+    r = clean.client()
+    try:
+        for body in [
+            json.dumps({"session": "}", "message": "hi"}),                  # breaks the key's hash tag
+            json.dumps({"session": "a{b", "message": "hi"}),
+            json.dumps({"session": "", "message": "hi"}),
+            json.dumps({"session": "x" * 65, "message": "hi"}),
+            json.dumps({"session": ["s"], "message": "hi"}),
+            json.dumps({"session": "s", "message": ""}),
+            json.dumps({"session": "s", "message": {"a": 1}}),
+            json.dumps({"session": "s", "message": "hi", "message_id": "a\nb"}),
+            json.dumps({"session": "s", "message": "hi", "message_id": "x" * 200}),
+            json.dumps({"session": "s", "message": "hi", "message_id": 5}),
+            json.dumps(["s", "hi"]),
+            "not json",
+            b"\xff\xfe",
+        ]:
+            status, ctype, data = _call(port, "POST", "/chat", body, {"Content-Type": "application/json"})
+            assert status == 400, (body, status, data)
+            assert ctype == "application/json" and "error" in json.loads(data)
+            assert r.keys("*") == [], body                                 # nothing written
+        status, _, data = _call(port, "POST", "/chat", json.dumps({"session": "ok", "message": "hi"}))
+        assert status == 200 and json.loads(data)["reply_id"]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        r.close()
+
+
+def test_sse_chat_example_refuses_bad_stream_requests_at_once(clean, tmp_path):
+    import time
+
+    port, proc, _ = _start_sse(clean, tmp_path, "--token-delay", "0.01", "--tokens", "3")
+    try:
+        status, _, data = _call(port, "POST", "/chat",
+                                json.dumps({"session": "s", "message": "hi", "message_id": "m1"}))
+        reply = json.loads(data)["reply_id"]
+        base = f"/stream?session=s&reply={reply}"
+        for path, headers in [
+            (base + "&after=5%0A", {}),                                 # "5\n"
+            (base + "&after=18446744073709551616", {}),                 # above 2^64-1
+            (base + "&after=1-18446744073709551616", {}),
+            (base, {"Last-Event-ID": "99999999999999999999"}),
+            (base + "&after=%24", {}),                                  # "$"
+            ("/stream?session=s&reply=a%0Ab", {}),                      # not a MSGID
+            ("/stream?session=%7D&reply=r", {}),                        # session "}"
+            ("/history?session=%7D", {}),
+        ]:
+            status, ctype, data = _call(port, "GET", path, headers=headers)
+            assert status == 400, (path, status, data)
+            assert ctype == "application/json" and "error" in json.loads(data)
+        # A reply nobody produces: 404 at once, not a thread held for a minute.
+        started = time.monotonic()
+        status, _, _ = _call(port, "GET", "/stream?session=s&reply=nobody")
+        assert status == 404 and time.monotonic() - started < 5
+        # The known reply streams.
+        status, ctype, data = _call(port, "GET", base, timeout=30)
+        assert status == 200 and ctype == "text/event-stream" and b"event: end" in data
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_sse_chat_example_bounds_concurrent_streams(clean, tmp_path):
+    import http.client
+
+    port, proc, _ = _start_sse(clean, tmp_path, "--token-delay", "0.5", "--tokens", "20", "--max-streams", "1")
+    try:
+        _, _, data = _call(port, "POST", "/chat", json.dumps({"session": "s", "message": "hi"}))
+        reply = json.loads(data)["reply_id"]
+        held = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        held.request("GET", f"/stream?session=s&reply={reply}")
+        resp = held.getresponse()
+        assert resp.status == 200 and resp.readline() == b"retry: 300\n"
+        status, _, data = _call(port, "GET", f"/stream?session=s&reply={reply}")
+        assert status == 503 and "too many" in json.loads(data)["error"]
+        held.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_sse_chat_example_logs_no_forged_lines(clean, tmp_path):
+    import socket
+
+    port, proc, logpath = _start_sse(clean, tmp_path)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /x\rFORGED line\x1b[31m HTTP/1.0\r\n\r\n")
+            while s.recv(65536):
+                pass
+        _call(port, "GET", "/stream?session=s&reply=a%0A%5Bforged%5D%20FORGED")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    log = open(logpath, "rb").read()
+    assert b"\r" not in log and b"\x1b" not in log
+    assert b"\\rFORGED" in log
+    assert not any(line.lstrip().startswith((b"FORGED", b"[forged]")) for line in log.split(b"\n"))

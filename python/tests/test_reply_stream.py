@@ -69,11 +69,13 @@ def test_stream_fields_as_documented(r):
     raw = r.xrange("mem:{alice}:reply:reply-1")
     assert [eid for eid, _ in raw][0] == first
     assert [fields for _, fields in raw] == [
-        {"type": "chunk", "text": "Hel"},
-        {"type": "chunk", "text": "lo"},
-        {"type": "end", "msgid": "reply-1", "message_id": str(end.message_id), "meta": '{"model":"fake"}'},
+        {"type": "chunk", "text": "Hel", "n": "0"},
+        {"type": "chunk", "text": "lo", "n": "1"},
+        {"type": "end", "msgid": "reply-1", "chunks": "2", "message_id": str(end.message_id),
+         "meta": '{"model":"fake"}'},
     ]
     assert end.type == "end" and end.last and end.msgid == "reply-1" and end.meta == {"model": "fake"}
+    assert end.chunks == 2 and [e.n for e in s.read()] == [0, 1, None]
 
 
 # -- write / read / resume --------------------------------------------------------
@@ -419,3 +421,188 @@ def test_event_ids_and_reply_ids_are_checked(r):
     with pytest.raises(ValueError):
         ReplyStream(r, "mem:{alice}", "r" * 129)
     assert ReplyStream(r, "mem:{alice}", "r" * 128).reply_id == "r" * 128
+
+
+# -- events lost when the stream is recreated --------------------------------------
+
+
+def test_a_restart_without_persistence_mid_reply_is_a_gap(own_server):
+    """Redis restarted (no RDB/AOF) after chunk 1: the producer goes on into a
+    new stream; a reader resuming after chunk 1, or from 0, is told."""
+    srv = own_server()
+    r = srv.client()
+    s = ReplyStream(r, "mem:{alice}", "r-restart")
+    ids = [s.write("c0 "), s.write("c1 ")]
+    srv.stop()
+    srv.start_again()
+    r2 = srv.client()
+    s.redis = s.mem.redis = r2                      # the producer's reconnected client
+    s.write("c2 ")
+    s.write("c3 ")
+    end = s.finish()
+    reader = ReplyStream(r2, "mem:{alice}", "r-restart")
+    with pytest.raises(ReplyStreamGap) as gap:
+        list(reader.chunks(after=ids[1]))
+    assert gap.value.after == ids[1] and "no longer holds" in str(gap.value)
+    with pytest.raises(ReplyStreamGap, match="chunk 2 came where chunk 0 was due"):
+        list(reader.chunks(after="0"))
+    # The text is in the session once finished (this one: what the producer wrote).
+    assert [m.content for m in assistant_messages(r2, "mem:{alice}")] == ["c0 c1 c2 c3 "]
+    assert end.chunks == 4
+    r.close()
+    r2.close()
+
+
+def test_a_finish_after_the_stream_expired_is_a_gap(r):
+    s = ReplyStream(r, "mem:{alice}", ttl=1)
+    s.write("lost ")
+    s.write("chunks")
+    wait_until(lambda: r.exists(s.stream_key) == 0, what="the stream's expiry")
+    end = s.finish()
+    assert end.chunks == 2
+    reader = ReplyStream(r, "mem:{alice}", s.reply_id)
+    with pytest.raises(ReplyStreamGap, match="2 chunks"):
+        list(reader.chunks(after="0"))
+    assert [m.content for m in assistant_messages(r, "mem:{alice}")] == ["lost chunks"]
+
+
+def test_a_resume_after_an_id_the_stream_never_held_is_a_gap(r):
+    s = ReplyStream(r, "mem:{alice}")
+    ids = [s.write(f"c{i} ") for i in range(3)]
+    s.finish()
+    assert "".join(s.chunks(after=ids[0])) == "c1 c2 "          # a held id: the rest
+    with pytest.raises(ReplyStreamGap):
+        list(s.events(after="1-1"))                            # never held
+    with pytest.raises(ReplyStreamGap):
+        list(ReplyStream(r, "mem:{alice}", "gone").events(after=ids[0], idle_timeout=0.1))
+
+    async def main():
+        ar = redis.asyncio.Redis(port=r.connection_pool.connection_kwargs["port"], decode_responses=True)
+        try:
+            a = AsyncReplyStream(ar, "mem:{alice}", s.reply_id)
+            assert [t async for t in a.chunks(after=ids[1])] == ["c2 "]
+            with pytest.raises(ReplyStreamGap):
+                [t async for t in a.chunks(after="1-1")]
+        finally:
+            await ar.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_old_producer_without_sequence_numbers_is_read_as_before(r):
+    """Readers accept streams without ``n``/``chunks`` (a producer that
+    predates them): nothing to check, nothing raised."""
+    key = reply_stream_key("mem:{alice}", "old")
+    first = r.xadd(key, {"type": "chunk", "text": "a"})
+    r.xadd(key, {"type": "chunk", "text": "b"})
+    r.xadd(key, {"type": "end", "msgid": "old"})
+    s = ReplyStream(r, "mem:{alice}", "old")
+    assert list(s.chunks()) == ["a", "b"]
+    assert list(s.chunks(after=first)) == ["b"]
+
+
+# -- hostile inputs ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["5\n", "5-1\n", "18446744073709551616", "1-18446744073709551616",
+                                 "99999999999999999999", " 5", "5 ", "\n5"])
+def test_valid_event_id_refuses_newlines_and_numbers_above_u64(bad):
+    with pytest.raises(ValueError):
+        valid_event_id(bad)
+
+
+def test_valid_event_id_takes_u64_bounds():
+    top = str((1 << 64) - 1)
+    assert valid_event_id(top) == top and valid_event_id(f"{top}-{top}") == f"{top}-{top}"
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "tab\there", "nul\x00", "del\x7f", "\x1b[31m"])
+def test_reply_ids_with_control_characters_are_refused(r, bad):
+    with pytest.raises(ValueError, match="control"):
+        ReplyStream(r, "mem:{alice}", bad)
+    with pytest.raises(redis.ResponseError, match="control"):   # the module's own rule, the same
+        RedisMemClient(r).append("mem:{alice}", "assistant", "x", msgid=bad)
+    assert ReplyStream(r, "mem:{alice}", "ok-é:1").reply_id == "ok-é:1"
+
+
+# -- concurrent finish ------------------------------------------------------------
+
+
+def test_two_processes_finishing_at_once_write_one_end_event(clean):
+    """Two producers (separate processes) race finish() many times: one end
+    event, one stored message, every time."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    r = clean.client()
+    for run in range(15):
+        reply_id = f"race-{run}"
+        s = ReplyStream(r, "mem:{alice}", reply_id)
+        s.write("both ")
+        s.write("finish")
+        barrier = ctx.Barrier(2)
+        procs = [ctx.Process(target=_race_finish, args=(clean.port, reply_id, barrier)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+        types = [e.type for e in s.read()]
+        assert types == ["chunk", "chunk", "end"], (run, types)
+    stored = assistant_messages(r, "mem:{alice}")
+    assert [m.msgid for m in stored] == [f"race-{i}" for i in range(15)]
+    r.close()
+
+
+def _race_finish(port, reply_id, barrier):
+    c = redis.Redis(port=port, decode_responses=True)
+    s = ReplyStream(c, "mem:{alice}", reply_id)
+    barrier.wait(30)
+    s.finish(text="both finish")
+    c.close()
+
+
+def test_threads_finishing_at_once_write_one_end_event(r, clean):
+    for run in range(20):
+        s = ReplyStream(r, "mem:{alice}", f"t-{run}")
+        s.write("x")
+        barrier = threading.Barrier(4)
+        results = []
+
+        def go():
+            c = clean.client()
+            barrier.wait(10)
+            results.append(ReplyStream(c, "mem:{alice}", s.reply_id).finish(text="x").id)
+            c.close()
+
+        threads = [threading.Thread(target=go) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(set(results)) == 1 and len(results) == 4
+        assert [e.type for e in s.read()] == ["chunk", "end"]
+
+
+# -- a reply over mem.max-message-bytes ------------------------------------------
+
+
+def test_a_reply_over_max_message_bytes_is_stored_truncated(r, caplog):
+    limit = int(r.config_get("mem.max-message-bytes")["mem.max-message-bytes"])
+    s = ReplyStream(r, "mem:{alice}")
+    piece = "é" * (1 << 19)                                    # 1 MB a chunk
+    for _ in range(limit // len(piece.encode()) + 1):
+        s.write(piece)
+    full = s.text
+    assert len(full.encode()) > limit
+    with caplog.at_level("WARNING", logger="redis_mem.reply_stream"):
+        end = s.finish(meta={"model": "m"})
+    assert "over mem.max-message-bytes" in caplog.text
+    [stored] = assistant_messages(r, "mem:{alice}")
+    assert len(stored.content.encode()) <= limit
+    assert stored.content.endswith("over mem.max-message-bytes)]") and full.startswith(stored.content[:1000])
+    assert stored.meta == {"model": "m", "redis_mem_truncated": len(full.encode())}
+    assert end.meta["redis_mem_truncated"] == len(full.encode()) and end.message_id == stored.id
+    # The stream keeps it whole until its TTL.
+    assert "".join(ReplyStream(r, "mem:{alice}", s.reply_id).chunks()) == full
+    assert s.finish() == end                                   # retried: nothing new

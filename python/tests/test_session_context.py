@@ -189,3 +189,37 @@ def test_expires_at_is_the_contexts_own_end(r):
             await ar.aclose()
 
     asyncio.run(main())
+
+
+def test_update_of_256_kb_or_more_fails_clearly_and_writes_nothing(conn):
+    """The module refuses a WATCH/MULTI ATTRSET of 256 KB or more (checked off
+    the main thread): update() says so, naming set(), before writing."""
+    ctx = SessionContext(conn, KEY)
+    ctx.set({"step": "search"})
+    big = "x" * (256 << 10)
+    with pytest.raises(ValueError, match=r"256 KB.*set\(\)"):
+        ctx.update({"blob": big})
+    assert ctx.get() == {"step": "search"}           # untouched
+    # Just under the threshold still updates atomically.
+    small = "y" * ((256 << 10) - 100)
+    assert ctx.update({"blob": small})["blob"] == small
+    # A context already 256 KB or more: update() refuses, set() works.
+    ctx.set({"blob": big})
+    with pytest.raises(ValueError, match=r"set\(\)"):
+        ctx.update({"step": "book"})
+    assert ctx.get() == {"blob": big}
+    assert ctx.update({"blob": None}) == {}             # shrinking back under it works
+
+    async def main():
+        ar = redis.asyncio.Redis(host="127.0.0.1", port=conn.connection_pool.connection_kwargs["port"])
+        try:
+            actx = AsyncSessionContext(ar, KEY)
+            await actx.set({"a": 1})
+            with pytest.raises(ValueError, match=r"set\(\)"):
+                await actx.update({"blob": big})
+            assert await actx.get() == {"a": 1}
+        finally:
+            await ar.aclose()
+
+    if hasattr(conn, "connection_pool"):
+        asyncio.run(main())
