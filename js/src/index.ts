@@ -1,0 +1,11 @@
+export { RedisMem, newMsgId, MAX_MSGID_BYTES } from "./client.js";
+export type {
+  AppendOptions, BatchMessage, CheckOptions, GetOptions, ImportOptions, Meta, RedisMemOptions, SessionSettings,
+} from "./client.js";
+export { RedisMemError, RedisMemReplyError } from "./errors.js";
+export { transportOf } from "./adapter.js";
+export type { AnyClient, Arg, IoRedisLike, NodeRedisLike, Transport } from "./adapter.js";
+export { SUMMARY_ROLE } from "./replies.js";
+export type {
+  AppendResult, JsonObject, Message, ModelEntry, ModelInfo, SessionInfo, SummarizeBegin, SummarizeCheck,
+} from "./replies.js";
