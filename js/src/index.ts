@@ -9,3 +9,8 @@ export { SUMMARY_ROLE } from "./replies.js";
 export type {
   AppendResult, JsonObject, Message, ModelEntry, ModelInfo, SessionInfo, SummarizeBegin, SummarizeCheck,
 } from "./replies.js";
+export {
+  DEFAULT_MAXLEN, DEFAULT_TTL, ReplyStream, ReplyStreamError, ReplyStreamGap, ReplyStreamTimeout, isLast,
+  replyStreamKey, validEventId,
+} from "./reply-stream.js";
+export type { EventsOptions, ReadOptions, ReplyEvent, ReplyEventType, ReplyStreamOptions } from "./reply-stream.js";

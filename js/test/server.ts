@@ -12,8 +12,8 @@ import { RedisMem } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 // build-test/test -> js -> repository root
-const repo = resolve(here, "..", "..", "..");
-export const MODULE = process.env["REDIS_MEM_MODULE"] ?? join(repo, "target", "release", "libredis_mem.so");
+export const REPO = resolve(here, "..", "..", "..");
+export const MODULE = process.env["REDIS_MEM_MODULE"] ?? join(REPO, "target", "release", "libredis_mem.so");
 
 function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
