@@ -57,7 +57,9 @@ test: build
 	[ $$it -eq 0 ] && [ $$pyrc -eq 0 ]
 	@# The TypeScript package (js/): tsc --noEmit strict, then its tests (node's test
 	@# runner) on node-redis RESP2/RESP3 and ioredis against a redis-server with $(SO).
-	cd js && npm ci --no-audit --no-fund && REDIS_MEM_MODULE=$(abspath $(SO)) npm test
+	@# Its cross-language tests run the Python package from the venv the Python tests made.
+	cd js && npm ci --no-audit --no-fund && REDIS_MEM_MODULE=$(abspath $(SO)) \
+	  REDIS_MEM_PYTHON=$${REDIS_MEM_VENV:-$(CURDIR)/target/venv}/bin/python REDIS_MEM_REQUIRE_PYTHON=1 npm test
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),

@@ -14,3 +14,5 @@ export {
   replyStreamKey, validEventId,
 } from "./reply-stream.js";
 export type { EventsOptions, ReadOptions, ReplyEvent, ReplyEventType, ReplyStreamOptions } from "./reply-stream.js";
+export { UI_MESSAGE_STREAM_HEADERS, uiMessageChunks, uiMessageStreamResponse, writeUIMessageStream } from "./ai-sdk.js";
+export type { ReplyUIChunk, UIChunkLike } from "./ai-sdk.js";

@@ -134,7 +134,7 @@ for (const kind of CLIENTS) {
 
 const PY = process.env["REDIS_MEM_PYTHON"] ?? join(REPO, "target", "venv", "bin", "python");
 
-describe("across languages (the Python package's ReplyStream)", { skip: existsSync(PY) ? false : `no Python venv at ${PY} (REDIS_MEM_PYTHON)` }, () => {
+describe("across languages (the Python package's ReplyStream)", { skip: existsSync(PY) || process.env["REDIS_MEM_REQUIRE_PYTHON"] ? false : `no Python venv at ${PY} (REDIS_MEM_PYTHON)` }, () => {
   const py = (code: string): Promise<{ stdout: string }> => promisify(execFile)(PY, ["-c", code, String(server.port)]);
 
   for (const kind of CLIENTS) {
