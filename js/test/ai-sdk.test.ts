@@ -143,3 +143,72 @@ print(s.reply_id)
     assert.equal(textOf(ui), "Streamed by Python.");
   });
 });
+
+describe("examples/ai_sdk_chat.ts (useChat's POST and resume GET)", () => {
+  it("a chat turn; the connection dropped mid-reply; resumed; each turn stored once", async () => {
+    const { chatRoutes } = await import("../examples/ai_sdk_chat.js");
+    const c2 = createClient({ url: server.url, RESP: 3 });
+    await c2.connect();
+    try {
+      const slow = new MockLanguageModelV4({
+        doStream: async () => ({
+          stream: simulateReadableStream({
+            chunkDelayInMs: 40,
+            chunks: [
+              { type: "stream-start", warnings: [] }, { type: "text-start", id: "t1" },
+              ...["The ", "8pm ", "table ", "is ", "booked."].map((delta) => ({ type: "text-delta" as const, id: "t1", delta })),
+              { type: "text-end", id: "t1" },
+              {
+                type: "finish", finishReason: { unified: "stop", raw: "stop" },
+                usage: { inputTokens: { total: 3, noCache: 3, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 5, text: 5, reasoning: 0 } },
+              },
+            ],
+          }),
+        }),
+      });
+      const routes = chatRoutes({ mem, reader: new RedisMem(c2), model: slow });
+      const transport = new DefaultChatTransport({
+        api: "http://app.test/api/chat",
+        fetch: (async (input: string | URL | Request, init?: RequestInit) => {
+          const url = String(input);
+          const m = /\/api\/chat\/([^/]+)\/stream$/.exec(url);
+          return m ? routes.GET(new Request(url), m[1]!) : routes.POST(new Request(url, init));
+        }) as typeof fetch,
+      });
+      assert.equal((await routes.GET(new Request("http://app.test/"), "carol")).status, 204);
+      const user: UIMessage = { id: "u-1", role: "user", parts: [{ type: "text", text: "Book the 8pm table" }] };
+      const stream = await transport.sendMessages({
+        trigger: "submit-message", chatId: "carol", messageId: undefined, messages: [user], abortSignal: undefined,
+      });
+      // the page reloads after the first words: the stream is dropped
+      const r = stream.getReader();
+      let got = "";
+      while (!got.includes("8pm")) {
+        const { value } = await r.read();
+        if (value?.type === "text-delta") got += value.delta;
+      }
+      await r.cancel();
+      // useChat's resume, on mount
+      const resumed = await transport.reconnectToStream({ chatId: "carol" });
+      assert.ok(resumed, "a reply is in flight");
+      let last: UIMessage | undefined;
+      for await (const m of readUIMessageStream({ stream: resumed })) last = m;
+      assert.equal(textOf(last!), "The 8pm table is booked.");
+      await Promise.all([...routes.pending]);
+      assert.equal(await transport.reconnectToStream({ chatId: "carol" }), null); // done: 204
+      const session = await mem.get("mem:{carol}");
+      assert.deepEqual(session.map((m) => [m.role, m.content, m.msgId]), [
+        ["user", "Book the 8pm table", "u-1"], ["assistant", "The 8pm table is booked.", last!.id],
+      ]);
+      // the same user message sent again (a retry) is not stored twice
+      const again = await transport.sendMessages({
+        trigger: "submit-message", chatId: "carol", messageId: undefined, messages: [user], abortSignal: undefined,
+      });
+      for await (const _ of readUIMessageStream({ stream: again })) { /* drain */ }
+      await Promise.all([...routes.pending]);
+      assert.deepEqual((await mem.get("mem:{carol}")).map((m) => m.role), ["user", "assistant", "assistant"]);
+    } finally {
+      c2.destroy();
+    }
+  });
+});
