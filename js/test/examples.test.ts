@@ -34,3 +34,10 @@ it("examples/readme_twin.ts (the top-level README's lines)", async () => {
   assert.equal((await run()).stdout.trim(), expected);
   assert.equal((await run()).stdout.trim(), expected); // run twice: the MSGID stores it once
 });
+
+it("examples/reply_stream.ts", async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, [join(here, "..", "examples", "reply_stream.js")], {
+    env: { ...process.env, REDIS_URL: server.url },
+  });
+  assert.deepEqual(stdout.trim().split("\n"), ["chunk:lo end:", "assistant Hello true"]);
+});
