@@ -18,8 +18,27 @@ export interface NodeRedisLike {
   sendCommand(args: (string | Buffer)[]): Promise<unknown>;
 }
 
-/** A client RedisMem accepts: node-redis, ioredis, or any Transport. */
-export type AnyClient = NodeRedisLike | IoRedisLike | Transport;
+/** The subset of a node-redis cluster client (`createCluster`) used here. */
+export interface NodeRedisClusterLike {
+  sendCommand(firstKey: string | Buffer | undefined, isReadonly: boolean | undefined, args: (string | Buffer)[]): Promise<unknown>;
+  getSlotRandomNode(slot: number): unknown;
+}
+
+/** A client RedisMem accepts: node-redis (a client or a cluster), ioredis
+ * (`Redis` or `Cluster`), or any Transport. */
+export type AnyClient = NodeRedisLike | NodeRedisClusterLike | IoRedisLike | Transport;
+
+/** The key a command is routed by on a cluster (undefined: none, any node). */
+export function keyOf(args: (string | Buffer)[]): string | Buffer | undefined {
+  const name = String(args[0]).toUpperCase();
+  if (name === "MEM.COUNT" || name === "MEM.MODELS") return undefined;
+  if (name === "XREAD") {
+    const i = args.findIndex((a) => String(a).toUpperCase() === "STREAMS");
+    return i >= 0 ? args[i + 1] : undefined;
+  }
+  if (name === "XINFO") return args[2];
+  return args[1];
+}
 
 function str(a: Arg): string | Buffer {
   return typeof a === "number" ? String(a) : a;
@@ -51,6 +70,15 @@ export function transportOf(client: AnyClient): Transport {
       send: (args) => {
         const [name, ...rest] = args.map(str);
         return client.call(String(name), ...rest).catch((e: unknown) => { throw errorOf(e, String(name)); });
+      },
+    };
+  }
+  if (typeof (client as NodeRedisClusterLike).getSlotRandomNode === "function") {
+    const c = client as NodeRedisClusterLike;
+    return {
+      send: (args) => {
+        const a = args.map(str);
+        return c.sendCommand(keyOf(a), false, a).catch((e: unknown) => { throw errorOf(e, String(args[0])); });
       },
     };
   }

@@ -4,7 +4,7 @@ export type {
 } from "./client.js";
 export { RedisMemError, RedisMemReplyError } from "./errors.js";
 export { transportOf } from "./adapter.js";
-export type { AnyClient, Arg, IoRedisLike, NodeRedisLike, Transport } from "./adapter.js";
+export type { AnyClient, Arg, IoRedisLike, NodeRedisClusterLike, NodeRedisLike, Transport } from "./adapter.js";
 export { SUMMARY_ROLE } from "./replies.js";
 export type {
   AppendResult, JsonObject, Message, ModelEntry, ModelInfo, SessionInfo, SummarizeBegin, SummarizeCheck,

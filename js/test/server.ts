@@ -1,6 +1,7 @@
 // A real redis-server with the module, started by the tests on a free
 // loopback port (REDIS_MEM_MODULE: the module; default the release build).
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { promisify } from "node:util";
 import { mkdtempSync, rmSync, existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -33,14 +34,14 @@ export interface Server {
   stop(): Promise<void>;
 }
 
-async function startOnce(): Promise<Server> {
+async function startOnce(extra: string[] = []): Promise<Server> {
   if (!existsSync(MODULE)) throw new Error(`module not found: ${MODULE} (set REDIS_MEM_MODULE)`);
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), "redis-mem-js-"));
   const proc: ChildProcess = spawn(
     "redis-server",
     ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-      "--loadmodule", MODULE],
+      "--loadmodule", MODULE, ...extra],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   let log = "";
@@ -69,12 +70,37 @@ async function startOnce(): Promise<Server> {
 }
 
 /** Starts a server, retrying when another process took the free port first. */
-export async function startServer(): Promise<Server> {
+export async function startServer(extra: string[] = []): Promise<Server> {
   let err: unknown;
   for (let i = 0; i < 3; i++) {
-    try { return await startOnce(); } catch (e) { err = e; }
+    try { return await startOnce(extra); } catch (e) { err = e; }
   }
   throw err;
+}
+
+/** A 3-master Redis Cluster of servers with the module (redis-cli --cluster create). */
+export async function startCluster(): Promise<{ nodes: Server[]; stop(): Promise<void> }> {
+  const nodes: Server[] = [];
+  const stop = async (): Promise<void> => { await Promise.all(nodes.map((n) => n.stop())); };
+  try {
+    for (let i = 0; i < 3; i++) {
+      nodes.push(await startServer(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000"]));
+    }
+    await promisify(execFile)("redis-cli", ["--cluster", "create", ...nodes.map((n) => `127.0.0.1:${n.port}`),
+      "--cluster-replicas", "0", "--cluster-yes"]);
+    for (const n of nodes) {
+      for (let t = 0; ; t++) {
+        const { stdout } = await promisify(execFile)("redis-cli", ["-p", String(n.port), "CLUSTER", "INFO"]);
+        if (stdout.includes("cluster_state:ok")) break;
+        if (t > 100) throw new Error(`cluster not ok on ${n.port}: ${stdout}`);
+        await new Promise((ok) => setTimeout(ok, 100));
+      }
+    }
+    return { nodes, stop };
+  } catch (e) {
+    await stop();
+    throw e;
+  }
 }
 
 /** A client kind the tests run on. */
