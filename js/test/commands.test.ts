@@ -3,6 +3,8 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { RedisMem, RedisMemError, type Message } from "../src/index.js";
+import { createClient } from "redis";
+import { Redis } from "ioredis";
 import { CLIENTS, startServer, type Server } from "./server.js";
 
 let server: Server;
@@ -381,6 +383,30 @@ describe("client detection", () => {
       await rejectsWith(mem.send(["MEM.GET"]), "ERR", "MEM.GET");
     } finally {
       await close();
+    }
+  });
+});
+
+describe("Redis stopped", () => {
+  it("a connection error is the client's own, not a RedisMemError, on both clients", async () => {
+    const own = await startServer();
+    const nr = createClient({ url: own.url, socket: { reconnectStrategy: false } });
+    nr.on("error", () => {});
+    await nr.connect();
+    const io = new Redis({ port: own.port, host: "127.0.0.1", maxRetriesPerRequest: 0, retryStrategy: () => null });
+    io.on("error", () => {});
+    try {
+      for (const mem of [new RedisMem(nr), new RedisMem(io)]) {
+        assert.equal((await mem.append("mem:{down}", "user", "before", { msgId: `b-${Math.random()}` })).duplicate, false);
+      }
+      await own.stop();
+      for (const mem of [new RedisMem(nr), new RedisMem(io)]) {
+        await assert.rejects(mem.append("mem:{down}", "user", "after"), (e: unknown) => e instanceof Error && !(e instanceof RedisMemError));
+      }
+    } finally {
+      io.disconnect();
+      if (nr.isOpen) nr.destroy();
+      await own.stop();
     }
   });
 });
