@@ -3,7 +3,8 @@
 // read back as UI message chunks or as the SSE Response useChat's resume
 // expects. Structural types only: no runtime dependency on `ai`.
 import { type EventsOptions, type ReplyEvent, ReplyStream } from "./reply-stream.js";
-import type { JsonObject } from "./replies.js";
+import type { GetOptions, RedisMem, SessionSettings } from "./client.js";
+import type { AppendResult, JsonObject } from "./replies.js";
 
 /** The UI message chunks this module writes: a subset of the AI SDK's
  * `UIMessageChunk` (assignable to it). */
@@ -125,4 +126,65 @@ export function uiMessageStreamResponse(
     },
   });
   return new Response(body, { status: o.status ?? 200, headers: { ...UI_MESSAGE_STREAM_HEADERS, ...(o.headers ?? {}) } });
+}
+
+// ---------------------------------------------------------------------------
+// A chat store: a session's messages as AI SDK UIMessages, and back.
+// ---------------------------------------------------------------------------
+
+/** A text-only AI SDK `UIMessage` (assignable to `UIMessage`). */
+export interface TextUIMessage {
+  id: string;
+  role: "system" | "user" | "assistant";
+  parts: Array<{ type: "text"; text: string }>;
+  metadata?: { summary?: true; ts: number };
+}
+
+/** Any AI SDK `UIMessage`, as far as storing it needs (its text parts). */
+export interface UIMessageLike {
+  id: string;
+  role: string;
+  parts: ReadonlyArray<{ type: string; text?: string }>;
+}
+
+/** The text of a UIMessage (its text parts, joined). */
+export function uiMessageText(m: UIMessageLike): string {
+  return m.parts.map((p) => (p.type === "text" && typeof p.text === "string" ? p.text : "")).join("");
+}
+
+/** A chat's messages for useChat's `messages` (a page load): the session's
+ * summary as a system message (metadata.summary), then its messages, each
+ * with its MSGID as id (its session id when it has none). Tool results and
+ * other roles than system/user/assistant are left out (text only). */
+export async function loadUIMessages(
+  mem: RedisMem, key: string, o: GetOptions = {},
+): Promise<TextUIMessage[]> {
+  const out: TextUIMessage[] = [];
+  for (const m of await mem.get(key, o)) {
+    const role = m.isSummary ? "system" : m.role;
+    if (role !== "system" && role !== "user" && role !== "assistant") continue;
+    const ui: TextUIMessage = {
+      id: m.isSummary ? `summary-${m.id}` : (m.msgId ?? String(m.id)),
+      role,
+      parts: [{ type: "text", text: m.content }],
+      metadata: m.isSummary ? { summary: true, ts: m.ts } : { ts: m.ts },
+    };
+    out.push(ui);
+  }
+  return out;
+}
+
+/** Saves a chat's UIMessages (what useChat sends, or `onFinish`'s
+ * `messages`): one MEM.APPENDBATCH, each message's id as its MSGID, so those
+ * already stored are `duplicate` and stored once however often the whole
+ * list is saved. Text parts only; messages without text are skipped. */
+export async function saveUIMessages(
+  mem: RedisMem, key: string, messages: readonly UIMessageLike[],
+  settings: SessionSettings = {},
+): Promise<AppendResult[]> {
+  const batch = messages
+    .filter((m) => !m.id.startsWith("summary-"))
+    .map((m) => ({ role: m.role, content: uiMessageText(m), msgId: m.id }))
+    .filter((m) => m.content !== "");
+  return batch.length ? mem.appendBatch(key, batch, settings) : [];
 }

@@ -14,5 +14,8 @@ export {
   replyStreamKey, validEventId,
 } from "./reply-stream.js";
 export type { EventsOptions, ReadOptions, ReplyEvent, ReplyEventType, ReplyStreamOptions } from "./reply-stream.js";
-export { UI_MESSAGE_STREAM_HEADERS, uiMessageChunks, uiMessageStreamResponse, writeUIMessageStream } from "./ai-sdk.js";
-export type { ReplyUIChunk, UIChunkLike } from "./ai-sdk.js";
+export {
+  UI_MESSAGE_STREAM_HEADERS, loadUIMessages, saveUIMessages, uiMessageChunks, uiMessageStreamResponse, uiMessageText,
+  writeUIMessageStream,
+} from "./ai-sdk.js";
+export type { ReplyUIChunk, TextUIMessage, UIChunkLike, UIMessageLike } from "./ai-sdk.js";

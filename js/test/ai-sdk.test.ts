@@ -212,3 +212,33 @@ describe("examples/ai_sdk_chat.ts (useChat's POST and resume GET)", () => {
     }
   });
 });
+
+describe("chat store (UIMessages)", () => {
+  it("saved once by id however often the whole list is saved; loaded as valid UIMessages", async () => {
+    const { loadUIMessages, saveUIMessages } = await import("../src/index.js");
+    const { validateUIMessages } = await import("ai");
+    const key = "mem:{ui-store}";
+    const u1: UIMessage = { id: "u1", role: "user", parts: [{ type: "text", text: "Plan a trip to Rome." }] };
+    const a1: UIMessage = { id: "a1", role: "assistant", parts: [{ type: "step-start" }, { type: "text", text: "Day 1: " }, { type: "text", text: "the Colosseum." }] };
+    const u2: UIMessage = { id: "u2", role: "user", parts: [{ type: "text", text: "And day 2?" }] };
+    assert.deepEqual((await saveUIMessages(mem, key, [u1, a1])).map((r) => r.duplicate), [false, false]);
+    assert.deepEqual((await saveUIMessages(mem, key, [u1, a1, u2])).map((r) => r.duplicate), [true, true, false]);
+    const loaded = await loadUIMessages(mem, key);
+    assert.deepEqual(loaded.map((m) => [m.id, m.role, m.parts]), [
+      ["u1", "user", [{ type: "text", text: "Plan a trip to Rome." }]],
+      ["a1", "assistant", [{ type: "text", text: "Day 1: the Colosseum." }]],
+      ["u2", "user", [{ type: "text", text: "And day 2?" }]],
+    ]);
+    assert.equal(typeof loaded[0]!.metadata!.ts, "number");
+    assert.equal((await validateUIMessages({ messages: loaded })).length, 3);
+    // a summary comes back first, as a system message the next save skips
+    const upto = (await mem.get(key))[1]!.id;
+    await mem.summarize(key, upto, "Rome trip, day 1 planned.");
+    const after = await loadUIMessages(mem, key);
+    assert.deepEqual(after.map((m) => [m.id, m.role, m.metadata?.summary]), [[`summary-${upto}`, "system", true], ["u2", "user", undefined]]);
+    assert.deepEqual((await saveUIMessages(mem, key, after)).map((r) => r.duplicate), [true]);
+    // the summarized messages' ids are remembered (departed msgids): useChat's whole list again stores nothing
+    assert.deepEqual((await saveUIMessages(mem, key, [u1, a1, u2])).map((r) => r.duplicate), [true, true, true]);
+    assert.equal((await mem.get(key)).length, 2);
+  });
+});
