@@ -31,7 +31,8 @@ run: build
 # Valkey 8.1.1 — TEST_JOBS of them at once; beside them the redis-mem Python package
 # (installed into the venv target/venv) and its tests, then token counts against the
 # vendors' own tokenizers (tests/oracle, PyPI, venv in target/): those wait on their
-# servers more than they compute. TEST_COMPAT= (empty) runs Redis 7.0 only.
+# servers more than they compute. TEST_COMPAT= (empty) runs Redis 7.0 only. Last, the
+# TypeScript package's type check and tests (js/, `npm ci` from its lockfile).
 TEST_COMPAT ?= valkey-8.0 redis-8.0 valkey-8.1
 TEST_JOBS ?= 4
 test: build
@@ -39,6 +40,8 @@ test: build
 	@# here, before the servers' tests run beside the Python ones (one apt at a time).
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
 	  { $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; }
+	@# The TypeScript package's tests (js/) need node and npm: Debian's when missing.
+	@command -v npm >/dev/null 2>&1 || { $(APT) update -qq && $(APT) install -y -qq nodejs npm; }
 	@cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 	@cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 	cargo fmt --check
@@ -52,6 +55,11 @@ test: build
 	echo "==== the Python package's tests and the oracles (target/python-tests.log):"; \
 	cat target/python-tests.log; \
 	[ $$it -eq 0 ] && [ $$pyrc -eq 0 ]
+	@# The TypeScript package (js/): tsc --noEmit strict, then its tests (node's test
+	@# runner) on node-redis RESP2/RESP3 and ioredis against a redis-server with $(SO).
+	@# Its cross-language tests run the Python package from the venv the Python tests made.
+	cd js && npm ci --no-audit --no-fund && REDIS_MEM_MODULE=$(abspath $(SO)) \
+	  REDIS_MEM_PYTHON=$${REDIS_MEM_VENV:-$(CURDIR)/target/venv}/bin/python REDIS_MEM_REQUIRE_PYTHON=1 npm test
 
 # The integration tests once per server users run: Redis 7.0 (bookworm), Valkey 8.0
 # (bookworm-backports .debs), Redis 8.0 and Valkey 8.1 (built from trixie's sources),

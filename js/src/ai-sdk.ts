@@ -1,0 +1,190 @@
+// The Vercel AI SDK's UI message stream (useChat's wire format) on a
+// ReplyStream: a reply written from `streamText(...).toUIMessageStream()`, and
+// read back as UI message chunks or as the SSE Response useChat's resume
+// expects. Structural types only: no runtime dependency on `ai`.
+import { type EventsOptions, type ReplyEvent, ReplyStream } from "./reply-stream.js";
+import type { GetOptions, RedisMem, SessionSettings } from "./client.js";
+import type { AppendResult, JsonObject } from "./replies.js";
+
+/** The UI message chunks this module writes: a subset of the AI SDK's
+ * `UIMessageChunk` (assignable to it). */
+export type ReplyUIChunk =
+  | { type: "start"; messageId: string }
+  | { type: "text-start"; id: string }
+  | { type: "text-delta"; id: string; delta: string }
+  | { type: "text-end"; id: string }
+  | { type: "finish" }
+  | { type: "error"; errorText: string };
+
+/** Any AI SDK UI message chunk, as far as writing a reply needs. */
+export interface UIChunkLike {
+  type: string;
+  delta?: string;
+  errorText?: string;
+}
+
+async function* iterate<T>(src: AsyncIterable<T> | Iterable<T> | ReadableStream<T>): AsyncGenerator<T> {
+  if (Symbol.asyncIterator in src || Symbol.iterator in src) {
+    yield* src as AsyncIterable<T> | Iterable<T>;
+    return;
+  }
+  const reader = (src as ReadableStream<T>).getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      yield value;
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
+/**
+ * Writes a UI message stream (`streamText(...).toUIMessageStream()`, or any
+ * iterable of its chunks) into `reply`: each `text-delta` as a chunk, then
+ * `finish()` (the text stored once as the session's assistant message, MSGID
+ * the reply id) when the stream ends, or `error()` on an `error` chunk.
+ * Only text is kept (tool and reasoning chunks are not part of the layout).
+ * Returns the last event (end or error).
+ */
+export async function writeUIMessageStream(
+  reply: ReplyStream, chunks: AsyncIterable<UIChunkLike> | Iterable<UIChunkLike> | ReadableStream<UIChunkLike>, o: { meta?: JsonObject } = {},
+): Promise<ReplyEvent> {
+  try {
+    for await (const c of iterate(chunks)) {
+      if (c.type === "text-delta" && c.delta) await reply.write(c.delta);
+      else if (c.type === "error") return await reply.error(c.errorText ?? "error");
+    }
+  } catch (e) {
+    if (!reply.finished) await reply.error(e instanceof Error ? e.message : String(e));
+    throw e;
+  }
+  return reply.finish(o.meta ? { meta: o.meta } : {});
+}
+
+/**
+ * The reply as AI SDK UI message chunks: `start` (messageId: the reply id),
+ * `text-start`, a `text-delta` per chunk after `after`, then `text-end` and
+ * `finish` (or `error`). Each chunk with the event id it came from (`eventId`,
+ * undefined for the opening ones).
+ */
+export async function* uiMessageChunks(
+  reply: ReplyStream, after = "0", o: EventsOptions = {},
+): AsyncGenerator<{ chunk: ReplyUIChunk; eventId?: string }> {
+  const id = reply.replyId;
+  yield { chunk: { type: "start", messageId: id } };
+  yield { chunk: { type: "text-start", id } };
+  try {
+    for await (const e of reply.events(after, o)) {
+      if (e.type === "chunk") yield { chunk: { type: "text-delta", id, delta: e.text }, eventId: e.id };
+      else if (e.type === "error") yield { chunk: { type: "error", errorText: e.text }, eventId: e.id };
+      else if (e.type === "end") {
+        yield { chunk: { type: "text-end", id }, eventId: e.id };
+        yield { chunk: { type: "finish" }, eventId: e.id };
+      }
+    }
+  } catch (e) {
+    yield { chunk: { type: "error", errorText: e instanceof Error ? e.message : String(e) } };
+  }
+}
+
+/** The headers of an AI SDK UI message stream response. */
+export const UI_MESSAGE_STREAM_HEADERS: Record<string, string> = {
+  "content-type": "text/event-stream",
+  "cache-control": "no-cache",
+  connection: "keep-alive",
+  "x-vercel-ai-ui-message-stream": "v1",
+  "x-accel-buffering": "no",
+};
+
+/**
+ * The reply as the SSE `Response` useChat reads (`DefaultChatTransport`: a
+ * chat request's answer, or `resume`'s GET): `data: <chunk JSON>` events,
+ * each with `id: <event id>` (a client's `Last-Event-ID`, to pass as
+ * `after`), closed by `data: [DONE]`. The AI SDK's resume replays a reply
+ * from the start: keep `after` "0" for it.
+ */
+export function uiMessageStreamResponse(
+  reply: ReplyStream, o: EventsOptions & { after?: string; status?: number; headers?: Record<string, string> } = {},
+): Response {
+  const enc = new TextEncoder();
+  const it = uiMessageChunks(reply, o.after ?? "0", o);
+  const body = new ReadableStream<Uint8Array>({
+    async pull(ctrl) {
+      const { done, value } = await it.next();
+      if (done) {
+        ctrl.enqueue(enc.encode("data: [DONE]\n\n"));
+        ctrl.close();
+        return;
+      }
+      const idLine = value.eventId ? `id: ${value.eventId}\n` : "";
+      ctrl.enqueue(enc.encode(`${idLine}data: ${JSON.stringify(value.chunk)}\n\n`));
+    },
+    async cancel() {
+      await it.return(undefined);
+    },
+  });
+  return new Response(body, { status: o.status ?? 200, headers: { ...UI_MESSAGE_STREAM_HEADERS, ...(o.headers ?? {}) } });
+}
+
+// ---------------------------------------------------------------------------
+// A chat store: a session's messages as AI SDK UIMessages, and back.
+// ---------------------------------------------------------------------------
+
+/** A text-only AI SDK `UIMessage` (assignable to `UIMessage`). */
+export interface TextUIMessage {
+  id: string;
+  role: "system" | "user" | "assistant";
+  parts: Array<{ type: "text"; text: string }>;
+  metadata?: { summary?: true; ts: number };
+}
+
+/** Any AI SDK `UIMessage`, as far as storing it needs (its text parts). */
+export interface UIMessageLike {
+  id: string;
+  role: string;
+  parts: ReadonlyArray<{ type: string; text?: string }>;
+}
+
+/** The text of a UIMessage (its text parts, joined). */
+export function uiMessageText(m: UIMessageLike): string {
+  return m.parts.map((p) => (p.type === "text" && typeof p.text === "string" ? p.text : "")).join("");
+}
+
+/** A chat's messages for useChat's `messages` (a page load): the session's
+ * summary as a system message (metadata.summary), then its messages, each
+ * with its MSGID as id (its session id when it has none). Tool results and
+ * other roles than system/user/assistant are left out (text only). */
+export async function loadUIMessages(
+  mem: RedisMem, key: string, o: GetOptions = {},
+): Promise<TextUIMessage[]> {
+  const out: TextUIMessage[] = [];
+  for (const m of await mem.get(key, o)) {
+    const role = m.isSummary ? "system" : m.role;
+    if (role !== "system" && role !== "user" && role !== "assistant") continue;
+    const ui: TextUIMessage = {
+      id: m.isSummary ? `summary-${m.id}` : (m.msgId ?? String(m.id)),
+      role,
+      parts: [{ type: "text", text: m.content }],
+      metadata: m.isSummary ? { summary: true, ts: m.ts } : { ts: m.ts },
+    };
+    out.push(ui);
+  }
+  return out;
+}
+
+/** Saves a chat's UIMessages (what useChat sends, or `onFinish`'s
+ * `messages`): one MEM.APPENDBATCH, each message's id as its MSGID, so those
+ * already stored are `duplicate` and stored once however often the whole
+ * list is saved. Text parts only; messages without text are skipped. */
+export async function saveUIMessages(
+  mem: RedisMem, key: string, messages: readonly UIMessageLike[],
+  settings: SessionSettings = {},
+): Promise<AppendResult[]> {
+  const batch = messages
+    .filter((m) => !m.id.startsWith("summary-"))
+    .map((m) => ({ role: m.role, content: uiMessageText(m), msgId: m.id }))
+    .filter((m) => m.content !== "");
+  return batch.length ? mem.appendBatch(key, batch, settings) : [];
+}

@@ -1,0 +1,255 @@
+import { randomUUID } from "node:crypto";
+import { type AnyClient, type Arg, type Transport, transportOf } from "./adapter.js";
+import {
+  type AppendResult, type JsonObject, type Message, type ModelEntry, type ModelInfo, type SessionInfo,
+  type SummarizeBegin, type SummarizeCheck, appendResult, int, messages, modelEntries, modelInfo,
+  sessionInfo, summarizeBegin, summarizeCheck, text, toMap,
+} from "./replies.js";
+
+/** The module's longest MSGID, in bytes. */
+export const MAX_MSGID_BYTES = 128;
+
+/** A fresh MSGID (32 hex digits), as the Python client makes. */
+export function newMsgId(): string {
+  return randomUUID().replace(/-/g, "");
+}
+
+/** META: a JSON object (sent as JSON) or a JSON object's text. */
+export type Meta = JsonObject | string;
+
+/** Session settings any write may change (kept for later commands). */
+export interface SessionSettings {
+  /** The session's model (counts tokens with its tokenizer). */
+  model?: string;
+  /** Session TTL in seconds (0: no expiry); the key's TTL slides to it. */
+  ttl?: number;
+  maxTokens?: number;
+  maxMsgs?: number;
+  /** Keep only messages younger than this many seconds (0: no limit). */
+  maxAge?: number;
+}
+
+export interface AppendOptions extends SessionSettings {
+  /** Unix ms (default: the server's clock). */
+  ts?: number;
+  meta?: Meta;
+  /** The message's own id (1-128 bytes), so a retry is stored once. One is
+   * made up when omitted (unless the client's `autoMsgId` is false). */
+  msgId?: string;
+  /** The provider's token count, stored instead of the module's count. */
+  tokens?: number;
+}
+
+export interface BatchMessage {
+  role: string;
+  content: string;
+  ts?: number;
+  meta?: Meta;
+  msgId?: string;
+  tokens?: number;
+}
+
+export interface GetOptions {
+  /** The newest n messages. */
+  last?: number;
+  /** Messages with a greater id (no summary). */
+  after?: number;
+  /** The summary plus the longest run of newest messages that fits. */
+  budget?: number;
+}
+
+export interface CheckOptions {
+  /** The model whose context window sets the threshold (not with `context`). */
+  model?: string;
+  /** The context window in tokens (not with `model`). */
+  context?: number;
+  /** Messages a summary leaves out (the newest). */
+  keep?: number;
+}
+
+export interface ImportOptions extends SessionSettings {
+  /** Replace an existing session (else BUSYKEY when the key exists). */
+  replace?: boolean;
+}
+
+export interface RedisMemOptions {
+  /** Give every append a generated MSGID when none is given (default true). */
+  autoMsgId?: boolean;
+}
+
+function opt(name: string, value: Arg | undefined | null): Arg[] {
+  return value === undefined || value === null ? [] : [name, value];
+}
+
+function metaArg(meta: Meta | undefined): string | undefined {
+  if (meta === undefined) return undefined;
+  return typeof meta === "string" ? meta : JSON.stringify(meta);
+}
+
+function settings(s: SessionSettings): Arg[] {
+  return [
+    ...opt("MODEL", s.model), ...opt("TTL", s.ttl), ...opt("MAXTOKENS", s.maxTokens),
+    ...opt("MAXMSGS", s.maxMsgs), ...opt("MAXAGE", s.maxAge),
+  ];
+}
+
+function isOk(r: unknown): boolean {
+  return r === true || text(r) === "OK";
+}
+
+function checkArgs(name: string, key: string, extra: Arg[], o: CheckOptions): Arg[] {
+  return [name, key, ...extra, ...opt("MODEL", o.model), ...opt("CONTEXT", o.context), ...opt("KEEP", o.keep)];
+}
+
+/**
+ * A typed client for the redis-mem module's MEM.* commands, over a node-redis
+ * client (`redis` / `@redis/client`, RESP2 or RESP3) or an ioredis client.
+ * Module errors are thrown as {@link RedisMemError} with the Redis error code.
+ */
+export class RedisMem {
+  readonly transport: Transport;
+  readonly autoMsgId: boolean;
+
+  constructor(client: AnyClient, options: RedisMemOptions = {}) {
+    this.transport = transportOf(client);
+    this.autoMsgId = options.autoMsgId ?? true;
+  }
+
+  /** Sends a raw command (its reply unparsed). */
+  send(args: Arg[]): Promise<unknown> {
+    return this.transport.send(args);
+  }
+
+  private msgId(given: string | undefined): string | undefined {
+    return given ?? (this.autoMsgId ? newMsgId() : undefined);
+  }
+
+  /** MEM.APPEND: one message. */
+  async append(key: string, role: string, content: string, o: AppendOptions = {}): Promise<AppendResult> {
+    const msgId = this.msgId(o.msgId);
+    const args: Arg[] = [
+      "MEM.APPEND", key, role, content, ...opt("TS", o.ts), ...opt("META", metaArg(o.meta)), ...settings(o),
+      ...opt("MSGID", msgId), ...opt("TOKENS", o.tokens),
+    ];
+    return appendResult(await this.send(args), msgId);
+  }
+
+  /** MEM.APPENDBATCH: several messages in one atomic command; one result per
+   * message (one whose msgId the session already has: `duplicate`). */
+  async appendBatch(key: string, batch: BatchMessage[], s: SessionSettings = {}): Promise<AppendResult[]> {
+    const items = batch.map((m) => {
+      const item: JsonObject = { role: m.role, content: m.content };
+      if (m.ts !== undefined) item["ts"] = m.ts;
+      if (m.meta !== undefined) item["meta"] = typeof m.meta === "string" ? JSON.parse(m.meta) : m.meta;
+      if (m.tokens !== undefined) item["tokens"] = m.tokens;
+      const id = this.msgId(m.msgId);
+      if (id !== undefined) item["msgid"] = id;
+      return item;
+    });
+    const reply = await this.send(["MEM.APPENDBATCH", key, JSON.stringify(items), ...settings(s)]);
+    if (!Array.isArray(reply)) throw new TypeError("MEM.APPENDBATCH: expected an array");
+    return reply.map((r, i) => appendResult(r, items[i]!["msgid"] as string | undefined));
+  }
+
+  private getArgs(key: string, o: GetOptions): Arg[] {
+    return ["MEM.GET", key, ...opt("LAST", o.last), ...opt("AFTER", o.after), ...opt("BUDGET", o.budget)];
+  }
+
+  /** MEM.GET: the summary (if any, first) then messages, oldest first; [] for
+   * a missing key. */
+  async get(key: string, o: GetOptions = {}): Promise<Message[]> {
+    return messages(await this.send(this.getArgs(key, o)));
+  }
+
+  /** MEM.GET ... FORMAT JSON, parsed: `{conversation_history, summary,
+   * total_tokens, model, redis_mem, <attributes>}`. */
+  async getJson(key: string, o: GetOptions = {}): Promise<JsonObject> {
+    return JSON.parse(String(text(await this.send([...this.getArgs(key, o), "FORMAT", "JSON"])))) as JsonObject;
+  }
+
+  /** MEM.SUMMARIZE_CHECK: whether the session is due a summary, and up to where. */
+  async check(key: string, o: CheckOptions = {}): Promise<SummarizeCheck> {
+    return summarizeCheck(await this.send(checkArgs("MEM.SUMMARIZE_CHECK", key, [], o)));
+  }
+
+  /** MEM.SUMMARIZE_BEGIN: the check, and a lease of `leaseMs` when the session
+   * is due and no other worker holds it (`lease` > 0). */
+  async summarizeBegin(key: string, leaseMs: number, o: CheckOptions = {}): Promise<SummarizeBegin> {
+    return summarizeBegin(await this.send(checkArgs("MEM.SUMMARIZE_BEGIN", key, [leaseMs], o)));
+  }
+
+  /** MEM.SUMMARIZE: replace the summary and every message with id <= upto by
+   * `summary`. `lease`: the token MEM.SUMMARIZE_BEGIN granted. */
+  async summarize(key: string, upto: number, summary: string, o: { lease?: number } = {}): Promise<AppendResult> {
+    return appendResult(await this.send(["MEM.SUMMARIZE", key, upto, summary, ...opt("LEASE", o.lease || undefined)]));
+  }
+
+  /** MEM.EXTSET: an orchestrator's conversation id for `system`; true on OK. */
+  async extSet(key: string, system: string, conversationId: string, o: { ex?: number } = {}): Promise<boolean> {
+    return isOk(await this.send(["MEM.EXTSET", key, system, conversationId, ...opt("EX", o.ex)]));
+  }
+
+  /** MEM.EXTGET: the stored id, or null when unknown or expired. */
+  async extGet(key: string, system: string): Promise<string | null> {
+    const r = text(await this.send(["MEM.EXTGET", key, system]));
+    return r === null || r === undefined ? null : String(r);
+  }
+
+  /** MEM.ATTRSET: `value` (sent as JSON; with `raw` a JSON text as is) as the
+   * session's `name` member. `ex`: the attribute's own lifetime in seconds. */
+  async attrSet(key: string, name: string, value: unknown, o: { ex?: number; raw?: boolean } = {}): Promise<boolean> {
+    const json = o.raw ? String(value) : JSON.stringify(value);
+    return isOk(await this.send(["MEM.ATTRSET", key, name, json, ...opt("EX", o.ex)]));
+  }
+
+  /** MEM.ATTRGET key name: the value parsed (its JSON text with `raw`), null
+   * when absent. MEM.ATTRGET key: every member, as an object. */
+  async attrGet(key: string, name: string, o?: { raw?: boolean }): Promise<unknown>;
+  async attrGet(key: string, name?: undefined, o?: { raw?: boolean }): Promise<Record<string, unknown>>;
+  async attrGet(key: string, name?: string, o: { raw?: boolean } = {}): Promise<unknown> {
+    const decode = (v: unknown): unknown => (o.raw ? String(text(v)) : JSON.parse(String(text(v))));
+    if (name !== undefined) {
+      const r = await this.send(["MEM.ATTRGET", key, name]);
+      return r === null || r === undefined ? null : decode(r);
+    }
+    const all = toMap(await this.send(["MEM.ATTRGET", key]));
+    return Object.fromEntries(Object.entries(all).map(([k, v]) => [k, decode(v)]));
+  }
+
+  /** MEM.ATTRDEL: true when the member was set. */
+  async attrDel(key: string, name: string): Promise<boolean> {
+    return int(await this.send(["MEM.ATTRDEL", key, name])) === 1;
+  }
+
+  /** MEM.INFO, or null for a missing key. */
+  async info(key: string): Promise<SessionInfo | null> {
+    return sessionInfo(await this.send(["MEM.INFO", key]));
+  }
+
+  /** MEM.COUNT: the tokens `text` is as a message of `model` (with its role's
+   * framing and META's tool calls). */
+  async count(model: string, content: string, o: { role?: string; meta?: Meta } = {}): Promise<number> {
+    return int(await this.send(["MEM.COUNT", model, content, ...opt("ROLE", o.role), ...opt("META", metaArg(o.meta))]));
+  }
+
+  /** MEM.MODELS model: what `model` resolves to. MEM.MODELS: the whole table. */
+  async models(model: string): Promise<ModelInfo>;
+  async models(): Promise<ModelEntry[]>;
+  async models(model?: string): Promise<ModelInfo | ModelEntry[]> {
+    if (model === undefined) return modelEntries(await this.send(["MEM.MODELS"]));
+    return modelInfo(await this.send(["MEM.MODELS", model]));
+  }
+
+  /** MEM.IMPORT from an object or a JSON text (`{"conversation_history": [...], ...}`,
+   * e.g. what {@link getJson} gives). BUSYKEY when the key exists, unless `replace`. */
+  async import(key: string, doc: JsonObject | string, o: ImportOptions = {}): Promise<AppendResult> {
+    const json = typeof doc === "string" ? doc : JSON.stringify(doc);
+    const args: Arg[] = ["MEM.IMPORT", key, json, ...(o.replace ? ["REPLACE"] : []), ...settings(o)];
+    return appendResult(await this.send(args));
+  }
+
+  /** DEL: removes the session; true when it existed. */
+  async delete(key: string): Promise<boolean> {
+    return int(await this.send(["DEL", key])) === 1;
+  }
+}
