@@ -1,0 +1,268 @@
+// LangChain.js: a redis-mem session as the memory of a `createAgent` agent
+// (langchain 1.x), mirroring the Python package's RedisMemMiddleware
+// (redis_mem/middleware.py). Entry point `redis-mem/middleware`; needs
+// langchain and @langchain/core.
+import { createHash } from "node:crypto";
+import { createMiddleware } from "langchain";
+import { AIMessage, type BaseMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/core/messages";
+import type { AnyClient } from "./adapter.js";
+import { RedisMem, type SessionSettings } from "./client.js";
+import { RedisMemError, RedisMemReplyError } from "./errors.js";
+import { messageFromMem, messageToMem, msgIdOf, summaryMessage, DEFAULT_SUMMARY_PREFIX } from "./langchain.js";
+import type { AppendResult, Message } from "./replies.js";
+
+/** The summary instructions (redis_mem.summarizing.SUMMARY_PROMPT). */
+export const SUMMARY_PROMPT = "You maintain the running summary of a chat session. Merge the previous "
+  + "summary (if any) with the new messages into one concise summary that keeps "
+  + "facts, decisions, names, open questions and tool results needed to continue "
+  + "the conversation. Reply with the summary only.";
+
+/** summarize: summaries at the threshold (default); window: the caps evict
+ * the oldest messages; none: the middleware does nothing. */
+export type MemoryType = "summarize" | "window" | "none";
+/** local: process-local memory with a warning while Redis is down; fail: throw. */
+export type OnUnavailable = "local" | "fail";
+
+/** Anything with LangChain's `invoke(messages)` (a chat model). */
+export interface SummaryModel {
+  invoke(messages: BaseMessage[]): Promise<{ content: unknown; text?: string }>;
+}
+
+export interface RedisMemMiddlewareOptions extends SessionSettings {
+  /** The session key of a thread id (default `mem:{<thread_id>}`). */
+  key?: (threadId: string) => string;
+  /** A fixed session key (no thread id needed). */
+  sessionId?: string;
+  /** MEM.GET BUDGET: the context's tokens (default 8000). */
+  budget?: number;
+  memory?: MemoryType;
+  /** The model that writes summaries (default: the agent's own). */
+  summaryModel?: SummaryModel;
+  summaryPrompt?: string;
+  summaryPrefix?: string;
+  /** The summary lease in ms (default 15000). */
+  leaseMs?: number;
+  /** Messages a summary leaves out (MEM.SUMMARIZE_BEGIN KEEP; default the module's). */
+  keep?: number;
+  onUnavailable?: OnUnavailable;
+  /** Messages the local fallback keeps a session (default 50). */
+  localWindow?: number;
+  /** A Redis call slower than this (ms) counts as Redis down (default 3000). */
+  timeoutMs?: number;
+  /** Where warnings go (default console.warn). */
+  warn?: (message: string) => void;
+}
+
+/** Redis could not be reached and `onUnavailable: "fail"`. */
+export class RedisMemUnavailable extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "RedisMemUnavailable";
+  }
+}
+
+class Timeout extends Error {}
+
+/** Whether an error means Redis is unreachable (not a reply of the server). */
+function unavailable(e: unknown): boolean {
+  if (e instanceof RedisMemError || e instanceof RedisMemReplyError) return false;
+  const name = (e as { name?: string } | null)?.name ?? "";
+  return !/ReplyError|ErrorReply/.test(name);
+}
+
+function hasToolCalls(m: BaseMessage): boolean {
+  return m instanceof AIMessage && (m.tool_calls?.length ?? 0) > 0;
+}
+
+/** The messages whose tool groups are complete (an AI message with tool
+ * calls waits for all its results). */
+function complete(messages: BaseMessage[]): BaseMessage[] {
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i]!;
+    if (!hasToolCalls(m)) continue;
+    const want = new Set((m as AIMessage).tool_calls!.map((c) => c.id));
+    let j = i + 1;
+    for (; j < messages.length && messages[j] instanceof ToolMessage; j++) want.delete((messages[j] as ToolMessage).tool_call_id);
+    if (want.size) return messages.slice(0, i);
+    i = j - 1;
+  }
+  return messages;
+}
+
+function transcript(entries: Message[], upto: number): string {
+  let previous: string | undefined;
+  const lines: string[] = [];
+  for (const e of entries) {
+    if (e.isSummary) { previous = e.content; continue; }
+    if (e.id > upto) continue;
+    const calls = (e.meta?.["tool_calls"] as { name?: string; args?: unknown }[] | undefined) ?? [];
+    if (calls.length) {
+      lines.push(`${e.role}: ${e.content}`.trimEnd() + " [called " + calls.map((c) => `${c.name ?? "?"}(${JSON.stringify(c.args ?? {})})`).join("; ") + "]");
+    } else if (e.role === "tool") {
+      lines.push(`tool ${String(e.meta?.["name"] ?? e.meta?.["tool_call_id"] ?? "tool")} returned: ${e.content}`);
+    } else {
+      lines.push(`${e.role}: ${e.content}`);
+    }
+  }
+  return (previous ? `Previous summary:\n${previous}\n\n` : "") + `New messages:\n${lines.join("\n")}`;
+}
+
+function textOf(r: { content: unknown; text?: string }): string {
+  if (typeof r.text === "string") return r.text;
+  return typeof r.content === "string" ? r.content : JSON.stringify(r.content);
+}
+
+/**
+ * The memory of a LangChain.js agent in redis-mem sessions:
+ *
+ * ```ts
+ * const memory = new RedisMemMiddleware(redisClient, { budget: 8000 });
+ * const agent = createAgent({ model, tools, middleware: [memory.middleware] });
+ * await agent.invoke({ messages: [new HumanMessage({ content: "hi", id: "m1" })] },
+ *   { configurable: { thread_id: "alice" } });
+ * ```
+ */
+export class RedisMemMiddleware {
+  readonly mem: RedisMem;
+  readonly options: RedisMemMiddlewareOptions;
+  readonly settings: SessionSettings;
+  /** The `createAgent` middleware. */
+  readonly middleware;
+  /** MSGIDs this process stored, per session (saves resending them; the
+   * module's MSGIDs make a resend harmless). */
+  private readonly stored = new Map<string, Set<string>>();
+  /** The local window of each session (the fallback while Redis is down). */
+  private readonly local = new Map<string, { m: BaseMessage; id: string }[]>();
+  /** Sessions whose local messages Redis may lack (written back once it answers). */
+  private readonly behind = new Set<string>();
+  private down = false;
+  private agentModel: SummaryModel | undefined;
+  /** The replies of the last MEM.APPENDBATCH. */
+  lastResults: AppendResult[] = [];
+  /** What the model was given last (the context). */
+  lastContext: BaseMessage[] = [];
+
+  constructor(client: AnyClient | RedisMem, options: RedisMemMiddlewareOptions = {}) {
+    this.mem = client instanceof RedisMem ? client : new RedisMem(client);
+    this.options = options;
+    const { model, ttl, maxTokens, maxMsgs, maxAge } = options;
+    this.settings = Object.fromEntries(Object.entries({ model, ttl, maxTokens, maxMsgs, maxAge })
+      .filter(([, v]) => v !== undefined)) as SessionSettings;
+    const off = (options.memory ?? "summarize") === "none";
+    this.middleware = createMiddleware({
+      name: "RedisMemMiddleware",
+      wrapModelCall: async (request, handler) => {
+        if (off) return handler(request);
+        if (!this.options.summaryModel) this.agentModel = request.model as unknown as SummaryModel;
+        const key = this.keyOf(request.runtime.configurable);
+        const context = await this.step(key, request.messages);
+        this.lastContext = context;
+        return handler({ ...request, messages: context });
+      },
+      afterModel: async (state, runtime) => {
+        if (off) return undefined;
+        await this.step(this.keyOf(runtime.configurable), state.messages, false);
+        return undefined;
+      },
+    });
+  }
+
+  /** The session key of a run's configurable (`thread_id`). */
+  keyOf(configurable: { thread_id?: string } | undefined): string {
+    if (this.options.sessionId) return this.options.sessionId;
+    const thread = configurable?.thread_id;
+    if (!thread) throw new Error("RedisMemMiddleware: no thread_id in the run's configurable (or give sessionId)");
+    return this.options.key ? this.options.key(String(thread)) : `mem:{${thread}}`;
+  }
+
+  private warn(msg: string): void {
+    (this.options.warn ?? ((m: string) => console.warn(m)))(msg);
+  }
+
+  private call<T>(p: Promise<T>): Promise<T> {
+    const ms = this.options.timeoutMs ?? 3000;
+    let timer: NodeJS.Timeout | undefined;
+    return Promise.race([p, new Promise<never>((_, fail) => { timer = setTimeout(() => fail(new Timeout(`no reply in ${ms} ms`)), ms); })])
+      .finally(() => clearTimeout(timer));
+  }
+
+  private idOf(key: string, m: BaseMessage, i: number): string {
+    return msgIdOf(m) ?? "lc:" + createHash("sha256").update(`${key}\0${i}\0${m.getType()}\0${m.text}`).digest("hex").slice(0, 32);
+  }
+
+  private remember(key: string, messages: { m: BaseMessage; id: string }[]): void {
+    const win = this.local.get(key) ?? [];
+    const ids = new Set(win.map((x) => x.id));
+    for (const x of messages) if (!ids.has(x.id)) win.push(x);
+    let cut = Math.max(0, win.length - (this.options.localWindow ?? 50));
+    while (cut < win.length && win[cut]!.m instanceof ToolMessage) cut++; // never a result without its call
+    this.local.set(key, win.slice(cut));
+  }
+
+  /** Stores the complete messages not stored yet (one MEM.APPENDBATCH), then
+   * (when `withContext`) returns the context: MEM.GET BUDGET, or the local
+   * window while Redis is down. */
+  private async step(key: string, messages: BaseMessage[], withContext = true): Promise<BaseMessage[]> {
+    const done = this.stored.get(key) ?? new Set<string>();
+    this.stored.set(key, done);
+    const ready = complete(messages.filter((m) => !(m instanceof SystemMessage)))
+      .map((m, i) => ({ m, id: this.idOf(key, m, i) }));
+    const fresh = ready.filter((x) => !done.has(x.id));
+    this.remember(key, fresh);
+    try {
+      if (this.behind.has(key)) await this.writeBack(key);
+      if (fresh.length) {
+        const batch = fresh.map(({ m, id }) => ({ ...messageToMem(m), msgId: id }));
+        this.lastResults = await this.call(this.mem.appendBatch(key, batch, this.settings));
+        for (const x of fresh) done.add(x.id);
+        if (this.lastResults.some((r) => r.summarize) && (this.options.memory ?? "summarize") === "summarize") {
+          await this.summarize(key);
+        }
+      }
+      if (this.down) { this.down = false; this.warn("redis-mem: Redis answers again; the sessions are back in Redis"); }
+      if (!withContext) return [];
+      const entries = await this.call(this.mem.get(key, { budget: this.options.budget ?? 8000 }));
+      return entries.map((e) => (e.isSummary ? summaryMessage(e, this.options.summaryPrefix ?? DEFAULT_SUMMARY_PREFIX) : messageFromMem(e)));
+    } catch (e) {
+      if (!unavailable(e)) throw e;
+      if ((this.options.onUnavailable ?? "local") === "fail") throw new RedisMemUnavailable(`redis-mem: Redis unreachable: ${String(e)}`, { cause: e });
+      if (!this.down) {
+        this.warn(`redis-mem: WARNING Redis is unreachable (${String(e)}): the agent's memory is process-local `
+          + "until it answers again (continuity is lost on restart)");
+      }
+      this.down = true;
+      this.behind.add(key);
+      return withContext ? (this.local.get(key) ?? []).map((x) => x.m) : [];
+    }
+  }
+
+  /** Writes the local window of a session back (its MSGIDs: nothing twice). */
+  private async writeBack(key: string): Promise<void> {
+    const win = this.local.get(key) ?? [];
+    if (win.length) {
+      await this.call(this.mem.appendBatch(key, win.map(({ m, id }) => ({ ...messageToMem(m), msgId: id })), this.settings));
+    }
+    this.behind.delete(key);
+  }
+
+  /** A summary under a lease (MEM.SUMMARIZE_BEGIN / MEM.SUMMARIZE ... LEASE),
+   * written by the summary model (default the agent's). A failure is logged;
+   * a later step retries once the lease ends. */
+  private async summarize(key: string): Promise<void> {
+    const model = this.options.summaryModel ?? this.agentModel;
+    if (!model) return;
+    const begin = await this.call(this.mem.summarizeBegin(key, this.options.leaseMs ?? 15000,
+      this.options.keep === undefined ? {} : { keep: this.options.keep }));
+    if (!begin.summarize || begin.lease <= 0 || begin.upto <= 0) return;
+    try {
+      const entries = await this.call(this.mem.get(key));
+      const reply = await model.invoke([
+        new SystemMessage(this.options.summaryPrompt ?? SUMMARY_PROMPT),
+        new HumanMessage(transcript(entries, begin.upto)),
+      ]);
+      await this.call(this.mem.summarize(key, begin.upto, textOf(reply), { lease: begin.lease }));
+    } catch (e) {
+      this.warn(`redis-mem: the summary of ${key} failed (${String(e)}); a later step retries once the lease ends`);
+    }
+  }
+}

@@ -1,0 +1,190 @@
+// RedisMemMiddleware in a real createAgent loop (langchain 1.x) over a
+// fake chat model that calls a tool, against a real server with the module.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { createClient } from "redis";
+import { createAgent, tool } from "langchain";
+import { BaseChatModel } from "@langchain/core/language_models/chat_models";
+import { AIMessage, HumanMessage, SystemMessage, ToolMessage, type BaseMessage } from "@langchain/core/messages";
+import type { ChatResult } from "@langchain/core/outputs";
+import { RedisMem } from "../src/index.js";
+import { RedisMemMiddleware, SUMMARY_PROMPT } from "../src/middleware.js";
+import { startServer, type Server } from "./server.js";
+
+/** A chat model that calls `weather` once per question, then answers; it
+ * writes summaries when given the summary prompt; every call's messages are kept. */
+class FakeToolModel extends BaseChatModel {
+  calls: BaseMessage[][] = [];
+  failures = 0;
+  _llmType(): string { return "fake-tool-model"; }
+  bindTools(): this { return this; }
+  async _generate(messages: BaseMessage[]): Promise<ChatResult> {
+    this.calls.push(messages);
+    if (this.failures > 0) { this.failures--; throw new Error("provider error (fake)"); }
+    const last = messages[messages.length - 1]!;
+    let reply: AIMessage;
+    if (messages[0] instanceof SystemMessage && messages[0].text === SUMMARY_PROMPT) {
+      reply = new AIMessage(`SUMMARY of ${last.text.split("\n").length - 1} lines`);
+    } else if (last instanceof ToolMessage) {
+      reply = new AIMessage(`It is ${last.text}.`);
+    } else {
+      const n = this.calls.length;
+      reply = new AIMessage({ content: "", tool_calls: [{ id: `call${n}`, name: "weather", args: { city: last.text }, type: "tool_call" }] });
+    }
+    return { generations: [{ text: reply.text, message: reply }] };
+  }
+}
+
+const weather = tool(async (input: { city: string }) => `22C in ${input.city}`, {
+  name: "weather",
+  description: "The weather in a city",
+  schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+});
+
+/** The conversation part of a model call (no system message). */
+const convo = (ms: BaseMessage[]): BaseMessage[] => ms.filter((m) => !(m instanceof SystemMessage));
+
+let server: Server;
+let client: ReturnType<typeof createClient>;
+let mem: RedisMem;
+before(async () => {
+  server = await startServer();
+  client = createClient({ url: server.url });
+  await client.connect();
+  mem = new RedisMem(client);
+});
+after(async () => { client.destroy(); await server.stop(); });
+
+function agentOf(model: FakeToolModel, memory: RedisMemMiddleware) {
+  return createAgent({ model, tools: [weather], middleware: [memory.middleware], systemPrompt: "You are terse." });
+}
+
+describe("RedisMemMiddleware", () => {
+  it("stores the user's message, the call, its result and the answer, keyed by the thread id", async () => {
+    const model = new FakeToolModel({});
+    const memory = new RedisMemMiddleware(client, { maxMsgs: 100 });
+    const out = await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Paris", id: "u1" })] },
+      { configurable: { thread_id: "t1" } });
+    assert.equal(out.messages[out.messages.length - 1]!.text, "It is 22C in Paris.");
+    const stored = await mem.get("mem:{t1}");
+    assert.deepEqual(stored.map((e) => [e.role, e.content]), [
+      ["user", "Paris"], ["assistant", ""], ["tool", "22C in Paris"], ["assistant", "It is 22C in Paris."]]);
+    assert.equal(stored[0]!.msgId, "u1");
+    const calls = stored[1]!.meta!["tool_calls"] as { id: string; name: string; args: unknown }[];
+    assert.deepEqual(calls.map(({ id, name, args }) => ({ id, name, args })), [{ id: "call1", name: "weather", args: { city: "Paris" } }]);
+    assert.equal(stored[2]!.meta!["tool_call_id"], "call1");
+    // the second model call was given the context from Redis: user, call, result
+    assert.deepEqual(convo(model.calls[1]!).map((m) => m.getType()), ["human", "ai", "tool"]);
+
+    // a second turn: the model is given the first turn from Redis (no checkpointer)
+    await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Rome", id: "u2" })] },
+      { configurable: { thread_id: "t1" } });
+    assert.deepEqual(convo(model.calls[2]!).map((m) => m.text), ["Paris", "", "22C in Paris", "It is 22C in Paris.", "Rome"]);
+    assert.equal((await mem.get("mem:{t1}")).length, 8);
+    // a custom key
+    const custom = new RedisMemMiddleware(client, { key: (t) => `chat:{${t}}` });
+    await agentOf(new FakeToolModel({}), custom).invoke({ messages: [new HumanMessage({ content: "Oslo", id: "u3" })] },
+      { configurable: { thread_id: "t2" } });
+    assert.equal((await mem.get("chat:{t2}")).length, 4);
+  });
+
+  it("a retried step stores nothing twice (the message ids are the MSGIDs)", async () => {
+    const failing = new FakeToolModel({});
+    failing.failures = 1;
+    const input = { messages: [new HumanMessage({ content: "Lima", id: "r1" })] };
+    const config = { configurable: { thread_id: "retry" } };
+    await assert.rejects(agentOf(failing, new RedisMemMiddleware(client)).invoke(input, config), /provider error/);
+    assert.deepEqual((await mem.get("mem:{retry}")).map((e) => e.msgId), ["r1"]);
+    // the retry, by another worker (another middleware: nothing cached)
+    const memory = new RedisMemMiddleware(client);
+    const spied: boolean[][] = [];
+    const orig = memory.mem.appendBatch.bind(memory.mem);
+    memory.mem.appendBatch = async (...a) => { const r = await orig(...a); spied.push(r.map((x) => x.duplicate)); return r; };
+    await agentOf(new FakeToolModel({}), memory).invoke(input, config);
+    assert.deepEqual(spied[0], [true]);
+    // and the whole run again: every message known
+    const again = new RedisMemMiddleware(client);
+    const model = new FakeToolModel({});
+    const run = await agentOf(model, again).invoke(input, config);
+    const stored = await mem.get("mem:{retry}");
+    assert.equal(stored.filter((e) => e.msgId === "r1").length, 1);
+    assert.equal(stored.length, 4 + (run.messages.length - 1)); // the second run's own call/result/answer are new messages
+  });
+
+  it("gives the model MEM.GET BUDGET: the newest messages that fit, tool pairs kept", async () => {
+    const key = "mem:{budget}";
+    const old = [];
+    for (let i = 0; i < 20; i++) {
+      old.push({ role: "user", content: `question ${i} `.repeat(10), msgId: `q${i}` });
+      old.push({ role: "assistant", content: `answer ${i} `.repeat(10), msgId: `a${i}` });
+    }
+    await mem.appendBatch(key, old, { maxMsgs: 200 });
+    const model = new FakeToolModel({});
+    const memory = new RedisMemMiddleware(client, { budget: 300, memory: "window" });
+    await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Kyiv", id: "b1" })] },
+      { configurable: { thread_id: "budget" } });
+    const given = convo(model.calls[1]!);
+    const stored = (await mem.get(key)).slice(0, -1); // the final answer came after
+    assert.ok(given.length < 20, `given ${given.length} messages`);
+    const window = stored.slice(-given.length);
+    assert.deepEqual(given.map((m) => m.text), window.map((e) => e.content));
+    const tokens = window.reduce((n, e) => n + e.tokens, 0);
+    assert.ok(tokens <= 300 && tokens + stored[stored.length - given.length - 1]!.tokens > 300, `${tokens} tokens`);
+    assert.deepEqual(given.slice(-3).map((m) => m.getType()), ["human", "ai", "tool"]);
+    assert.equal(given[0]!.getType() === "tool", false);
+  });
+
+  it("summarizes under a lease with the agent's own model when the threshold is met", async () => {
+    const model = new FakeToolModel({});
+    const memory = new RedisMemMiddleware(client, { maxMsgs: 6, keep: 2 });
+    const config = { configurable: { thread_id: "sum" } };
+    for (const [i, city] of ["Bern", "Vaduz", "Riga"].entries()) {
+      await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: city, id: `s${i}` })] }, config);
+    }
+    const summaryCalls = model.calls.filter((c) => c[0] instanceof SystemMessage && c[0].text === SUMMARY_PROMPT);
+    assert.ok(summaryCalls.length >= 1);
+    const stored = await mem.get("mem:{sum}");
+    assert.ok(stored[0]!.isSummary);
+    assert.match(stored[0]!.content, /^SUMMARY of \d+ lines$/);
+    // the model is then given the summary first
+    const last = convo(model.calls[model.calls.length - 1]!);
+    assert.match(last[0]!.text, /summary of the conversation to date:\n\nSUMMARY/);
+
+    // another worker holds the lease: no summary is written
+    const key = "mem:{leased}";
+    await mem.appendBatch(key, [1, 2, 3, 4, 5].map((i) => ({ role: "user", content: `m${i}` })), { maxMsgs: 6 });
+    const held = await mem.summarizeBegin(key, 60000, { keep: 2 });
+    assert.ok(held.lease > 0);
+    const m2 = new FakeToolModel({});
+    await agentOf(m2, new RedisMemMiddleware(client, { maxMsgs: 6, keep: 2 })).invoke(
+      { messages: [new HumanMessage({ content: "Oslo", id: "l1" })] }, { configurable: { thread_id: "leased" } });
+    assert.equal(m2.calls.filter((c) => c[0] instanceof SystemMessage && c[0].text === SUMMARY_PROMPT).length, 0);
+    assert.equal((await mem.get(key)).some((e) => e.isSummary), false);
+  });
+
+  it("keeps answering from the local window when Redis stops mid-conversation", async () => {
+    const own = await startServer();
+    const c = createClient({ url: own.url, disableOfflineQueue: true, socket: { reconnectStrategy: () => 200 } });
+    c.on("error", () => {});
+    await c.connect();
+    const warnings: string[] = [];
+    const memory = new RedisMemMiddleware(c, { timeoutMs: 1000, warn: (m) => warnings.push(m) });
+    const model = new FakeToolModel({});
+    const config = { configurable: { thread_id: "down" } };
+    try {
+      await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Paris", id: "d1" })] }, config);
+      assert.equal((await memory.mem.get("mem:{down}")).length, 4);
+      await own.stop();
+      const out = await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Rome", id: "d2" })] }, config);
+      assert.equal(out.messages[out.messages.length - 1]!.text, "It is 22C in Rome.");
+      assert.equal(warnings.length, 1);
+      assert.match(warnings[0]!, /WARNING Redis is unreachable.*process-local/);
+      // the model was given the conversation from the local window
+      const given = convo(model.calls[model.calls.length - 1]!).map((m) => m.text);
+      assert.deepEqual(given, ["Paris", "", "22C in Paris", "It is 22C in Paris.", "Rome", "", "22C in Rome"]);
+    } finally {
+      c.destroy();
+      await own.stop();
+    }
+  });
+});
