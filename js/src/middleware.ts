@@ -61,13 +61,31 @@ export class RedisMemUnavailable extends Error {
   }
 }
 
-class Timeout extends Error {}
+/** A Redis call that failed for want of Redis (no reply, a closed
+ * connection, a server still loading or a cluster down). */
+class Unreachable extends Error {}
 
-/** Whether an error means Redis is unreachable (not a reply of the server). */
-function unavailable(e: unknown): boolean {
-  if (e instanceof RedisMemError || e instanceof RedisMemReplyError) return false;
-  const name = (e as { name?: string } | null)?.name ?? "";
-  return !/ReplyError|ErrorReply/.test(name);
+/** Reply errors that mean the server cannot serve now. */
+const DOWN_CODES = new Set(["LOADING", "MASTERDOWN", "CLUSTERDOWN"]);
+
+function unreachable(e: unknown): Unreachable | undefined {
+  if (e instanceof Unreachable) return e;
+  if (e instanceof RedisMemReplyError) return undefined;
+  if (e instanceof RedisMemError) return DOWN_CODES.has(e.code) ? new Unreachable(e.message, { cause: e }) : undefined;
+  return new Unreachable(String((e as Error | null)?.message ?? e), { cause: e });
+}
+
+/** Sessions the per-process maps keep at most (the oldest go first). */
+const MAX_SESSIONS = 1000;
+/** MSGIDs remembered a session at most (a resend is harmless: MSGIDs). */
+const MAX_STORED_IDS = 10000;
+
+function touch<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+  const v = map.get(key) ?? make();
+  map.delete(key);
+  map.set(key, v);
+  if (map.size > MAX_SESSIONS) map.delete(map.keys().next().value as K);
+  return v;
 }
 
 function hasToolCalls(m: BaseMessage): boolean {
@@ -153,7 +171,8 @@ export class RedisMemMiddleware {
       name: "RedisMemMiddleware",
       wrapModelCall: async (request, handler) => {
         if (off) return handler(request);
-        if (!this.options.summaryModel) this.agentModel = request.model as unknown as SummaryModel;
+        const own = request.model as unknown as Partial<SummaryModel>;
+        if (typeof own.invoke === "function") this.agentModel = own as SummaryModel;
         const key = this.keyOf(request.runtime.configurable);
         const context = await this.step(key, request.messages);
         this.lastContext = context;
@@ -182,7 +201,8 @@ export class RedisMemMiddleware {
   private call<T>(p: Promise<T>): Promise<T> {
     const ms = this.options.timeoutMs ?? 3000;
     let timer: NodeJS.Timeout | undefined;
-    return Promise.race([p, new Promise<never>((_, fail) => { timer = setTimeout(() => fail(new Timeout(`no reply in ${ms} ms`)), ms); })])
+    return Promise.race([p, new Promise<never>((_, fail) => { timer = setTimeout(() => fail(new Unreachable(`no reply in ${ms} ms`)), ms); })])
+      .catch((e: unknown) => { throw unreachable(e) ?? e; })
       .finally(() => clearTimeout(timer));
   }
 
@@ -191,7 +211,7 @@ export class RedisMemMiddleware {
   }
 
   private remember(key: string, messages: { m: BaseMessage; id: string }[]): void {
-    const win = this.local.get(key) ?? [];
+    const win = touch(this.local, key, () => []);
     const ids = new Set(win.map((x) => x.id));
     for (const x of messages) if (!ids.has(x.id)) win.push(x);
     let cut = Math.max(0, win.length - (this.options.localWindow ?? 50));
@@ -203,8 +223,8 @@ export class RedisMemMiddleware {
    * (when `withContext`) returns the context: MEM.GET BUDGET, or the local
    * window while Redis is down. */
   private async step(key: string, messages: BaseMessage[], withContext = true): Promise<BaseMessage[]> {
-    const done = this.stored.get(key) ?? new Set<string>();
-    this.stored.set(key, done);
+    const done = touch(this.stored, key, () => new Set<string>());
+    if (done.size > MAX_STORED_IDS) done.clear();
     const ready = complete(messages.filter((m) => !(m instanceof SystemMessage)))
       .map((m, i) => ({ m, id: this.idOf(key, m, i) }));
     const fresh = ready.filter((x) => !done.has(x.id));
@@ -224,7 +244,7 @@ export class RedisMemMiddleware {
       const entries = await this.call(this.mem.get(key, { budget: this.options.budget ?? 8000 }));
       return entries.map((e) => (e.isSummary ? summaryMessage(e, this.options.summaryPrefix ?? DEFAULT_SUMMARY_PREFIX) : messageFromMem(e)));
     } catch (e) {
-      if (!unavailable(e)) throw e;
+      if (!(e instanceof Unreachable)) throw e;
       if ((this.options.onUnavailable ?? "local") === "fail") throw new RedisMemUnavailable(`redis-mem: Redis unreachable: ${String(e)}`, { cause: e });
       if (!this.down) {
         this.warn(`redis-mem: WARNING Redis is unreachable (${String(e)}): the agent's memory is process-local `

@@ -171,6 +171,7 @@ describe("RedisMemMiddleware", () => {
     const memory = new RedisMemMiddleware(c, { timeoutMs: 1000, warn: (m) => warnings.push(m) });
     const model = new FakeToolModel({});
     const config = { configurable: { thread_id: "down" } };
+    let back: Server | undefined;
     try {
       await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Paris", id: "d1" })] }, config);
       assert.equal((await memory.mem.get("mem:{down}")).length, 4);
@@ -182,9 +183,19 @@ describe("RedisMemMiddleware", () => {
       // the model was given the conversation from the local window
       const given = convo(model.calls[model.calls.length - 1]!).map((m) => m.text);
       assert.deepEqual(given, ["Paris", "", "22C in Paris", "It is 22C in Paris.", "Rome", "", "22C in Rome"]);
+
+      // Redis is back (empty: no persistence): the local window is written back, in order, once
+      back = await startServer([], own.port);
+      for (let t = 0; !c.isReady; t++) { assert.ok(t < 100, "no reconnect"); await new Promise((ok) => setTimeout(ok, 50)); }
+      await agentOf(model, memory).invoke({ messages: [new HumanMessage({ content: "Oslo", id: "d3" })] }, config);
+      assert.match(warnings[1]!, /Redis answers again/);
+      const stored = await memory.mem.get("mem:{down}");
+      assert.deepEqual(stored.filter((e) => e.role === "user").map((e) => e.content), ["Paris", "Rome", "Oslo"]);
+      assert.equal(stored.length, 12);
     } finally {
       c.destroy();
       await own.stop();
+      await back?.stop();
     }
   });
 });

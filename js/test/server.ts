@@ -34,9 +34,9 @@ export interface Server {
   stop(): Promise<void>;
 }
 
-async function startOnce(extra: string[] = []): Promise<Server> {
+async function startOnce(extra: string[] = [], fixedPort?: number): Promise<Server> {
   if (!existsSync(MODULE)) throw new Error(`module not found: ${MODULE} (set REDIS_MEM_MODULE)`);
-  const port = await freePort();
+  const port = fixedPort ?? await freePort();
   const dir = mkdtempSync(join(tmpdir(), "redis-mem-js-"));
   const proc: ChildProcess = spawn(
     "redis-server",
@@ -70,10 +70,10 @@ async function startOnce(extra: string[] = []): Promise<Server> {
 }
 
 /** Starts a server, retrying when another process took the free port first. */
-export async function startServer(extra: string[] = []): Promise<Server> {
+export async function startServer(extra: string[] = [], port?: number): Promise<Server> {
   let err: unknown;
   for (let i = 0; i < 3; i++) {
-    try { return await startOnce(extra); } catch (e) { err = e; }
+    try { return await startOnce(extra, port); } catch (e) { err = e; }
   }
   throw err;
 }
