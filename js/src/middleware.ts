@@ -227,10 +227,13 @@ export class RedisMemMiddleware {
     if (done.size > MAX_STORED_IDS) done.clear();
     const ready = complete(messages.filter((m) => !(m instanceof SystemMessage)))
       .map((m, i) => ({ m, id: this.idOf(key, m, i) }));
-    const fresh = ready.filter((x) => !done.has(x.id));
+    let fresh = ready.filter((x) => !done.has(x.id));
     this.remember(key, fresh);
     try {
-      if (this.behind.has(key)) await this.writeBack(key);
+      if (this.behind.has(key)) {
+        await this.writeBack(key, done);
+        fresh = fresh.filter((x) => !done.has(x.id));
+      }
       if (fresh.length) {
         const batch = fresh.map(({ m, id }) => ({ ...messageToMem(m), msgId: id }));
         this.lastResults = await this.call(this.mem.appendBatch(key, batch, this.settings));
@@ -256,11 +259,14 @@ export class RedisMemMiddleware {
     }
   }
 
-  /** Writes the local window of a session back (its MSGIDs: nothing twice). */
-  private async writeBack(key: string): Promise<void> {
-    const win = this.local.get(key) ?? [];
+  /** Writes back, in order, the messages of the local window that were not
+   * stored (those of the outage; their MSGIDs: nothing twice). */
+  private async writeBack(key: string, done: Set<string>): Promise<void> {
+    const todo = complete((this.local.get(key) ?? []).map((x) => x.m)).length;
+    const win = (this.local.get(key) ?? []).slice(0, todo).filter((x) => !done.has(x.id));
     if (win.length) {
-      await this.call(this.mem.appendBatch(key, win.map(({ m, id }) => ({ ...messageToMem(m), msgId: id })), this.settings));
+      this.lastResults = await this.call(this.mem.appendBatch(key, win.map(({ m, id }) => ({ ...messageToMem(m), msgId: id })), this.settings));
+      for (const x of win) done.add(x.id);
     }
     this.behind.delete(key);
   }
