@@ -98,8 +98,10 @@ fn store_attr(
     // stays cheap whatever a client does.
     if let Some(s) = key.session() {
         // Distinct names live now (expired ones go with this write; an
-        // imported document's repeated name is one).
-        if !s.has_attr(name, now) && s.extra.live_count(now) >= MAX_ATTRS {
+        // imported document's repeated name is one), counted only near the
+        // cap: the members held bound them from above.
+        let full = s.attr_count() >= MAX_ATTRS && s.extra.live_count(now) >= MAX_ATTRS;
+        if full && !s.has_attr(name, now) {
             return Err(crate::error::invalid(format!(
                 "a session holds at most {MAX_ATTRS} attributes"
             )));

@@ -138,7 +138,7 @@ pub fn render<'a>(
         push_json(&mut out, &stored::StoredOut::of(s, now));
     }
     // Attributes live at `now` (one past its own expiry is not shown).
-    if let Some(extra) = session.map(|s| &s.extra).filter(|e| e.live_count(now) > 0) {
+    if let Some(extra) = session.map(|s| &s.extra).filter(|e| e.any_live(now)) {
         out.push(b',');
         extra.write_live_members(&mut out, now);
     }

@@ -166,6 +166,16 @@ impl Attrs {
         self.expiry.retain(|_, at| *at > now);
     }
 
+    /// Whether an attribute is live at `now` (what FORMAT JSON writes).
+    pub fn any_live(&self, now: i64) -> bool {
+        if self.expiry.is_empty() {
+            return !self.pairs.is_empty();
+        }
+        self.pairs
+            .iter()
+            .any(|(raw, _)| Attrs::name(raw).is_none_or(|n| self.is_live(&n, now)))
+    }
+
     /// The distinct names live at `now` (what the attribute cap counts: an
     /// imported document may repeat a name).
     pub fn live_count(&self, now: i64) -> usize {
@@ -192,19 +202,9 @@ impl Attrs {
         if self.expiry.is_empty() {
             return self.write_members(out);
         }
-        let mut first = true;
-        for (name, value) in self.pairs.iter() {
-            if Attrs::name(name).is_some_and(|n| !self.is_live(&n, now)) {
-                continue;
-            }
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            out.extend_from_slice(name.as_bytes());
-            out.push(b':');
-            out.extend_from_slice(value.as_bytes());
-        }
+        self.write_members_where(out, |raw| {
+            Attrs::name(raw).is_none_or(|n| self.is_live(&n, now))
+        });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -213,10 +213,17 @@ impl Attrs {
 
     /// The `name:value` members as one object's inner text, in order.
     pub fn write_members(&self, out: &mut Vec<u8>) {
-        for (i, (name, value)) in self.pairs.iter().enumerate() {
-            if i > 0 {
+        self.write_members_where(out, |_| true);
+    }
+
+    /// The members whose raw name `keep` keeps, as [`Attrs::write_members`].
+    fn write_members_where(&self, out: &mut Vec<u8>, keep: impl Fn(&str) -> bool) {
+        let mut first = true;
+        for (name, value) in self.pairs.iter().filter(|(name, _)| keep(name)) {
+            if !first {
                 out.push(b',');
             }
+            first = false;
             out.extend_from_slice(name.as_bytes());
             out.push(b':');
             out.extend_from_slice(value.as_bytes());

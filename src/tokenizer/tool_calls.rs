@@ -57,9 +57,12 @@ pub const OPENAI_CALL_OVERHEAD: u64 = 5;
 impl ToolFormat {
     /// The format of `model`'s prompt, whose encoding is `encoding`.
     pub fn of(model: &str, encoding: Encoding) -> ToolFormat {
-        let lower = model.to_ascii_lowercase();
+        // On every write's path: no allocation (no lowercased copy).
+        let gpt_oss = model
+            .get(..7)
+            .is_some_and(|p| p.eq_ignore_ascii_case("gpt-oss"));
         match encoding {
-            Encoding::O200kBase if lower.starts_with("gpt-oss") => ToolFormat::Harmony,
+            Encoding::O200kBase if gpt_oss => ToolFormat::Harmony,
             Encoding::O200kBase | Encoding::Cl100kBase => ToolFormat::OpenAi,
             Encoding::Llama3 => ToolFormat::Llama3,
             Encoding::DeepseekV3 => ToolFormat::DeepSeek,
