@@ -107,7 +107,7 @@ impl SessionKey {
             self.put(fresh().ok_or_else(crate::error::no_such_key)?)?;
         }
         self.session_mut()
-            .ok_or(crate::error::invalid("cannot create the session"))
+            .ok_or_else(|| crate::error::invalid("cannot create the session"))
     }
 
     /// Stores `session` in an empty key, or replaces the session in place
