@@ -41,3 +41,14 @@ it("examples/reply_stream.ts", async () => {
   });
   assert.deepEqual(stdout.trim().split("\n"), ["chunk:lo end:", "assistant Hello true"]);
 });
+
+it("examples/agent_middleware.ts (two turns, the second given the first from Redis)", async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, [join(here, "..", "examples", "agent_middleware.js")], {
+    env: { ...process.env, REDIS_URL: server.url },
+  });
+  assert.deepEqual(stdout.trim().split("\n"), [
+    "It is 22C in Paris (I was given 4 messages).",
+    "It is 22C in Rome (I was given 8 messages).",
+    "user assistant tool assistant user assistant tool assistant",
+  ]);
+});
