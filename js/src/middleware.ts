@@ -75,6 +75,56 @@ function unreachable(e: unknown): Unreachable | undefined {
   return new Unreachable(String((e as Error | null)?.message ?? e), { cause: e });
 }
 
+/** mem.max-message-bytes when CONFIG GET is refused (the module's default). */
+export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+/** Messages one MEM.APPENDBATCH takes at most (the module's cap). */
+export const MAX_BATCH = 1000;
+/** Appended to a message stored truncated ({kept} and {size} in bytes; the Python wording). */
+export const TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]";
+
+/** Appended to a message cut to the token cap ({cap} tokens). */
+export const TOKEN_TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over {cap} tokens a message)]";
+/** mem.max-tokens when CONFIG GET is refused (the module's default). */
+const DEFAULT_MAX_TOKENS = 80_000;
+/** A message holds at most this share of the session's token cap (Python's rule). */
+const MESSAGE_TOKEN_SHARE = 4;
+
+type BatchItem = ReturnType<typeof messageToMem> & { msgId: string };
+
+/** `text` cut to at most `limit` UTF-8 bytes with the marker, and its size;
+ * `[text, 0]` when it fits. */
+export function truncate(text: string, limit: number, template = TRUNCATED_MARKER): [string, number] {
+  const marker = (kept: number, size: number): string =>
+    template.replace("{kept}", String(kept)).replace("{size}", String(size));
+  const raw = Buffer.from(text, "utf8");
+  if (raw.length <= limit) return [text, 0];
+  let keep = Math.max(0, limit - Buffer.byteLength(marker(raw.length, raw.length)));
+  while (keep > 0 && (raw[keep]! & 0xc0) === 0x80) keep--; // never inside a character
+  return [raw.subarray(0, keep).toString("utf8") + marker(keep, raw.length), raw.length];
+}
+
+/** Batches of at most MAX_BATCH items and about 3 x `limit` bytes (the
+ * module takes 4 x), cut before a message that is not a tool result when it
+ * can be (a call stays with its results). */
+function batches(items: BatchItem[], limit: number): BatchItem[][] {
+  const size = (x: BatchItem): number => Buffer.byteLength(x.content) + Buffer.byteLength(JSON.stringify(x.meta)) + 64;
+  const out: BatchItem[][] = [];
+  for (let start = 0; start < items.length;) {
+    let end = start;
+    for (let used = 0; end < items.length && end - start < MAX_BATCH && (end === start || used + size(items[end]!) <= 3 * limit); end++) {
+      used += size(items[end]!);
+    }
+    if (end < items.length) {
+      let cut = end;
+      while (cut > start + 1 && items[cut]!.role === "tool") cut--;
+      if (items[cut]!.role !== "tool") end = cut;
+    }
+    out.push(items.slice(start, end));
+    start = end;
+  }
+  return out;
+}
+
 /** Sessions the per-process maps keep at most (the oldest go first). */
 const MAX_SESSIONS = 1000;
 /** MSGIDs remembered a session at most (a resend is harmless: MSGIDs). */
@@ -154,6 +204,12 @@ export class RedisMemMiddleware {
   /** Sessions whose local messages Redis may lack (written back once it answers). */
   private readonly behind = new Set<string>();
   private down = false;
+  /** mem.max-message-bytes, read once. */
+  private maxMessageBytes: number | undefined;
+  /** A quarter of the session's token cap, read once. */
+  private maxMessageTokens: number | undefined;
+  /** The model MEM.COUNT counts with (the session's, else mem.default-model). */
+  private countModel: string | undefined;
   private agentModel: SummaryModel | undefined;
   /** The replies of the last MEM.APPENDBATCH. */
   lastResults: AppendResult[] = [];
@@ -206,6 +262,111 @@ export class RedisMemMiddleware {
       .finally(() => clearTimeout(timer));
   }
 
+  /** A module setting (CONFIG GET; undefined when refused). */
+  private async config(name: string): Promise<string | undefined> {
+    try {
+      const r = await this.call(this.mem.send(["CONFIG", "GET", name]));
+      const value = r instanceof Map ? [...r.values()][0] : Array.isArray(r) ? r[1] : (r as Record<string, unknown> | null)?.[name];
+      return value === undefined || value === null ? undefined : String(value);
+    } catch (e) {
+      if (e instanceof Unreachable) throw e;
+      return undefined;
+    }
+  }
+
+  private static positive(text: string | undefined, fallback: number): number {
+    const n = Number(text);
+    return Number.isSafeInteger(n) && n > 0 ? n : fallback;
+  }
+
+  /** mem.max-message-bytes (read once; the default when refused). */
+  private async limit(): Promise<number> {
+    this.maxMessageBytes ??= RedisMemMiddleware.positive(await this.config("mem.max-message-bytes"), DEFAULT_MAX_MESSAGE_BYTES);
+    return this.maxMessageBytes;
+  }
+
+  /** Cuts every item over a quarter of the session's token cap: a message
+   * larger than the cap would evict every older message of the conversation,
+   * then be evicted itself. Tokens never exceed bytes, so only a longer text
+   * is counted (MEM.COUNT with the session's model). */
+  private async fitTokens(items: BatchItem[], messages: { m: BaseMessage; id: string }[], limit: number): Promise<void> {
+    this.maxMessageTokens ??= Math.max(1, Math.floor((this.settings.maxTokens
+      ?? RedisMemMiddleware.positive(await this.config("mem.max-tokens"), DEFAULT_MAX_TOKENS)) / MESSAGE_TOKEN_SHARE));
+    const cap = this.maxMessageTokens;
+    for (let i = 0; i < items.length; i++) {
+      let size = Buffer.byteLength(items[i]!.content);
+      if (size <= cap) continue;
+      this.countModel ??= this.settings.model ?? (await this.config("mem.default-model")) ?? "gpt-4o";
+      const count = async (text: string): Promise<number | undefined> => {
+        try {
+          return await this.call(this.mem.count(this.countModel!, text));
+        } catch (e) {
+          if (e instanceof Unreachable) throw e;
+          return undefined; // an encoding the server leaves out: stored as it is
+        }
+      };
+      let tokens = await count(items[i]!.content);
+      if (tokens === undefined || tokens <= cap) continue;
+      const full = Buffer.byteLength(messageToMem(messages[i]!.m).content);
+      for (let attempt = 0; attempt < 6 && tokens !== undefined && tokens > cap; attempt++) {
+        size = Math.max(0, Math.min(size - 1, Math.floor(size * cap / Math.max(1, tokens) * 0.9)));
+        items[i] = this.item(messages[i]!.m, messages[i]!.id, limit, size, cap);
+        tokens = await count(items[i]!.content);
+      }
+      this.warn(`redis-mem: a ${items[i]!.role} message of ${full} bytes is over ${cap} tokens (a quarter of the session's `
+        + "maxTokens; it would evict the whole conversation): stored truncated (the model was given all of it)");
+    }
+  }
+
+  /** What is stored of `m`: content over mem.max-message-bytes cut with a
+   * marker (the model was given all of it), a META over it reduced to what
+   * rebuilds the message, tool calls kept with their largest arguments
+   * replaced by their size (a result needs its call). */
+  private item(m: BaseMessage, id: string, limit: number, cut?: number, cap?: number): BatchItem {
+    const x = messageToMem(m);
+    const [content, size] = cut === undefined ? truncate(x.content, limit)
+      : truncate(x.content, Math.min(limit, cut), TOKEN_TRUNCATED_MARKER.replace("{cap}", String(cap)));
+    let meta = x.meta;
+    if (size) {
+      meta = { ...meta, redis_mem_truncated: size };
+      delete meta["lc_content"]; // the blocks hold the same text
+      if (cut === undefined) this.warn(`redis-mem: a ${x.role} message of ${size} bytes is over mem.max-message-bytes (${limit}): stored truncated (the model was given all of it)`);
+    }
+    if (Buffer.byteLength(JSON.stringify(meta)) > limit) {
+      const calls = Array.isArray(meta["tool_calls"]) ? meta["tool_calls"] : [];
+      const room = Math.floor(limit / (2 * Math.max(1, calls.length)));
+      const kept = calls.map((call) => {
+        const bytes = Buffer.byteLength(JSON.stringify(call));
+        if (bytes <= room || call === null || typeof call !== "object" || Array.isArray(call)) return call;
+        const c = call as Record<string, unknown>;
+        const small: Record<string, unknown> = {};
+        for (const k of ["id", "name", "type"]) if (c[k] !== undefined) small[k] = c[k];
+        small["args"] = { redis_mem_truncated: bytes };
+        return small;
+      });
+      const reduced: Record<string, unknown> = {};
+      for (const k of ["lc_type", "id", "tool_call_id", "name", "status"]) if (meta[k] !== undefined) reduced[k] = meta[k];
+      if (kept.length) reduced["tool_calls"] = kept;
+      reduced["redis_mem_meta_dropped"] = true;
+      meta = reduced as typeof meta;
+      this.warn(`redis-mem: the META of a ${x.role} message is over mem.max-message-bytes (${limit}): stored reduced`);
+    }
+    return { role: x.role, content, meta, msgId: id };
+  }
+
+  /** Stores `messages` in order, in as many MEM.APPENDBATCHes as the
+   * module's caps need (each one atomic; MSGIDs make a retry harmless). */
+  private async store(key: string, messages: { m: BaseMessage; id: string }[]): Promise<AppendResult[]> {
+    const limit = await this.limit();
+    const results: AppendResult[] = [];
+    const items = messages.map(({ m, id }) => this.item(m, id, limit));
+    await this.fitTokens(items, messages, limit);
+    for (const batch of batches(items, limit)) {
+      results.push(...await this.call(this.mem.appendBatch(key, batch, this.settings)));
+    }
+    return results;
+  }
+
   private idOf(key: string, m: BaseMessage, i: number): string {
     return msgIdOf(m) ?? "lc:" + createHash("sha256").update(`${key}\0${i}\0${m.getType()}\0${m.text}`).digest("hex").slice(0, 32);
   }
@@ -235,8 +396,7 @@ export class RedisMemMiddleware {
         fresh = fresh.filter((x) => !done.has(x.id));
       }
       if (fresh.length) {
-        const batch = fresh.map(({ m, id }) => ({ ...messageToMem(m), msgId: id }));
-        this.lastResults = await this.call(this.mem.appendBatch(key, batch, this.settings));
+        this.lastResults = await this.store(key, fresh);
         for (const x of fresh) done.add(x.id);
         if (this.lastResults.some((r) => r.summarize) && (this.options.memory ?? "summarize") === "summarize") {
           await this.summarize(key);
@@ -244,8 +404,8 @@ export class RedisMemMiddleware {
       }
       if (this.down) { this.down = false; this.warn("redis-mem: Redis answers again; the sessions are back in Redis"); }
       if (!withContext) return [];
-      const entries = await this.call(this.mem.get(key, { budget: this.options.budget ?? 8000 }));
-      return entries.map((e) => (e.isSummary ? summaryMessage(e, this.options.summaryPrefix ?? DEFAULT_SUMMARY_PREFIX) : messageFromMem(e)));
+      const budget = this.options.budget ?? 8000;
+      return this.merge(ready, await this.call(this.mem.get(key, { budget })), budget);
     } catch (e) {
       if (!(e instanceof Unreachable)) throw e;
       if ((this.options.onUnavailable ?? "local") === "fail") throw new RedisMemUnavailable(`redis-mem: Redis unreachable: ${String(e)}`, { cause: e });
@@ -259,13 +419,37 @@ export class RedisMemMiddleware {
     }
   }
 
+  /** The context the model is given: the stored messages that fit the
+   * budget, each as the state holds it when it does (a message stored
+   * truncated is given whole), then the newest state messages the budget
+   * left out (one huge message), as they are; never opening on an answer
+   * cut loose from its question. */
+  private merge(state: { m: BaseMessage; id: string }[], entries: Message[], budget: number): BaseMessage[] {
+    const byId = new Map(state.map((x) => [x.id, x.m]));
+    const ids = new Set<string>();
+    const context = entries.map((e) => {
+      if (e.isSummary) return summaryMessage(e, this.options.summaryPrefix ?? DEFAULT_SUMMARY_PREFIX);
+      if (e.msgId) ids.add(e.msgId);
+      return (e.msgId && byId.get(e.msgId)) || messageFromMem(e);
+    });
+    let from = state.length;
+    while (from > 0 && !ids.has(state[from - 1]!.id)) from--;
+    if (from < state.length) this.warn(`redis-mem: the newest messages do not fit budget ${budget}; sent as they are`);
+    let out = [...context, ...state.slice(from).map((x) => x.m)];
+    if (out[0] instanceof AIMessage || out[0] instanceof ToolMessage) {
+      const first = out.findIndex((m) => m instanceof HumanMessage);
+      if (first > 0) out = out.slice(first);
+    }
+    return out;
+  }
+
   /** Writes back, in order, the messages of the local window that were not
    * stored (those of the outage; their MSGIDs: nothing twice). */
   private async writeBack(key: string, done: Set<string>): Promise<void> {
     const todo = complete((this.local.get(key) ?? []).map((x) => x.m)).length;
     const win = (this.local.get(key) ?? []).slice(0, todo).filter((x) => !done.has(x.id));
     if (win.length) {
-      this.lastResults = await this.call(this.mem.appendBatch(key, win.map(({ m, id }) => ({ ...messageToMem(m), msgId: id })), this.settings));
+      this.lastResults = await this.store(key, win);
       for (const x of win) done.add(x.id);
     }
     this.behind.delete(key);

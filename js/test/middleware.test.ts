@@ -129,7 +129,10 @@ describe("RedisMemMiddleware", () => {
     const window = stored.slice(-given.length);
     assert.deepEqual(given.map((m) => m.text), window.map((e) => e.content));
     const tokens = window.reduce((n, e) => n + e.tokens, 0);
-    assert.ok(tokens <= 300 && tokens + stored[stored.length - given.length - 1]!.tokens > 300, `${tokens} tokens`);
+    // the newest that fit, less an answer cut loose from its question at the start
+    const before = stored.slice(-given.length - 2, -given.length).reduce((n, e) => n + e.tokens, 0);
+    assert.ok(tokens <= 300 && tokens + before > 300, `${tokens} tokens`);
+    assert.equal(given[0]!.getType(), "human");
     assert.deepEqual(given.slice(-3).map((m) => m.getType()), ["human", "ai", "tool"]);
     assert.equal(given[0]!.getType() === "tool", false);
   });
@@ -197,5 +200,55 @@ describe("RedisMemMiddleware", () => {
       await own.stop();
       await back?.stop();
     }
+  });
+  it("stores a tool result over mem.max-message-bytes or a quarter of the token cap truncated with a marker; the model is given all of it", async () => {
+    const huge = "lorem ipsum dolor sit amet, ".repeat(200_000) + "é"; // 5.6 MB
+    const big = tool(async () => huge, {
+      name: "weather", description: "A huge result",
+      schema: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+    });
+    const size = Buffer.byteLength(huge);
+    for (const [thread, maxTokens, marker] of [
+      ["huge-bytes", 10_000_000, new RegExp(`\\n\\[redis-mem: truncated to \\d+ of ${size} bytes \\(over mem.max-message-bytes\\)\\]$`)],
+      ["huge-tokens", undefined, new RegExp(`\\n\\[redis-mem: truncated to \\d+ of ${size} bytes \\(over 20000 tokens a message\\)\\]$`)],
+    ] as const) {
+      await mem.append(`mem:{${thread}}`, "user", "an earlier question", { msgId: "old" });
+      const warnings: string[] = [];
+      const model = new FakeToolModel({});
+      const memory = new RedisMemMiddleware(client, { maxMsgs: 100, ...(maxTokens ? { maxTokens } : {}), warn: (m) => warnings.push(m) });
+      const out = await createAgent({ model, tools: [big], middleware: [memory.middleware] })
+        .invoke({ messages: [new HumanMessage({ content: "Oslo", id: "h1" })] }, { configurable: { thread_id: thread } });
+      assert.equal(out.messages.length, 4);
+      assert.equal(model.calls[1]!.at(-1)!.text, huge, thread); // given whole
+      const stored = await mem.get(`mem:{${thread}}`);
+      assert.deepEqual(stored.map((e) => e.role), ["user", "user", "assistant", "tool", "assistant"], thread);
+      const result = stored[3]!;
+      assert.ok(Buffer.byteLength(result.content) <= 4 * 1024 * 1024);
+      assert.match(result.content, marker);
+      assert.ok(result.tokens <= (maxTokens ?? 80_000) / 4, `${thread}: ${result.tokens} tokens`);
+      assert.equal(result.meta!["redis_mem_truncated"], size);
+      assert.equal(result.meta!["tool_call_id"], "call1");
+      // the tool's result and the answer that quotes it
+      assert.deepEqual([...new Set(warnings.filter((w) => w.includes("stored truncated")).map((w) => w.split(" message")[0]))],
+        ["redis-mem: a tool", "redis-mem: a assistant"], `${thread}: ${warnings.join(" | ")}`);
+    }
+  });
+
+  it("stores 1,200 messages given at once in batches the module takes, in order, once", async () => {
+    const history = [];
+    for (let i = 0; i < 600; i++) {
+      history.push(new HumanMessage({ content: `question ${i}`, id: `m${i}q` }));
+      history.push(new AIMessage({ content: `answer ${i}`, id: `m${i}a` }));
+    }
+    history.push(new HumanMessage({ content: "Lima", id: "last" }));
+    const memory = new RedisMemMiddleware(client, { maxMsgs: 5000, maxTokens: 10_000_000 });
+    await agentOf(new FakeToolModel({}), memory).invoke({ messages: history }, { configurable: { thread_id: "many" } });
+    const stored = await mem.get("mem:{many}");
+    assert.equal(stored.length, 1201 + 3);
+    assert.deepEqual(stored.slice(0, 1201).map((e) => e.msgId), history.map((m) => m.id));
+    // again, from another process: nothing twice
+    await agentOf(new FakeToolModel({}), new RedisMemMiddleware(client, { maxMsgs: 5000, maxTokens: 10_000_000 }))
+      .invoke({ messages: history }, { configurable: { thread_id: "many" } });
+    assert.equal((await mem.get("mem:{many}")).filter((e) => e.msgId === "m0q").length, 1);
   });
 });
