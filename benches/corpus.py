@@ -21,7 +21,9 @@ def _texts():
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
             try:
-                raw = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
+                opener = gzip.open if path.endswith(".gz") else open
+                with opener(path, "rb") as f:
+                    raw = f.read()
             except (OSError, EOFError):
                 continue
             yield raw
