@@ -55,6 +55,8 @@ export async function writeUIMessageStream(
     for await (const c of iterate(chunks)) {
       if (c.type === "text-delta" && c.delta) await reply.write(c.delta);
       else if (c.type === "error") return await reply.error(c.errorText ?? "error");
+      // An aborted reply is not an answer: an error event, nothing stored.
+      else if (c.type === "abort") return await reply.error("aborted");
     }
   } catch (e) {
     if (!reply.finished) await reply.error(e instanceof Error ? e.message : String(e));
@@ -182,9 +184,17 @@ export async function saveUIMessages(
   mem: RedisMem, key: string, messages: readonly UIMessageLike[],
   settings: SessionSettings = {},
 ): Promise<AppendResult[]> {
-  const batch = messages
+  // Only what follows the newest message the session holds: the module
+  // remembers 128 departed MSGIDs, so a long chat saved whole each turn
+  // would otherwise store its oldest messages again as new ones.
+  const held = new Set((await mem.get(key)).map((e) => e.msgId).filter((id): id is string => !!id));
+  let from = messages.length;
+  while (from > 0 && !held.has(messages[from - 1]!.id)) from--;
+  const batch = messages.slice(from)
     .filter((m) => !m.id.startsWith("summary-"))
     .map((m) => ({ role: m.role, content: uiMessageText(m), msgId: m.id }))
     .filter((m) => m.content !== "");
-  return batch.length ? mem.appendBatch(key, batch, settings) : [];
+  const out: AppendResult[] = [];
+  for (let i = 0; i < batch.length; i += 1000) out.push(...await mem.appendBatch(key, batch.slice(i, i + 1000), settings));
+  return out;
 }

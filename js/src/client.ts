@@ -83,7 +83,7 @@ function opt(name: string, value: Arg | undefined | null): Arg[] {
 
 function metaArg(meta: Meta | undefined): string | undefined {
   if (meta === undefined) return undefined;
-  return typeof meta === "string" ? meta : JSON.stringify(meta);
+  return typeof meta === "string" ? meta : JSON.stringify(meta, wellFormed);
 }
 
 function settings(s: SessionSettings): Arg[] {
@@ -106,6 +106,13 @@ function checkArgs(name: string, key: string, extra: Arg[], o: CheckOptions): Ar
  * client (`redis` / `@redis/client`, RESP2 or RESP3) or an ioredis client.
  * Module errors are thrown as {@link RedisMemError} with the Redis error code.
  */
+/** JSON.stringify replacer: a lone surrogate becomes U+FFFD, as it does in a
+ * plain argument (node-redis and ioredis write strings as UTF-8), instead of
+ * a `\ud800` escape the module refuses as not UTF-8. */
+function wellFormed(_key: string, value: unknown): unknown {
+  return typeof value === "string" ? (value as string & { toWellFormed(): string }).toWellFormed() : value;
+}
+
 export class RedisMem {
   readonly transport: Transport;
   readonly autoMsgId: boolean;
@@ -146,7 +153,7 @@ export class RedisMem {
       if (id !== undefined) item["msgid"] = id;
       return item;
     });
-    const reply = await this.send(["MEM.APPENDBATCH", key, JSON.stringify(items), ...settings(s)]);
+    const reply = await this.send(["MEM.APPENDBATCH", key, JSON.stringify(items, wellFormed), ...settings(s)]);
     if (!Array.isArray(reply)) throw new TypeError("MEM.APPENDBATCH: expected an array");
     return reply.map((r, i) => appendResult(r, items[i]!["msgid"] as string | undefined));
   }

@@ -43,7 +43,8 @@ function bool(v: unknown): boolean {
 
 /** A module map reply as a plain object with string keys. */
 export function toMap(reply: unknown): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+  // No prototype: a field named `__proto__` (an attribute may be) is a field.
+  const out = Object.create(null) as Record<string, unknown>;
   if (Array.isArray(reply)) {
     if (reply.length % 2) throw new RedisMemReplyError("not a field/value array");
     for (let i = 0; i < reply.length; i += 2) out[String(text(reply[i]))] = reply[i + 1];

@@ -24,6 +24,10 @@ export interface ReplyEvent {
   msgId?: string;
   messageId?: number;
   meta?: JsonObject;
+  /** A chunk's number (0 for the first); undefined from an older producer. */
+  n?: number;
+  /** An end's count of chunks written; undefined from an older producer. */
+  chunks?: number;
 }
 
 /** The producer ended the reply with an error event. */
@@ -37,11 +41,15 @@ export class ReplyStreamError extends Error {
 /** Events after the reader's `after` may have been trimmed (MAXLEN) before it
  * read them: the reply cannot be resumed from there without a hole. */
 export class ReplyStreamGap extends ReplyStreamError {
-  constructor(readonly replyId: string, readonly after: string, readonly firstKept: string) {
-    super(`reply ${replyId}: events before ${firstKept} were trimmed (MAXLEN); a reader after ${after} would miss some`);
+  constructor(readonly replyId: string, readonly after: string, readonly firstKept: string, why?: string) {
+    super(why ?? `reply ${replyId}: events before ${firstKept} were trimmed (MAXLEN); a reader after ${after} would miss some`);
     this.name = "ReplyStreamGap";
   }
 }
+
+/** mem.max-message-bytes when CONFIG GET is refused (the module's default). */
+const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+const TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]";
 
 /** No event came for `idleTimeout` seconds (the producer died, or the reply
  * id is unknown). */
@@ -74,13 +82,16 @@ export function replyStreamKey(sessionKey: string, replyId: string): string {
 }
 
 const EVENT_ID = /^[0-9]{1,20}(-[0-9]{1,20})?$/;
+const U64_MAX = (1n << 64n) - 1n;
 
 /** `after` as an event id to read after ("0", "<ms>" or "<ms>-<seq>";
  * undefined, null or "" -> "0"); RangeError for anything else (a client's
  * `Last-Event-ID` is input: check it before answering). */
 export function validEventId(after: string | null | undefined): string {
   const eid = after === undefined || after === null || after === "" ? "0" : after;
-  if (typeof eid !== "string" || !EVENT_ID.test(eid)) throw new RangeError(`not an event id: ${String(after)}`);
+  if (typeof eid !== "string" || !EVENT_ID.test(eid) || eid.split("-").some((part) => BigInt(part) > U64_MAX)) {
+    throw new RangeError(`not an event id: ${String(after)}`);
+  }
   return eid;
 }
 
@@ -129,7 +140,15 @@ function event(id: string, f: Record<string, string>): ReplyEvent {
   const e: ReplyEvent = { id, type: f["type"] ?? "", text: f["text"] ?? "" };
   if (f["msgid"] !== undefined) e.msgId = f["msgid"];
   if (f["message_id"]) e.messageId = Number(f["message_id"]);
-  if (f["meta"]) e.meta = JSON.parse(f["meta"]) as JsonObject;
+  if (f["meta"]) {
+    try {
+      e.meta = JSON.parse(f["meta"]) as JsonObject;
+    } catch {
+      // another producer's malformed meta: the event without it
+    }
+  }
+  if (f["n"] !== undefined && /^[0-9]+$/.test(f["n"])) e.n = Number(f["n"]);
+  if (f["chunks"] !== undefined && /^[0-9]+$/.test(f["chunks"])) e.chunks = Number(f["chunks"]);
   return e;
 }
 
@@ -199,9 +218,11 @@ export class ReplyStream {
     this.store = o.store ?? true;
     this.appendOptions = { ...(o.appendOptions ?? {}) };
     this.sessionKey = sessionKey;
-    this.replyId = o.replyId || newMsgId();
-    if (Buffer.byteLength(this.replyId, "utf8") > MAX_MSGID_BYTES) {
-      throw new RangeError(`a reply id is at most ${MAX_MSGID_BYTES} bytes (it is the message's MSGID)`);
+    this.replyId = o.replyId ?? newMsgId();
+    const raw = Buffer.from(this.replyId, "utf8");
+    if (typeof this.replyId !== "string" || raw.length === 0 || raw.length > MAX_MSGID_BYTES
+      || raw.some((b) => b < 0x20 || b === 0x7f) || this.replyId !== (this.replyId as string & { toWellFormed(): string }).toWellFormed()) {
+      throw new RangeError(`a reply id is 1 to ${MAX_MSGID_BYTES} bytes of text without control characters (it is the message's MSGID)`);
     }
     this.streamKey = replyStreamKey(sessionKey, this.replyId);
   }
@@ -215,8 +236,8 @@ export class ReplyStream {
     if (this.finished) throw new Error(`reply ${this.replyId} already ended (${this.finished.type})`);
   }
 
-  private async xadd(f: Record<string, string>): Promise<string> {
-    const args: Arg[] = ["XADD", this.streamKey, "MAXLEN", this.approximate ? "~" : "=", this.maxLen, "*"];
+  private async xadd(f: Record<string, string>, id = "*"): Promise<string> {
+    const args: Arg[] = ["XADD", this.streamKey, "MAXLEN", this.approximate ? "~" : "=", this.maxLen, id];
     for (const [k, v] of Object.entries(f)) args.push(k, v);
     // Sent back to back on one connection (a pipeline): XADD runs first.
     const [eid] = await Promise.all([this.mem.send(args), this.mem.send(["EXPIRE", this.streamKey, this.ttl])]);
@@ -228,7 +249,7 @@ export class ReplyStream {
   async write(chunk: string): Promise<string> {
     this.checkOpen();
     if (typeof chunk !== "string") throw new TypeError("a chunk is a string");
-    const eid = await this.xadd({ type: "chunk", text: chunk });
+    const eid = await this.xadd({ type: "chunk", text: chunk, n: String(this.parts.length) });
     this.parts.push(chunk);
     return eid;
   }
@@ -246,26 +267,69 @@ export class ReplyStream {
   async finish(o: { meta?: JsonObject; text?: string } = {}): Promise<ReplyEvent> {
     if (this.finished?.type === "end") return this.finished;
     this.checkOpen();
-    const full = o.text ?? this.text;
+    let full = o.text ?? this.text;
+    let meta = o.meta && Object.keys(o.meta).length ? o.meta : undefined;
     let messageId: number | undefined;
     if (this.store) {
+      const limit = await this.limit();
+      const raw = Buffer.from(full, "utf8");
+      if (raw.length > limit) {
+        // Refused on every retry otherwise: stored cut with the marker (the
+        // chunks keep it whole until the stream's TTL).
+        const marker = (kept: number): string => TRUNCATED_MARKER.replace("{kept}", String(kept)).replace("{size}", String(raw.length));
+        let keep = Math.max(0, limit - Buffer.byteLength(marker(raw.length)));
+        while (keep > 0 && (raw[keep]! & 0xc0) === 0x80) keep--;
+        full = raw.subarray(0, keep).toString("utf8") + marker(keep);
+        meta = { ...(meta ?? {}), redis_mem_truncated: raw.length };
+        console.warn(`redis-mem: reply ${this.replyId} of ${raw.length} bytes is over mem.max-message-bytes (${limit}): stored truncated`);
+      }
       const r = await this.mem.append(this.sessionKey, "assistant", full, {
-        ...this.appendOptions, msgId: this.replyId, ...(o.meta && Object.keys(o.meta).length ? { meta: o.meta } : {}),
+        ...this.appendOptions, msgId: this.replyId, ...(meta ? { meta } : {}),
       });
       messageId = r.id || undefined;
     }
-    const last = await this.lastEvent();
-    let ev: ReplyEvent;
-    if (last && last.type === "end" && last.msgId === this.replyId) {
-      ev = last;
-    } else {
-      const f: Record<string, string> = { type: "end", msgid: this.replyId };
-      if (messageId !== undefined) f["message_id"] = String(messageId);
-      if (o.meta && Object.keys(o.meta).length) f["meta"] = JSON.stringify(o.meta);
-      ev = event(await this.xadd(f), f);
+    const f: Record<string, string> = { type: "end", msgid: this.replyId, chunks: String(this.parts.length) };
+    if (messageId !== undefined) f["message_id"] = String(messageId);
+    if (meta) f["meta"] = JSON.stringify(meta);
+    // One end event, without MULTI: the explicit id right after the last
+    // event's; a racing finish computes the same one and is refused, then
+    // finds the first's end event.
+    for (let attempt = 0; ; attempt++) {
+      const last = await this.lastEvent();
+      if (last && last.type === "end" && last.msgId === this.replyId) {
+        this.finished = last;
+        return last;
+      }
+      let id = "0-1";
+      if (last) {
+        const [ms, seq] = idKey(last.id);
+        id = `${ms}-${seq + 1n}`;
+      }
+      try {
+        this.finished = event(await this.xadd(f, attempt >= 3 ? "*" : id), f);
+        return this.finished;
+      } catch (e) {
+        if (!(e instanceof RedisMemError) || !/equal or smaller/i.test(e.message) || attempt >= 3) throw e;
+      }
     }
-    this.finished = ev;
-    return ev;
+  }
+
+  private maxMessageBytes: number | undefined;
+
+  /** mem.max-message-bytes (CONFIG GET once; the default when refused). */
+  private async limit(): Promise<number> {
+    if (this.maxMessageBytes === undefined) {
+      let n = NaN;
+      try {
+        const r = await this.mem.send(["CONFIG", "GET", "mem.max-message-bytes"]);
+        const v = r instanceof Map ? [...r.values()][0] : Array.isArray(r) ? r[1] : (r as Record<string, unknown> | null)?.["mem.max-message-bytes"];
+        n = Number(text(v));
+      } catch (e) {
+        if (!(e instanceof RedisMemError)) throw e;
+      }
+      this.maxMessageBytes = Number.isSafeInteger(n) && n > 0 ? n : DEFAULT_MAX_MESSAGE_BYTES;
+    }
+    return this.maxMessageBytes;
   }
 
   /** Ends the reply with an error event; nothing is stored. */
@@ -313,6 +377,8 @@ export class ReplyStream {
     const block = Math.max(1, Math.min(o.block ?? 1000, Math.floor(idle * 1000)));
     let deadline = Date.now() + idle * 1000;
     let checked = false;
+    let due = await this.chunkDue(from);
+    const hole = (why: string): ReplyStreamGap => new ReplyStreamGap(this.replyId, from, "", `reply ${this.replyId}: ${why}; a reader after ${after} would miss chunks (the reply's text is in the session once it ended)`);
     for (;;) {
       const got = await this.read(from, { block });
       if (got.length && !checked) {
@@ -326,11 +392,40 @@ export class ReplyStream {
       deadline = Date.now() + idle * 1000;
       for (const e of got) {
         if (!KNOWN.has(e.type)) continue; // a later version's event (docs/STREAMS.md)
+        if (due !== undefined && e.type === "chunk") {
+          if (e.n === undefined) due = undefined;
+          else if (e.n !== due) throw hole(`chunk ${e.n} came where ${due} was due (the stream was recreated or trimmed)`);
+          else due++;
+        }
+        if (due !== undefined && e.type === "end" && e.chunks !== undefined && e.chunks > due) {
+          throw hole(`the reply has ${e.chunks} chunks, ${due} were read`);
+        }
         yield e;
         if (isLast(e)) return;
       }
       from = got[got.length - 1]!.id;
     }
+  }
+
+  /** The number of the next chunk due after event `after` (docs/STREAMS.md,
+   * "A recreated stream"); undefined when it cannot be known; a
+   * ReplyStreamGap when the stream no longer holds `after`. */
+  private async chunkDue(after: string): Promise<number | undefined> {
+    if (after === "0" || after === "0-0") return 0;
+    const got = entries(await this.mem.send(["XREVRANGE", this.streamKey, after, "-", "COUNT", 16]));
+    const [ms, seq] = idKey(after);
+    const first = got[0];
+    if (!first || first[0] !== `${ms}-${seq}`) {
+      throw new ReplyStreamGap(this.replyId, after, first?.[0] ?? "",
+        `reply ${this.replyId}: the stream no longer holds event ${after} (recreated or expired); a reader after it would miss chunks`);
+    }
+    for (const [id, f] of got) {
+      if (f["type"] === "chunk") {
+        const e = event(id, f);
+        return e.n === undefined ? undefined : e.n + 1;
+      }
+    }
+    return got.length < 16 ? 0 : undefined;
   }
 
   /** The chunks' texts after `after` until the end event; ReplyStreamError

@@ -62,7 +62,7 @@ for (const kind of CLIENTS) {
       assert.equal(s.text, "Hello");
       const end = await s.finish({ meta: { model_used: "gpt-4o" } });
       assert.deepEqual(end, {
-        id: end.id, type: "end", text: "", msgId: s.replyId, messageId: 1, meta: { model_used: "gpt-4o" },
+        id: end.id, type: "end", text: "", msgId: s.replyId, messageId: 1, meta: { model_used: "gpt-4o" }, chunks: 2,
       });
       const evs = await new ReplyStream(reader, k, { replyId: s.replyId }).read();
       assert.deepEqual(evs.map((e) => [e.id, e.type, e.text]), [[ids[0], "chunk", "Hel"], [ids[1], "chunk", "lo"], [end.id, "end", ""]]);
@@ -155,7 +155,7 @@ print(json.dumps({"reply_id": s.reply_id, "ids": ids, "end": end.id}))
         const evs = await collect(r.events());
         assert.deepEqual(evs.map((e) => e.id), [...out.ids, out.end]);
         assert.deepEqual(evs.at(-1), {
-          id: out.end, type: "end", text: "", msgId: out.reply_id, messageId: 1, meta: { model_used: "gpt-4o" },
+          id: out.end, type: "end", text: "", msgId: out.reply_id, messageId: 1, meta: { model_used: "gpt-4o" }, chunks: 3,
         });
         assert.deepEqual(await collect(r.chunks(out.ids[0])), ["jour ", "à tous"]);
         // a TypeScript finish of the same reply is a retry: stored once, one end event
