@@ -2,7 +2,7 @@
 // ReplyStream: a reply written from `streamText(...).toUIMessageStream()`, and
 // read back as UI message chunks or as the SSE Response useChat's resume
 // expects. Structural types only: no runtime dependency on `ai`.
-import { type EventsOptions, type ReplyEvent, ReplyStream } from "./reply-stream.js";
+import { type EventsOptions, type ReplyEvent, ReplyStream, validEventId } from "./reply-stream.js";
 import type { GetOptions, RedisMem, SessionSettings } from "./client.js";
 import type { AppendResult, JsonObject } from "./replies.js";
 
@@ -110,8 +110,15 @@ export const UI_MESSAGE_STREAM_HEADERS: Record<string, string> = {
 export function uiMessageStreamResponse(
   reply: ReplyStream, o: EventsOptions & { after?: string; status?: number; headers?: Record<string, string> } = {},
 ): Response {
+  let after: string;
+  try {
+    after = validEventId(o.after);
+  } catch {
+    // A client's Last-Event-ID is input: refused before anything is read.
+    return new Response(`not an event id: ${JSON.stringify(String(o.after)).slice(0, 80)}\n`, { status: 400, headers: { "content-type": "text/plain" } });
+  }
   const enc = new TextEncoder();
-  const it = uiMessageChunks(reply, o.after ?? "0", o);
+  const it = uiMessageChunks(reply, after, o);
   const body = new ReadableStream<Uint8Array>({
     async pull(ctrl) {
       const { done, value } = await it.next();
@@ -191,7 +198,7 @@ export async function saveUIMessages(
   let from = messages.length;
   while (from > 0 && !held.has(messages[from - 1]!.id)) from--;
   const batch = messages.slice(from)
-    .filter((m) => !m.id.startsWith("summary-"))
+    .filter((m) => !(m.role === "system" && m.id.startsWith("summary-"))) // the summary loadUIMessages gave
     .map((m) => ({ role: m.role, content: uiMessageText(m), msgId: m.id }))
     .filter((m) => m.content !== "");
   const out: AppendResult[] = [];

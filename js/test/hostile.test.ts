@@ -130,3 +130,18 @@ describe("the chat store and odd input", () => {
     assert.deepEqual(last.meta, { note: "c\ufffdd" });
   });
 });
+
+describe("the AI SDK resume endpoint", () => {
+  it("answers 400 to a Last-Event-ID that is not an event id, before reading", async () => {
+    const { uiMessageStreamResponse } = await import("../src/index.js");
+    const s = new ReplyStream(mem, "mem:{resume-400}", { replyId: "r" });
+    for (const bad of ["$", "1-2-3", "18446744073709551616-0", "5\n"]) {
+      const res = uiMessageStreamResponse(s, { after: bad });
+      assert.equal(res.status, 400, bad);
+    }
+    await s.write("hi"); await s.finish();
+    const ok = uiMessageStreamResponse(s, { after: "0" });
+    assert.equal(ok.status, 200);
+    assert.match(await ok.text(), /"delta":"hi"/);
+  });
+});
