@@ -184,19 +184,31 @@ export async function loadUIMessages(
 }
 
 /** Saves a chat's UIMessages (what useChat sends, or `onFinish`'s
- * `messages`): one MEM.APPENDBATCH, each message's id as its MSGID, so those
- * already stored are `duplicate` and stored once however often the whole
- * list is saved. Text parts only; messages without text are skipped. */
+ * `messages`): those after the newest message the session holds, in
+ * MEM.APPENDBATCHes, each message's id as its MSGID, so they are stored once
+ * however often the whole list is saved. Text parts only; messages without
+ * text are skipped. Messages are only ever added: a regenerated answer or an
+ * edited turn is appended after the branch it replaces, which stays in the
+ * session; `warn` (default console.warn) is told when that happens. */
 export async function saveUIMessages(
   mem: RedisMem, key: string, messages: readonly UIMessageLike[],
-  settings: SessionSettings = {},
+  settings: SessionSettings = {}, o: { warn?: (message: string) => void } = {},
 ): Promise<AppendResult[]> {
   // Only what follows the newest message the session holds: the module
   // remembers 128 departed MSGIDs, so a long chat saved whole each turn
   // would otherwise store its oldest messages again as new ones.
-  const held = new Set((await mem.get(key)).map((e) => e.msgId).filter((id): id is string => !!id));
+  const order = (await mem.get(key)).map((e) => e.msgId).filter((id): id is string => !!id);
+  const held = new Set(order);
   let from = messages.length;
   while (from > 0 && !held.has(messages[from - 1]!.id)) from--;
+  const listed = new Set(messages.map((m) => m.id));
+  const anchor = from > 0 ? order.lastIndexOf(messages[from - 1]!.id) : -1;
+  const stale = order.slice(anchor + 1).filter((id) => !listed.has(id));
+  if (stale.length && from < messages.length) {
+    (o.warn ?? ((m: string) => console.warn(m)))(`redis-mem: ${key} holds ${stale.length} message(s) the chat no longer has `
+      + `(${stale.slice(0, 3).join(", ")}${stale.length > 3 ? ", ..." : ""}: a regenerated answer or an edited turn); `
+      + "they stay in the session, the new ones are added after them");
+  }
   const batch = messages.slice(from)
     .filter((m) => !(m.role === "system" && m.id.startsWith("summary-"))) // the summary loadUIMessages gave
     .map((m) => ({ role: m.role, content: uiMessageText(m), msgId: m.id }))

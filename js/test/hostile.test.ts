@@ -145,3 +145,21 @@ describe("the AI SDK resume endpoint", () => {
     assert.match(await ok.text(), /"delta":"hi"/);
   });
 });
+
+describe("the chat store when useChat regenerates or edits", () => {
+  it("adds the new branch and says that the replaced one stays", async () => {
+    const key = "mem:{regen}";
+    const ui = (id: string, role: "user" | "assistant", text: string) => ({ id, role, parts: [{ type: "text" as const, text }] });
+    const said: string[] = [];
+    const warn = (m: string): void => { said.push(m); };
+    await saveUIMessages(mem, key, [ui("u1", "user", "hi"), ui("a1", "assistant", "answer A")], {}, { warn });
+    assert.deepEqual(said, []);
+    await saveUIMessages(mem, key, [ui("u1", "user", "hi"), ui("a1b", "assistant", "answer B")], {}, { warn });
+    assert.deepEqual((await mem.get(key)).map((m) => m.msgId), ["u1", "a1", "a1b"]);
+    assert.equal(said.length, 1);
+    assert.match(said[0]!, /holds 1 message\(s\) the chat no longer has \(a1: a regenerated answer/);
+    // the same list again: nothing added, nothing said
+    assert.deepEqual(await saveUIMessages(mem, key, [ui("u1", "user", "hi"), ui("a1b", "assistant", "answer B")], {}, { warn }), []);
+    assert.equal(said.length, 1);
+  });
+});
