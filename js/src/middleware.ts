@@ -10,6 +10,7 @@ import { RedisMem, type SessionSettings } from "./client.js";
 import { RedisMemError, RedisMemReplyError } from "./errors.js";
 import { messageFromMem, messageToMem, msgIdOf, summaryMessage, DEFAULT_SUMMARY_PREFIX } from "./langchain.js";
 import type { AppendResult, Message } from "./replies.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, TRUNCATED_MARKER, configValue, truncate } from "./limits.js";
 
 /** The summary instructions (redis_mem.summarizing.SUMMARY_PROMPT). */
 export const SUMMARY_PROMPT = "You maintain the running summary of a chat session. Merge the previous "
@@ -75,12 +76,9 @@ function unreachable(e: unknown): Unreachable | undefined {
   return new Unreachable(String((e as Error | null)?.message ?? e), { cause: e });
 }
 
-/** mem.max-message-bytes when CONFIG GET is refused (the module's default). */
-export const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 /** Messages one MEM.APPENDBATCH takes at most (the module's cap). */
 export const MAX_BATCH = 1000;
-/** Appended to a message stored truncated ({kept} and {size} in bytes; the Python wording). */
-export const TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]";
+export { DEFAULT_MAX_MESSAGE_BYTES, TRUNCATED_MARKER, truncate };
 
 /** Appended to a message cut to the token cap ({cap} tokens). */
 export const TOKEN_TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over {cap} tokens a message)]";
@@ -90,18 +88,6 @@ const DEFAULT_MAX_TOKENS = 80_000;
 const MESSAGE_TOKEN_SHARE = 4;
 
 type BatchItem = ReturnType<typeof messageToMem> & { msgId: string };
-
-/** `text` cut to at most `limit` UTF-8 bytes with the marker, and its size;
- * `[text, 0]` when it fits. */
-export function truncate(text: string, limit: number, template = TRUNCATED_MARKER): [string, number] {
-  const marker = (kept: number, size: number): string =>
-    template.replace("{kept}", String(kept)).replace("{size}", String(size));
-  const raw = Buffer.from(text, "utf8");
-  if (raw.length <= limit) return [text, 0];
-  let keep = Math.max(0, limit - Buffer.byteLength(marker(raw.length, raw.length)));
-  while (keep > 0 && (raw[keep]! & 0xc0) === 0x80) keep--; // never inside a character
-  return [raw.subarray(0, keep).toString("utf8") + marker(keep, raw.length), raw.length];
-}
 
 /** Batches of at most MAX_BATCH items and about 3 x `limit` bytes (the
  * module takes 4 x), cut before a message that is not a tool result when it
@@ -265,9 +251,7 @@ export class RedisMemMiddleware {
   /** A module setting (CONFIG GET; undefined when refused). */
   private async config(name: string): Promise<string | undefined> {
     try {
-      const r = await this.call(this.mem.send(["CONFIG", "GET", name]));
-      const value = r instanceof Map ? [...r.values()][0] : Array.isArray(r) ? r[1] : (r as Record<string, unknown> | null)?.[name];
-      return value === undefined || value === null ? undefined : String(value);
+      return configValue(await this.call(this.mem.send(["CONFIG", "GET", name])), name);
     } catch (e) {
       if (e instanceof Unreachable) throw e;
       return undefined;

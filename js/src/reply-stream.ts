@@ -5,6 +5,7 @@ import type { AnyClient, Arg } from "./adapter.js";
 import { MAX_MSGID_BYTES, RedisMem, newMsgId, type SessionSettings } from "./client.js";
 import { RedisMemError } from "./errors.js";
 import { type JsonObject, text, toMap } from "./replies.js";
+import { DEFAULT_MAX_MESSAGE_BYTES, configValue, truncate } from "./limits.js";
 
 /** Seconds the stream lives after its last write. */
 export const DEFAULT_TTL = 300;
@@ -47,9 +48,6 @@ export class ReplyStreamGap extends ReplyStreamError {
   }
 }
 
-/** mem.max-message-bytes when CONFIG GET is refused (the module's default). */
-const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
-const TRUNCATED_MARKER = "\n[redis-mem: truncated to {kept} of {size} bytes (over mem.max-message-bytes)]";
 
 /** No event came for `idleTimeout` seconds (the producer died, or the reply
  * id is unknown). */
@@ -272,16 +270,13 @@ export class ReplyStream {
     let messageId: number | undefined;
     if (this.store) {
       const limit = await this.limit();
-      const raw = Buffer.from(full, "utf8");
-      if (raw.length > limit) {
+      const [cut, size] = truncate(full, limit);
+      if (size) {
         // Refused on every retry otherwise: stored cut with the marker (the
         // chunks keep it whole until the stream's TTL).
-        const marker = (kept: number): string => TRUNCATED_MARKER.replace("{kept}", String(kept)).replace("{size}", String(raw.length));
-        let keep = Math.max(0, limit - Buffer.byteLength(marker(raw.length)));
-        while (keep > 0 && (raw[keep]! & 0xc0) === 0x80) keep--;
-        full = raw.subarray(0, keep).toString("utf8") + marker(keep);
-        meta = { ...(meta ?? {}), redis_mem_truncated: raw.length };
-        console.warn(`redis-mem: reply ${this.replyId} of ${raw.length} bytes is over mem.max-message-bytes (${limit}): stored truncated`);
+        full = cut;
+        meta = { ...(meta ?? {}), redis_mem_truncated: size };
+        console.warn(`redis-mem: reply ${this.replyId} of ${size} bytes is over mem.max-message-bytes (${limit}): stored truncated`);
       }
       const r = await this.mem.append(this.sessionKey, "assistant", full, {
         ...this.appendOptions, msgId: this.replyId, ...(meta ? { meta } : {}),
@@ -321,9 +316,7 @@ export class ReplyStream {
     if (this.maxMessageBytes === undefined) {
       let n = NaN;
       try {
-        const r = await this.mem.send(["CONFIG", "GET", "mem.max-message-bytes"]);
-        const v = r instanceof Map ? [...r.values()][0] : Array.isArray(r) ? r[1] : (r as Record<string, unknown> | null)?.["mem.max-message-bytes"];
-        n = Number(text(v));
+        n = Number(configValue(text(await this.mem.send(["CONFIG", "GET", "mem.max-message-bytes"])), "mem.max-message-bytes"));
       } catch (e) {
         if (!(e instanceof RedisMemError)) throw e;
       }
