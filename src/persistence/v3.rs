@@ -24,10 +24,10 @@ pub const FORMAT_4: u8 = 4;
 const MIN_HEAD_BYTES: usize = 4;
 
 pub fn encode_session(s: &Session) -> Vec<u8> {
-    let (a, b) = s.messages.stored_bytes();
+    let bytes = s.messages.stored_len();
     let mut w = Writer::new(FORMAT_4);
     // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes.
-    w.reserve(256 + a.len() + b.len() + s.messages.len() * 12);
+    w.reserve(256 + bytes + s.messages.len() * 12);
     v2::put_session_head(&mut w, s);
     w.length(s.messages.len());
     let (mut prev_id, mut prev_ts) = (0u64, 0i64);
@@ -38,9 +38,10 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
         w.length(data.len());
         (prev_id, prev_ts) = (head.id, head.ts);
     }
-    w.length(a.len() + b.len());
-    w.raw(a);
-    w.raw(b);
+    w.length(bytes);
+    for piece in s.messages.stored_bytes() {
+        w.raw(piece);
+    }
     v2::put_session_tail(&mut w, s);
     let expiries = s.extra.expiries();
     w.length(expiries.len());

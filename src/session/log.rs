@@ -1,6 +1,7 @@
 //! The messages of a session, held compactly: a fixed 24-byte head per
 //! message (id, time, tokens, where its bytes end) in a ring, and every
-//! message's role, meta and content back to back in one byte buffer.
+//! message's role, meta and content back to back in segments of up to
+//! 8 KiB (a larger message has one of its own).
 //!
 //! A message's bytes are `[tag][role?][meta?][content]`: the tag's low three
 //! bits name a common role (0 user, 1 assistant, 2 system, 3 tool,
@@ -8,16 +9,16 @@
 //! its bytes); bit 3 says a meta follows (a LEB128 length and the JSON
 //! text). The RDB format 3 writes these bytes verbatim (docs/FORMAT.md).
 //!
-//! Evicting the oldest message only moves a cursor; the dead bytes are
-//! reclaimed when the buffer needs room. An append that does not fit goes
-//! to a side buffer and is moved in by [`MessageLog::settle`] once the
-//! write has trimmed, so a session at its caps reuses the space its
-//! evicted message leaves instead of growing. The buffer is sized to the
-//! allocator's size classes, so its capacity is what it costs.
+//! Evicting the oldest message only moves a cursor; a segment goes when all
+//! of its messages have, and the first one is compacted once half of it is
+//! evicted. A log of one segment at its caps reuses the space its evicted
+//! message leaves instead of growing. Segments are sized to the allocator's
+//! size classes, so their capacity is what they cost, and no write moves
+//! more than one segment's bytes however large the session.
 //!
-//! The buffer is shared (`Arc`): a copy of the log (a re-count snapshot
-//! for a worker, a read's age-filtered view) takes no text; a write to a
-//! log whose buffer is shared appends to the side buffer until it is not.
+//! Segments are shared (`Arc`): a copy of the log (a re-count snapshot for
+//! a worker, a read's age-filtered view) takes no text; a write to a shared
+//! segment copies that segment.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,11 +42,6 @@ pub const MAX_LOG_BYTES: usize = u32::MAX as usize;
 /// Most tokens one message may carry (stored in 32 bits; a counted message
 /// has at most one token per byte plus its framing).
 pub const MAX_MESSAGE_TOKENS: u64 = u32::MAX as u64;
-
-/// Logs up to this many bytes compact whenever they need room (a memmove
-/// this size costs less than counting one message); larger ones keep an
-/// eighth spare so moving the live bytes is amortized over many appends.
-const SMALL_LOG_BYTES: usize = 16 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Head {
@@ -94,18 +90,46 @@ pub enum LogError {
     Tokens,
 }
 
+/// Most bytes a segment of several messages holds. A growing log copies at
+/// most this many bytes at a time (one buffer that grew by copying itself
+/// held the main thread 36-82 ms on a 40-80 MB session's next append), and
+/// the allocator's classes up to here are at most 1 KiB apart, so a log
+/// costs about what it holds (an 18 KB buffer took a 20 KB class).
+const SEGMENT_BYTES: usize = 8 * 1024;
+
+/// A run of whole messages' bytes. Shared (`Arc`): a copy of the log (a
+/// re-count snapshot for a worker, a read's age-filtered view) takes no
+/// text; a write to a shared segment copies that segment only.
+#[derive(Clone)]
+struct Segment {
+    /// Logical position of `bytes[0]`.
+    start: u32,
+    bytes: Arc<Vec<u8>>,
+}
+
+impl Segment {
+    fn end(&self) -> u32 {
+        self.start.wrapping_add(self.bytes.len() as u32)
+    }
+
+    fn owned(start: u32, capacity: usize) -> Segment {
+        Segment {
+            start,
+            bytes: Arc::new(Vec::with_capacity(capacity)),
+        }
+    }
+}
+
 #[derive(Clone, Default)]
 pub struct MessageLog {
     heads: VecDeque<Head>,
-    buf: Arc<Vec<u8>>,
-    /// Logical position of `buf[0]`.
-    start: u32,
-    /// Bytes from `start` that belong to evicted messages (may reach into
-    /// `extra` when all of `buf` is evicted).
-    dead: usize,
-    /// Messages appended after `buf` (logically contiguous with it) while
-    /// `buf` was full or shared.
-    extra: Vec<u8>,
+    /// The messages' bytes, logically contiguous and in order. A message's
+    /// bytes are in one segment; a segment over [`SEGMENT_BYTES`] holds one
+    /// message. Only the first may begin with evicted bytes.
+    segments: VecDeque<Segment>,
+    /// Logical position where the first message's bytes begin (where the
+    /// next message's go when there is none).
+    first: u32,
     /// A read view only ([`MessageLog::view_without`]): where each message's
     /// bytes begin, as messages were left out of the middle without moving
     /// bytes. None for every log that is written.
@@ -235,13 +259,28 @@ impl MessageLog {
         self.heads.is_empty()
     }
 
-    /// Bytes from the first message's start to the end of the last one.
+    /// Logical position just past the last message's bytes.
+    fn end(&self) -> u32 {
+        self.heads.back().map_or(self.first, |h| h.end)
+    }
+
+    /// Logical position of the first segment's first byte.
+    fn base(&self) -> u32 {
+        self.segments.front().map_or(self.first, |s| s.start)
+    }
+
+    /// Bytes from the first segment's start to the end of the last message.
     fn span(&self) -> usize {
-        self.buf.len() + self.extra.len()
+        self.end().wrapping_sub(self.base()) as usize
     }
 
     fn live_bytes(&self) -> usize {
-        self.span().saturating_sub(self.dead)
+        self.end().wrapping_sub(self.first) as usize
+    }
+
+    /// Evicted bytes at the start of the first segment.
+    fn dead(&self) -> usize {
+        self.first.wrapping_sub(self.base()) as usize
     }
 
     /// Whether messages of `sizes` (role, meta, content) can all be pushed,
@@ -263,22 +302,24 @@ impl MessageLog {
         }
         match i.checked_sub(1).and_then(|p| self.heads.get(p)) {
             Some(previous) => previous.end,
-            None => self.start.wrapping_add(self.dead as u32),
+            None => self.first,
         }
     }
 
-    /// The stored bytes from logical position `from` to `to`.
+    /// The stored bytes from logical position `from` to `to` (one message:
+    /// they are in one segment).
     fn bytes(&self, from: u32, to: u32) -> &[u8] {
-        let rel = from.wrapping_sub(self.start) as usize;
+        let base = self.base();
+        let rel = from.wrapping_sub(base);
+        let after = self
+            .segments
+            .partition_point(|s| s.start.wrapping_sub(base) <= rel);
+        let Some(segment) = after.checked_sub(1).and_then(|k| self.segments.get(k)) else {
+            return &[];
+        };
+        let at = from.wrapping_sub(segment.start) as usize;
         let len = to.wrapping_sub(from) as usize;
-        let buf = self.buf.as_slice();
-        match buf.get(rel..rel + len) {
-            Some(bytes) => bytes,
-            None => rel
-                .checked_sub(buf.len())
-                .and_then(|r| self.extra.get(r..r + len))
-                .unwrap_or(&[]),
-        }
+        segment.bytes.get(at..at.saturating_add(len)).unwrap_or(&[])
     }
 
     fn data(&self, i: usize) -> &[u8] {
@@ -305,10 +346,8 @@ impl MessageLog {
         }
         MessageLog {
             heads,
-            buf: Arc::clone(&self.buf),
-            start: self.start,
-            dead: self.dead,
-            extra: self.extra.clone(),
+            segments: self.segments.clone(),
+            first: self.first,
             view_starts: Some(starts.into_boxed_slice()),
         }
     }
@@ -325,7 +364,12 @@ impl MessageLog {
 
     /// Whether `other` holds the very bytes this log does (a view of it).
     pub fn shares_bytes_with(&self, other: &MessageLog) -> bool {
-        Arc::ptr_eq(&self.buf, &other.buf)
+        self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|(a, b)| Arc::ptr_eq(&a.bytes, &b.bytes))
     }
 
     pub fn head(&self, i: usize) -> Option<&Head> {
@@ -343,8 +387,8 @@ impl MessageLog {
         for m in messages {
             log.push(m.id, m.ts, m.tokens, &m.role, m.meta.as_deref(), &m.content)
                 .map_err(|e| format!("corrupt payload: message {}: {e:?}", m.id))?;
-            log.settle();
         }
+        log.settle();
         Ok(log)
     }
 
@@ -422,7 +466,8 @@ impl MessageLog {
     ) -> Result<(), LogError> {
         let len = data_len(role, meta, content);
         self.reserve_position(len, tokens)?;
-        let target = self.target(len);
+        // Never None: target makes the segment it returns.
+        let target = self.target(len).ok_or(LogError::Full)?;
         encode_data(role, meta, content, target);
         self.finish_push(id, ts, tokens);
         Ok(())
@@ -434,7 +479,9 @@ impl MessageLog {
         check_data(data)?;
         self.reserve_position(data.len(), tokens)
             .map_err(|e| format!("{e:?}"))?;
-        self.target(data.len()).extend_from_slice(data);
+        self.target(data.len())
+            .ok_or_else(|| format!("{:?}", LogError::Full))?
+            .extend_from_slice(data);
         self.finish_push(id, ts, tokens);
         Ok(())
     }
@@ -443,19 +490,11 @@ impl MessageLog {
         if tokens > MAX_MESSAGE_TOKENS {
             return Err(LogError::Tokens);
         }
-        // A caller that pushes many messages without settling (a loop of
-        // pushes and evictions: a batch, an import) keeps the side buffer
-        // within the live bytes; settling only then moves the live bytes at
-        // most once per as many bytes appended (at live/8, a batch of
-        // 1,000 x 16.5 KB at 30 messages moved 8x its size: 48-101 ms).
-        if self.extra.len() >= SMALL_LOG_BYTES.max(self.live_bytes()) {
-            self.settle();
-        }
         if self.live_bytes().saturating_add(len) > MAX_LOG_BYTES {
             return Err(LogError::Full);
         }
         if self.span() + len > MAX_LOG_BYTES {
-            self.compact();
+            self.compact_front(false);
             if self.span() + len > MAX_LOG_BYTES {
                 return Err(LogError::Full);
             }
@@ -463,25 +502,41 @@ impl MessageLog {
         Ok(())
     }
 
-    /// Where `len` new bytes go: the buffer when it has room and is not
-    /// shared, else the side buffer.
-    fn target(&mut self, len: usize) -> &mut Vec<u8> {
-        let fits = self.extra.is_empty()
-            && Arc::get_mut(&mut self.buf).is_some_and(|buf| buf.capacity() - buf.len() >= len);
-        match Arc::get_mut(&mut self.buf) {
-            Some(buf) if fits => buf,
-            _ => {
-                // Amortized: a loop of pushes without a settle (a rebuild,
-                // a stream) must not reallocate the side buffer per push.
-                self.extra.reserve(len);
-                &mut self.extra
+    /// Where `len` new bytes go: the last segment while it stays within
+    /// [`SEGMENT_BYTES`] (copied first if shared: at most that many bytes),
+    /// grown to the allocator's next class when it must grow; else a new
+    /// segment. None only if no segment could be made (never).
+    fn target(&mut self, len: usize) -> Option<&mut Vec<u8>> {
+        let end = self.end();
+        // A log of one segment at its caps takes back the space its evicted
+        // messages left before it grows (moving under SEGMENT_BYTES).
+        if let (1, Some(only)) = (self.segments.len(), self.segments.front()) {
+            let room = only.bytes.capacity() - only.bytes.len();
+            let dead = self.dead();
+            if dead > 0 && room < len && only.bytes.len() - dead + len <= SEGMENT_BYTES {
+                self.compact_front(false);
             }
         }
+        let fits = self
+            .segments
+            .back()
+            .is_some_and(|tail| tail.bytes.len() + len <= SEGMENT_BYTES);
+        if !fits {
+            self.segments
+                .push_back(Segment::owned(end, size_class(len)));
+        }
+        let tail = Arc::make_mut(&mut self.segments.back_mut()?.bytes);
+        let need = tail.len() + len;
+        if need > tail.capacity() {
+            tail.reserve_exact(size_class(need) - tail.len());
+        }
+        Some(tail)
     }
 
-    /// Records the message whose bytes were just written (they end the span).
+    /// Records the message whose bytes were just written (they end the last
+    /// segment).
     fn finish_push(&mut self, id: u64, ts: i64, tokens: u64) {
-        let end = self.start.wrapping_add(self.span() as u32);
+        let end = self.segments.back().map_or(self.first, Segment::end);
         self.heads.push_back(Head {
             id,
             ts,
@@ -493,9 +548,18 @@ impl MessageLog {
     /// Removes the oldest message: its `(id, tokens)`.
     pub fn pop_front(&mut self) -> Option<(u64, u64)> {
         let h = self.heads.pop_front()?;
-        self.dead = h.end.wrapping_sub(self.start) as usize;
+        self.first = h.end;
         if self.heads.is_empty() {
-            self.clear_bytes();
+            self.segments.clear();
+        } else {
+            // Segments every byte of which is evicted go at once.
+            while self
+                .segments
+                .front()
+                .is_some_and(|s| self.first.wrapping_sub(s.start) as usize >= s.bytes.len())
+            {
+                self.segments.pop_front();
+            }
         }
         Some((h.id, u64::from(h.tokens)))
     }
@@ -504,37 +568,29 @@ impl MessageLog {
     pub fn pop_back(&mut self) -> Option<(u64, u64)> {
         let h = self.heads.pop_back()?;
         if self.heads.is_empty() {
-            self.clear_bytes();
+            self.segments.clear();
+            self.first = h.end;
         } else {
-            let keep = self.begin(self.len()).wrapping_sub(self.start) as usize;
-            match keep.checked_sub(self.buf.len()) {
-                Some(in_extra) => self.extra.truncate(in_extra),
-                None => {
-                    self.extra.clear();
-                    // Copies a shared buffer: only an import drops its
-                    // newest message, on a session no copy shares.
-                    Arc::make_mut(&mut self.buf).truncate(keep);
+            let end = self.end();
+            if let Some(tail) = self.segments.back_mut() {
+                if tail.start == end {
+                    self.segments.pop_back();
+                } else {
+                    // Copies a shared segment (at most SEGMENT_BYTES: one
+                    // over it holds only the message that went).
+                    Arc::make_mut(&mut tail.bytes).truncate(end.wrapping_sub(tail.start) as usize);
                 }
             }
         }
         Some((h.id, u64::from(h.tokens)))
     }
 
-    fn clear_bytes(&mut self) {
-        let next = self.start.wrapping_add(self.span() as u32);
-        match Arc::get_mut(&mut self.buf) {
-            Some(buf) => buf.clear(),
-            None => self.buf = Arc::default(),
-        }
-        self.extra = Vec::new();
-        self.start = next;
-        self.dead = 0;
-    }
-
     /// Keeps the messages whose head `keep` accepts, in order. Dropping
     /// only the oldest ones (the usual age eviction) is a cursor move;
-    /// anything else rebuilds the bytes in one buffer of the kept size.
-    /// Heads only: deciding reads no text (a decode checks its UTF-8).
+    /// anything else rebuilds only the segments that lose a message (an
+    /// aged message just before the newest, in a 40 MB session, made the
+    /// next write rebuild the whole buffer: 26-52 ms). Heads only: deciding
+    /// reads no text (a decode checks its UTF-8).
     pub fn retain(&mut self, keep: impl FnMut(&Head) -> bool) {
         let kept: Vec<bool> = self.heads.iter().map(keep).collect();
         let dropped_prefix = kept.iter().take_while(|k| !**k).count();
@@ -545,80 +601,72 @@ impl MessageLog {
             self.settle();
             return;
         }
-        if self.retain_in_place(&kept) {
-            return;
-        }
-        // kept has one entry per head (built from them above): every
-        // kept[i] below has i < self.len().
-        let bytes: usize = (0..self.len())
-            .filter(|&i| kept[i])
-            .map(|i| self.data(i).len())
-            .sum();
-        let mut buf = Vec::with_capacity(size_class(bytes));
-        let mut heads = VecDeque::with_capacity(self.len() - kept.iter().filter(|k| !**k).count());
-        for (i, h) in self.heads.iter().enumerate() {
-            if kept[i] {
-                buf.extend_from_slice(self.data(i));
-                heads.push_back(Head {
-                    end: buf.len() as u32,
-                    ..*h
-                });
+        let mut heads = VecDeque::with_capacity(kept.iter().filter(|k| **k).count());
+        let mut segments: VecDeque<Segment> = VecDeque::new();
+        // Where the next kept byte goes; the segment being built, if any.
+        let mut at = self.first;
+        let mut building: Option<Segment> = None;
+        // A built segment is sized to what it holds once it is done.
+        let done = |mut built: Segment| {
+            if let Some(bytes) = Arc::get_mut(&mut built.bytes) {
+                bytes.shrink_to(size_class(bytes.len()));
             }
-        }
-        *self = MessageLog {
-            heads,
-            buf: Arc::new(buf),
-            ..MessageLog::default()
+            built
         };
-    }
-
-    /// [`MessageLog::retain`] in the buffer itself when no one shares it and
-    /// every byte is in it: only the bytes after the first message that goes
-    /// move, once (an aged message just before the newest, in a 40 MB
-    /// session, made the next write rebuild the whole buffer: 26-52 ms).
-    /// False (nothing done) otherwise.
-    fn retain_in_place(&mut self, kept: &[bool]) -> bool {
-        if !self.extra.is_empty() || self.view_starts.is_some() {
-            return false;
-        }
-        let Some(first_gone) = kept.iter().position(|k| !*k) else {
-            return true;
-        };
-        let start = self.start;
-        let ranges: Vec<(usize, usize)> = (0..self.len())
-            .map(|i| {
-                let end = self.heads.get(i).map_or(start, |h| h.end);
-                (
-                    self.begin(i).wrapping_sub(start) as usize,
-                    end.wrapping_sub(start) as usize,
-                )
-            })
-            .collect();
-        let Some(buf) = Arc::get_mut(&mut self.buf) else {
-            return false;
-        };
-        // first_gone indexes kept, whose length is that of ranges.
-        let mut write = ranges[first_gone].0;
-        for (i, &(from, to)) in ranges.iter().enumerate().skip(first_gone) {
-            if !kept[i] {
-                continue;
-            }
-            buf.copy_within(from..to, write);
-            write += to - from;
-            if let Some(h) = self.heads.get_mut(i) {
-                h.end = start.wrapping_add(write as u32);
-            }
-        }
-        buf.truncate(write);
         let mut i = 0;
-        self.heads.retain(|_| {
-            i += 1;
-            kept[i - 1]
-        });
-        if self.heads.is_empty() {
-            self.clear_bytes();
+        for segment in &self.segments {
+            // The messages whose bytes are in this segment: i..j.
+            let mut j = i;
+            while self
+                .heads
+                .get(j)
+                .is_some_and(|h| h.end.wrapping_sub(segment.start) as usize <= segment.bytes.len())
+            {
+                j += 1;
+            }
+            if (i..j).all(|m| kept.get(m).copied().unwrap_or(false)) && j > i {
+                // Kept whole: shared as it is, at its new position.
+                segments.extend(building.take().map(done));
+                let lead = self.begin(i).wrapping_sub(segment.start);
+                let start = at.wrapping_sub(lead);
+                for h in self.heads.range(i..j) {
+                    heads.push_back(Head {
+                        end: start.wrapping_add(h.end.wrapping_sub(segment.start)),
+                        ..*h
+                    });
+                }
+                segments.push_back(Segment {
+                    start,
+                    bytes: Arc::clone(&segment.bytes),
+                });
+                at = start.wrapping_add(segment.bytes.len() as u32);
+            } else {
+                for m in (i..j).filter(|m| kept.get(*m).copied().unwrap_or(false)) {
+                    let data = self.data(m);
+                    let full = building
+                        .as_ref()
+                        .is_some_and(|b| b.bytes.len() + data.len() > SEGMENT_BYTES);
+                    if full {
+                        segments.extend(building.take().map(done));
+                    }
+                    let b = building
+                        .get_or_insert_with(|| Segment::owned(at, data.len().max(SEGMENT_BYTES)));
+                    Arc::make_mut(&mut b.bytes).extend_from_slice(data);
+                    at = at.wrapping_add(data.len() as u32);
+                    if let Some(h) = self.heads.get(m) {
+                        heads.push_back(Head { end: at, ..*h });
+                    }
+                }
+            }
+            i = j;
         }
-        true
+        segments.extend(building.map(done));
+        self.heads = heads;
+        self.segments = segments;
+        if self.heads.is_empty() {
+            self.segments.clear();
+        }
+        self.settle();
     }
 
     /// Sets message `i`'s tokens (a re-count). Counts come from a count of
@@ -629,28 +677,37 @@ impl MessageLog {
         }
     }
 
-    /// Moves the buffer's live bytes to its front.
-    fn compact(&mut self) {
-        let Some(buf) = Arc::get_mut(&mut self.buf) else {
+    /// Drops the first segment's evicted bytes, moving what it keeps (at
+    /// most SEGMENT_BYTES: a segment over it holds one message, never
+    /// partly evicted); `shrink` also gives back its spare capacity. A
+    /// shared segment is left to its other holders: the log takes a copy
+    /// of what it keeps.
+    fn compact_front(&mut self, shrink: bool) {
+        let first = self.first;
+        let Some(segment) = self.segments.front_mut() else {
             return;
         };
-        if self.dead >= buf.len() {
-            let rest = self.dead - buf.len();
-            self.start = self.start.wrapping_add(buf.len() as u32);
-            *buf = std::mem::take(&mut self.extra);
-            self.dead = rest;
+        let dead = first.wrapping_sub(segment.start) as usize;
+        match Arc::get_mut(&mut segment.bytes) {
+            Some(bytes) => {
+                bytes.drain(..dead.min(bytes.len()));
+                if shrink {
+                    bytes.shrink_to(size_class(bytes.len()));
+                }
+            }
+            None if dead > 0 => {
+                let keep = segment.bytes.get(dead..).unwrap_or(&[]);
+                let mut bytes = Vec::with_capacity(size_class(keep.len()));
+                bytes.extend_from_slice(keep);
+                segment.bytes = Arc::new(bytes);
+            }
+            None => {}
         }
-        if self.dead > 0 {
-            let dead = self.dead.min(buf.len());
-            buf.drain(..dead);
-            self.start = self.start.wrapping_add(dead as u32);
-            self.dead -= dead;
-        }
+        segment.start = first;
     }
 
-    /// Brings the side buffer into the buffer and sizes the buffer to what
-    /// it holds; called once a write is done (it has trimmed). Reads are
-    /// right before and after: this only moves bytes.
+    /// Tidies the log once a write is done (it has trimmed): gives back
+    /// what evictions and summaries freed. Moves at most a segment's bytes.
     pub fn settle(&mut self) {
         // Heads too: a summary of 100,000 messages down to 100 would keep
         // 3 MB of ring. Shrunk to twice what is held, so appends that
@@ -658,76 +715,68 @@ impl MessageLog {
         if self.heads.capacity() > 64 && self.heads.capacity() > 4 * self.heads.len() {
             self.heads.shrink_to(2 * self.heads.len());
         }
-        if Arc::get_mut(&mut self.buf).is_none() {
-            self.release_dead_shared();
-            if Arc::get_mut(&mut self.buf).is_none() {
-                return;
-            }
+        if self.segments.capacity() > 64 && self.segments.capacity() > 4 * self.segments.len() {
+            self.segments.shrink_to(2 * self.segments.len());
         }
-        let live = self.live_bytes();
-        let slack = if live > SMALL_LOG_BYTES { live / 8 } else { 0 };
-        if !self.extra.is_empty() {
-            self.compact();
-            let Some(buf) = Arc::get_mut(&mut self.buf) else {
-                return;
-            };
-            if buf.is_empty() {
-                *buf = std::mem::take(&mut self.extra);
-            } else if !self.extra.is_empty() {
-                // Keep an eighth spare once compacted, so the next move of
-                // the live bytes is at least live/8 appended bytes away (a
-                // buffer the last growth left nearly full would move them
-                // on every append at the caps). A reallocation the
-                // allocator can extend in place copies nothing.
-                let need = buf.len() + self.extra.len();
-                if need + slack > buf.capacity() {
-                    buf.reserve_exact(size_class(need + slack) - buf.len());
-                }
-                buf.extend_from_slice(&self.extra);
-                self.extra = Vec::new();
-            }
-        }
-        // Give back what a summary or a large eviction freed.
-        let Some(buf) = Arc::get_mut(&mut self.buf) else {
+        let dead = self.dead();
+        let Some(front) = self.segments.front() else {
             return;
         };
-        let fits = size_class(live + slack);
-        if buf.capacity() > 4096 && buf.capacity() > 2 * fits {
-            self.compact();
-            if let Some(buf) = Arc::get_mut(&mut self.buf) {
-                buf.shrink_to(fits);
-            }
-        }
-    }
-
-    /// Drops this log's hold on a shared buffer once every byte of it is
-    /// evicted: its live bytes are all in the side buffer, which becomes
-    /// the buffer. Without this, a log whose buffer stays shared (a COPY, a
-    /// long re-count) at its caps would keep every evicted byte of its side
-    /// buffer, since only an unshared buffer is compacted.
-    fn release_dead_shared(&mut self) {
-        if self.dead >= self.buf.len() {
-            self.start = self.start.wrapping_add(self.buf.len() as u32);
-            self.dead -= self.buf.len();
-            self.buf = Arc::new(std::mem::take(&mut self.extra));
+        let (len, capacity) = (front.bytes.len(), front.bytes.capacity());
+        let wasted = if self.segments.len() > 1 {
+            // Moved once half of it is evicted: at most one byte moved per
+            // byte evicted, at most half a segment spare.
+            2 * dead >= len
+        } else {
+            // The last segment takes appends into its spare room; more than
+            // half of it spare is what a summary or an eviction freed.
+            capacity > 4096 && capacity > 2 * size_class(len - dead)
+        };
+        if wasted {
+            self.compact_front(true);
         }
     }
 
     /// A copy that shares nothing with this log (COPY: two keys, each
     /// compacting its own bytes; MEMORY USAGE of each is what it holds).
     pub fn detached(&self) -> MessageLog {
-        let (a, b) = self.stored_bytes();
-        let mut buf = Vec::with_capacity(size_class(a.len() + b.len()));
-        buf.extend_from_slice(a);
-        buf.extend_from_slice(b);
-        MessageLog {
-            heads: self.heads.clone(),
-            buf: Arc::new(buf),
-            start: self.start.wrapping_add(self.dead as u32),
-            dead: 0,
-            extra: Vec::new(),
-            view_starts: None,
+        let messages: Vec<(Head, &[u8])> = self.stored().map(|(h, d)| (*h, d)).collect();
+        MessageLog::packed(self.first, &messages)
+    }
+
+    /// A log of `messages` (their heads' ends ignored: they are laid out
+    /// again from `first`), in segments sized to what they hold.
+    fn packed(first: u32, messages: &[(Head, &[u8])]) -> MessageLog {
+        let mut log = MessageLog {
+            heads: VecDeque::with_capacity(messages.len()),
+            first,
+            ..MessageLog::default()
+        };
+        let mut at = first;
+        let mut rest = messages;
+        while !rest.is_empty() {
+            // As many messages as fit in a segment, at least one.
+            let mut bytes = 0usize;
+            let mut n = 0;
+            for (_, data) in rest {
+                if n > 0 && bytes + data.len() > SEGMENT_BYTES {
+                    break;
+                }
+                bytes += data.len();
+                n += 1;
+            }
+            let (group, after) = rest.split_at(n.min(rest.len()));
+            let mut segment = Segment::owned(at, size_class(bytes));
+            let buf = Arc::make_mut(&mut segment.bytes);
+            for (head, data) in group {
+                buf.extend_from_slice(data);
+                at = at.wrapping_add(data.len() as u32);
+                log.heads.push_back(Head { end: at, ..*head });
+            }
+            log.segments.push_back(segment);
+            rest = after;
         }
+        log
     }
 
     /// A copy sharing this log's bytes (taking no text): a worker may read
@@ -752,10 +801,14 @@ impl MessageLog {
     /// hands out, so MEMORY USAGE agrees with used_memory.
     pub fn mem_usage(&self) -> usize {
         let allocation = |bytes: usize| if bytes == 0 { 0 } else { size_class(bytes) };
+        let arc = allocation(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Vec<u8>>());
         allocation(self.heads.capacity() * std::mem::size_of::<Head>())
-            + allocation(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Vec<u8>>())
-            + allocation(self.buf.capacity())
-            + allocation(self.extra.capacity())
+            + allocation(self.segments.capacity() * std::mem::size_of::<Segment>())
+            + self
+                .segments
+                .iter()
+                .map(|s| arc + allocation(s.bytes.capacity()))
+                .sum::<usize>()
     }
 
     /// Heads and stored bytes of every message in order, for RDB format 3.
@@ -766,12 +819,16 @@ impl MessageLog {
             .map(|(i, h)| (h, self.data(i)))
     }
 
-    /// The stored bytes of every message, as one or two slices.
-    pub fn stored_bytes(&self) -> (&[u8], &[u8]) {
-        let dead_in_buf = self.dead.min(self.buf.len());
-        let buf = self.buf.get(dead_in_buf..).unwrap_or(&[]);
-        let extra = self.extra.get(self.dead - dead_in_buf..).unwrap_or(&[]);
-        (buf, extra)
+    /// The stored bytes of every message in order, in pieces ([`stored_len`]
+    /// in all).
+    ///
+    /// [`stored_len`]: MessageLog::stored_len
+    pub fn stored_bytes(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let dead = self.dead();
+        self.segments
+            .iter()
+            .enumerate()
+            .map(move |(k, s)| s.bytes.get(if k == 0 { dead } else { 0 }..).unwrap_or(&[]))
     }
 
     /// A log from RDB format 3: heads as stored (each message's length in
@@ -780,10 +837,10 @@ impl MessageLog {
         heads: Vec<(u64, i64, u64, usize)>,
         bytes: &[u8],
     ) -> Result<MessageLog, String> {
-        let mut log = MessageLog {
-            heads: VecDeque::with_capacity(heads.len()),
-            ..MessageLog::default()
-        };
+        if bytes.len() > MAX_LOG_BYTES {
+            return Err("corrupt payload: messages above 4 GiB".to_owned());
+        }
+        let mut messages = Vec::with_capacity(heads.len());
         let mut at = 0usize;
         for (id, ts, tokens, len) in heads {
             let data = bytes
@@ -794,24 +851,18 @@ impl MessageLog {
                 return Err(format!("corrupt payload: message tokens {tokens}"));
             }
             at += len;
-            log.heads.push_back(Head {
+            let head = Head {
                 id,
                 ts,
-                end: at as u32,
+                end: 0,
                 tokens: tokens as u32,
-            });
+            };
+            messages.push((head, data));
         }
         if at != bytes.len() {
             return Err("corrupt payload: message bytes left over".to_owned());
         }
-        if bytes.len() > MAX_LOG_BYTES {
-            return Err("corrupt payload: messages above 4 GiB".to_owned());
-        }
-        // Sized to its allocation class: the spare bytes take appends.
-        let mut buf = Vec::with_capacity(size_class(bytes.len()));
-        buf.extend_from_slice(bytes);
-        log.buf = Arc::new(buf);
-        Ok(log)
+        Ok(MessageLog::packed(0, &messages))
     }
 }
 
