@@ -206,7 +206,21 @@ def cases(scale):
         r.execute_command("MEM.ATTRGET", "a", "small")
         r.execute_command("MEM.ATTRDEL", "a", "small")
 
+    def grow(r, piece=64 * 1024):
+        # Counting given (TOKENS): what is left is the session's own growth.
+        content = words(piece)
+        n = 20 * scale * 1024 * 1024 // piece
+        pipe = r.pipeline(transaction=False)
+        for i in range(n):
+            pipe.execute_command("MEM.APPEND", "g", "user", content, "TOKENS", 1000,
+                                 "MAXTOKENS", 1_000_000_000, "MAXMSGS", 10_000_000)
+            if i % 64 == 63:
+                pipe.execute()
+        pipe.execute()
+        return {"appends": n, "session_mb": round(r.memory_usage("g", samples=0) / 1e6, 1)}
+
     return [
+        (f"appends growing a session to {20 * scale} MB (64 KB each, TOKENS given)", None, grow),
         (f"model switch of {20 * scale} x 1 MB", model_switch_setup, model_switch),
         (f"small ATTRSET/ATTRGET/ATTRDEL beside {10 * scale} x 1 MB attributes", attrs_setup, attrs_edit),
         (f"MEM.IMPORT of {5 * scale} x 1 MB", None, import_big),

@@ -124,8 +124,9 @@ impl Segment {
 pub struct MessageLog {
     heads: VecDeque<Head>,
     /// The messages' bytes, logically contiguous and in order. A message's
-    /// bytes are in one segment; a segment over [`SEGMENT_BYTES`] holds one
-    /// message. Only the first may begin with evicted bytes.
+    /// bytes are in one segment; a segment over [`SEGMENT_BYTES`] was made
+    /// for one message (smaller ones may fill its class's spare room). Only
+    /// the first may begin with evicted bytes.
     segments: VecDeque<Segment>,
     /// Logical position where the first message's bytes begin (where the
     /// next message's go when there is none).
@@ -503,9 +504,9 @@ impl MessageLog {
     }
 
     /// Where `len` new bytes go: the last segment while it stays within
-    /// [`SEGMENT_BYTES`] (copied first if shared: at most that many bytes),
-    /// grown to the allocator's next class when it must grow; else a new
-    /// segment. None only if no segment could be made (never).
+    /// [`SEGMENT_BYTES`] or its capacity (copied first if shared), grown to
+    /// the allocator's next class when it must grow; else a new segment.
+    /// None only if no segment could be made (never).
     fn target(&mut self, len: usize) -> Option<&mut Vec<u8>> {
         let end = self.end();
         // A log of one segment at its caps takes back the space its evicted
@@ -517,10 +518,12 @@ impl MessageLog {
                 self.compact_front(false);
             }
         }
+        // A segment made for one large message takes smaller ones into the
+        // room its size class left (a 60 KB tool result's class has 4 KB).
         let fits = self
             .segments
             .back()
-            .is_some_and(|tail| tail.bytes.len() + len <= SEGMENT_BYTES);
+            .is_some_and(|tail| tail.bytes.len() + len <= SEGMENT_BYTES.max(tail.bytes.capacity()));
         if !fits {
             self.segments
                 .push_back(Segment::owned(end, size_class(len)));
@@ -576,8 +579,8 @@ impl MessageLog {
                 if tail.start == end {
                     self.segments.pop_back();
                 } else {
-                    // Copies a shared segment (at most SEGMENT_BYTES: one
-                    // over it holds only the message that went).
+                    // Copies a shared segment: only an import drops its
+                    // newest message, on a session no copy shares.
                     Arc::make_mut(&mut tail.bytes).truncate(end.wrapping_sub(tail.start) as usize);
                 }
             }
@@ -677,11 +680,10 @@ impl MessageLog {
         }
     }
 
-    /// Drops the first segment's evicted bytes, moving what it keeps (at
-    /// most SEGMENT_BYTES: a segment over it holds one message, never
-    /// partly evicted); `shrink` also gives back its spare capacity. A
-    /// shared segment is left to its other holders: the log takes a copy
-    /// of what it keeps.
+    /// Drops the first segment's evicted bytes, moving what it keeps (less
+    /// than what left, but for a log of one segment under SEGMENT_BYTES);
+    /// `shrink` also gives back its spare capacity. A shared segment is
+    /// left to its other holders: the log takes a copy of what it keeps.
     fn compact_front(&mut self, shrink: bool) {
         let first = self.first;
         let Some(segment) = self.segments.front_mut() else {
