@@ -60,11 +60,49 @@ pub struct Attrs {
     /// Shared (copy on write): a read's view of the session (MAXAGE hides a
     /// message) clones the attributes, and 100 MB of them copied held the
     /// main thread ~50 ms per read.
-    pairs: Arc<Vec<(Box<str>, Box<str>)>>,
+    pairs: Pairs,
     /// Name -> expiry (ms) of the attributes set with their own lifetime
     /// (MEM.ATTRSET ... EX): past it they are never read, and the next
     /// write drops them (at its op's `now`, so replicas drop the same).
     expiry: BTreeMap<String, i64>,
+}
+
+type Pair = (Box<str>, Box<str>);
+
+/// The members, shared; nothing allocated until there is one: every
+/// session has its `Attrs`, few have attributes (an empty `Arc<Vec>` took
+/// 48 B of each session).
+#[derive(Clone, Debug, Default)]
+struct Pairs(Option<Arc<Vec<Pair>>>);
+
+impl std::ops::Deref for Pairs {
+    type Target = [Pair];
+    fn deref(&self) -> &[Pair] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
+impl PartialEq for Pairs {
+    fn eq(&self, other: &Pairs) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Pairs {}
+
+impl Pairs {
+    fn new(pairs: Vec<Pair>) -> Pairs {
+        Pairs((!pairs.is_empty()).then(|| Arc::new(pairs)))
+    }
+
+    /// The members to change (copied first if shared).
+    fn make_mut(&mut self) -> &mut Vec<Pair> {
+        Arc::make_mut(self.0.get_or_insert_with(Arc::default))
+    }
+
+    fn capacity(&self) -> usize {
+        self.0.as_ref().map_or(0, |pairs| pairs.capacity())
+    }
 }
 
 /// A JSON object's members in order, name and value as their raw text.
@@ -100,7 +138,7 @@ impl Attrs {
             None => Ok(Attrs::default()),
             Some(t) => serde_json::from_str::<Members>(t)
                 .map(|m| Attrs {
-                    pairs: Arc::new(m.0),
+                    pairs: Pairs::new(m.0),
                     expiry: BTreeMap::new(),
                 })
                 .map_err(|e| format!("imported members are not a JSON object: {e}")),
@@ -110,7 +148,7 @@ impl Attrs {
     /// From an import: (raw name, raw value) pairs as the document wrote them.
     pub fn from_raw(pairs: Vec<(Box<str>, Box<str>)>) -> Attrs {
         Attrs {
-            pairs: Arc::new(pairs),
+            pairs: Pairs::new(pairs),
             expiry: BTreeMap::new(),
         }
     }
@@ -161,7 +199,8 @@ impl Attrs {
             .filter(|(_, &at)| at <= now)
             .map(|(n, _)| n.clone())
             .collect();
-        Arc::make_mut(&mut self.pairs)
+        self.pairs
+            .make_mut()
             .retain(|(raw, _)| Attrs::name(raw).is_none_or(|n| !gone.contains(&n)));
         self.expiry.retain(|_, at| *at > now);
     }
@@ -325,7 +364,7 @@ impl Session {
             Some(at) => self.extra.expiry.insert(name.to_owned(), at),
             None => self.extra.expiry.remove(name),
         };
-        let pairs = Arc::make_mut(&mut self.extra.pairs);
+        let pairs = self.extra.pairs.make_mut();
         let named = |raw: &str| Attrs::name(raw).as_deref() == Some(name);
         match pairs.iter().position(|(raw, _)| named(raw)) {
             Some(first) => {
@@ -351,7 +390,7 @@ impl Session {
     /// Removes every member named `name`. Returns whether there was one.
     pub fn attr_del(&mut self, name: &str) -> bool {
         self.extra.expiry.remove(name);
-        let pairs = Arc::make_mut(&mut self.extra.pairs);
+        let pairs = self.extra.pairs.make_mut();
         let before = pairs.len();
         pairs.retain(|(raw, _)| Attrs::name(raw).as_deref() != Some(name));
         pairs.len() != before

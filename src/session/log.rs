@@ -509,22 +509,22 @@ impl MessageLog {
     /// None only if no segment could be made (never).
     fn target(&mut self, len: usize) -> Option<&mut Vec<u8>> {
         let end = self.end();
-        // A log of one segment at its caps takes back the space its evicted
-        // messages left before it grows (moving under SEGMENT_BYTES).
-        if let (1, Some(only)) = (self.segments.len(), self.segments.front()) {
-            let room = only.bytes.capacity() - only.bytes.len();
-            let dead = self.dead();
-            if dead > 0 && room < len && only.bytes.len() - dead + len <= SEGMENT_BYTES {
-                self.compact_front(false);
-            }
-        }
         // A segment made for one large message takes smaller ones into the
         // room its size class left (a 60 KB tool result's class has 4 KB).
-        let fits = self
-            .segments
-            .back()
-            .is_some_and(|tail| tail.bytes.len() + len <= SEGMENT_BYTES.max(tail.bytes.capacity()));
+        // A log of one segment under SEGMENT_BYTES does not grow before the
+        // write trims: the message goes to a second segment, which `settle`
+        // moves into the room the trim left (a log at its caps keeps its
+        // size) or into the first grown by a class.
+        let fits = match (self.segments.len(), self.segments.back()) {
+            (_, None) => false,
+            (1, Some(only)) if only.bytes.capacity() - only.bytes.len() < len => false,
+            (_, Some(tail)) => tail.bytes.len() + len <= SEGMENT_BYTES.max(tail.bytes.capacity()),
+        };
         if !fits {
+            if self.segments.is_empty() {
+                // Most logs are one segment: room for one (4 by default).
+                self.segments.reserve_exact(1);
+            }
             self.segments
                 .push_back(Segment::owned(end, size_class(len)));
         }
@@ -720,15 +720,18 @@ impl MessageLog {
         if self.segments.capacity() > 64 && self.segments.capacity() > 4 * self.segments.len() {
             self.segments.shrink_to(2 * self.segments.len());
         }
+        if self.segments.len() == 2 && self.live_bytes() <= SEGMENT_BYTES {
+            self.merge_second();
+        }
         let dead = self.dead();
         let Some(front) = self.segments.front() else {
             return;
         };
         let (len, capacity) = (front.bytes.len(), front.bytes.capacity());
         let wasted = if self.segments.len() > 1 {
-            // Moved once half of it is evicted: at most one byte moved per
-            // byte evicted, at most half a segment spare.
-            2 * dead >= len
+            // Moved once a quarter of it is evicted: at most three bytes
+            // moved per byte evicted, at most a quarter of a segment spare.
+            4 * dead >= len
         } else {
             // The last segment takes appends into its spare room; more than
             // half of it spare is what a summary or an eviction freed.
@@ -737,6 +740,26 @@ impl MessageLog {
         if wasted {
             self.compact_front(true);
         }
+    }
+
+    /// Moves the second of two segments into the first, once the first's
+    /// evicted bytes are dropped (at most SEGMENT_BYTES in all: the caller
+    /// checks the live bytes fit).
+    fn merge_second(&mut self) {
+        self.compact_front(false);
+        let Some(second) = self.segments.pop_back() else {
+            return;
+        };
+        let Some(front) = self.segments.front_mut() else {
+            self.segments.push_back(second);
+            return;
+        };
+        let bytes = Arc::make_mut(&mut front.bytes);
+        let need = bytes.len() + second.bytes.len();
+        if need > bytes.capacity() {
+            bytes.reserve_exact(size_class(need) - bytes.len());
+        }
+        bytes.extend_from_slice(&second.bytes);
     }
 
     /// A copy that shares nothing with this log (COPY: two keys, each
@@ -778,6 +801,7 @@ impl MessageLog {
             log.segments.push_back(segment);
             rest = after;
         }
+        log.segments.shrink_to_fit();
         log
     }
 
