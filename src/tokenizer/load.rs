@@ -162,6 +162,7 @@ pub fn load(e: Encoding) -> Option<&'static Counter> {
             s.bytes.store(bytes, Ordering::Relaxed);
             s.state
                 .store(if built.is_some() { 2 } else { 3 }, Ordering::Release);
+            super::resident::release_file_pages();
             built
         })
         .as_ref()

@@ -9,6 +9,7 @@ mod load;
 pub mod models;
 pub mod piece_count;
 pub mod pretokenize;
+mod resident;
 mod split;
 mod split_patterns;
 pub mod tool_calls;

@@ -700,3 +700,56 @@ fn given_counts_above_the_text_survive_replication_reload_and_restore() {
         2
     );
 }
+
+/// KiB of the server's RSS that are pages of the module's file.
+fn module_file_rss_kb(con: &mut redis::Connection) -> u64 {
+    let pid = crate::support::faults::pid(con);
+    let name = module_path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut ours = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        let first = line.split_ascii_whitespace().next().unwrap_or("");
+        if !first.ends_with(':') {
+            ours = line.ends_with(&name);
+        } else if ours && first == "Rss:" {
+            kb += line
+                .split_ascii_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    kb
+}
+
+#[test]
+fn built_encodings_leave_the_module_file_out_of_rss() {
+    // bpe-openai's serialized o200k_base (32 MB in the module) is read once
+    // to build the heap tables; it stayed resident (32.4 MB of 84 MB RSS).
+    let server = Server::start();
+    let mut con = server.client();
+    count(&mut con, "gpt-4o", TEXTS[1]);
+    assert_eq!(encoding_state(&mut con, "o200k_base"), "loaded");
+    let after_o200k = module_file_rss_kb(&mut con);
+    count(&mut con, "gpt-4", TEXTS[1]);
+    assert_eq!(encoding_state(&mut con, "cl100k_base"), "loaded");
+    let after_cl100k = module_file_rss_kb(&mut con);
+    for text in TEXTS {
+        assert_eq!(
+            count(&mut con, "gpt-4o", text),
+            tiktoken_rs::o200k_base_singleton()
+                .encode_ordinary(text)
+                .len() as i64,
+            "{text:?}"
+        );
+    }
+    assert!(
+        after_o200k < 16 * 1024 && after_cl100k < 16 * 1024,
+        "module file resident: {after_o200k} KiB after o200k_base, {after_cl100k} KiB after cl100k_base"
+    );
+}
