@@ -82,7 +82,7 @@ fn sample_0_1() -> Session {
     ]);
     Session {
         messages: MessageLog::from_messages(messages).unwrap(),
-        summary: Some(summary),
+        summary: Some(Box::new(summary)),
         settings: settings(Encoding::Cl100kBase),
         external,
         last_id: 8,
@@ -762,12 +762,12 @@ fn format_1_built_by_hand_decodes() {
     );
     assert_eq!(
         s.summary,
-        Some(Summary {
+        Some(Box::new(Summary {
             text: "before".into(),
             tokens: 3,
             upto: 5,
             ts: 900
-        })
+        }))
     );
     assert_eq!(
         s.settings,

@@ -42,7 +42,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
     // expression evaluates its fields in source order).
     Ok(Session {
         messages: MessageLog::from_messages(messages)?,
-        summary,
+        summary: summary.map(Box::new),
         settings,
         external,
         last_id: r.u64("last_id")?,

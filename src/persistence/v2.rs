@@ -102,7 +102,7 @@ pub(super) fn put_session_head(w: &mut Writer, s: &Session) {
     w.u64(s.total_tokens);
     w.i64(s.created);
     w.i64(s.updated);
-    w.option(s.summary.as_ref(), put_summary);
+    w.option(s.summary.as_deref(), put_summary);
 }
 
 /// The fields after the messages (formats 2 and 3).
@@ -299,7 +299,7 @@ pub(super) fn session_head(r: &mut Reader) -> Result<Session> {
     session.last_id = last_id;
     session.total_tokens = total_tokens;
     session.updated = updated;
-    session.summary = summary;
+    session.summary = summary.map(Box::new);
     Ok(session)
 }
 

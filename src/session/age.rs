@@ -60,6 +60,11 @@ impl Session {
         gone.contains(&true).then_some(gone)
     }
 
+    /// Whether a write at `now` would evict a message by age.
+    pub fn has_aged(&self, now: i64) -> bool {
+        self.aged(now, false).is_some()
+    }
+
     /// Evicts the newest message (a streaming import that finds it past
     /// `maxage`: its id stays used, as if it had been appended and evicted).
     pub fn evict_newest(&mut self) {

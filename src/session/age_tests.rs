@@ -206,6 +206,68 @@ fn a_summary_cannot_cover_an_evicted_message_and_changes_nothing() {
     assert_eq!((ids(&s), out.trimmed, s.total_tokens), (vec![3], 1, 9));
 }
 
+#[test]
+fn a_summary_after_the_newest_message_aged_keeps_the_rest_whole() {
+    // The newest message aged (an old TS): a summary of the oldest left a
+    // read's view as the session, whose positions read the neighbours'
+    // bytes ("a\0b") and whose saved form no longer loaded (hostile pass,
+    // issue 23). Contents of 1 B to 9 KB, across segments.
+    for size in [1usize, 200, 9_000] {
+        let text = |c: char| c.to_string().repeat(size);
+        let mut s = session(&[]);
+        for (i, c) in ['a', 'b', 'c'].into_iter().enumerate() {
+            let mut m = msg(i as u64 + 1, "user", NOW);
+            m.content = text(c).into();
+            s.push_message(m).unwrap();
+        }
+        let mut old = msg(4, "user", NOW - 8 * DAY_MS);
+        old.content = text('d').into();
+        s.push_message(old).unwrap();
+        let out = s
+            .apply(Op::Summarize {
+                now: NOW,
+                summary: Summary {
+                    text: "sum".into(),
+                    tokens: 5,
+                    upto: 1,
+                    ts: NOW,
+                },
+            })
+            .unwrap();
+        assert_eq!(out.trimmed, 1, "size {size}");
+        let held: Vec<(u64, String)> = s
+            .messages
+            .iter()
+            .map(|m| (m.id, m.content.to_owned()))
+            .collect();
+        assert_eq!(held, vec![(2, text('b')), (3, text('c'))], "size {size}");
+        let back =
+            crate::persistence::decode_session(&crate::persistence::encode_session(&s)).unwrap();
+        assert_eq!(back, s, "size {size}");
+    }
+}
+
+#[test]
+fn a_view_written_becomes_a_log_of_its_own() {
+    let old = NOW - 8 * DAY_MS;
+    let s = session(&[("user", NOW), ("user", old), ("user", NOW), ("user", NOW)]);
+    let mut view = s.live(NOW).into_owned();
+    assert_eq!(ids(&view), vec![1, 3, 4]);
+    let mut m = msg(5, "assistant", NOW);
+    m.content = "five".into();
+    view.push_message(m).unwrap();
+    assert_eq!(ids(&view), vec![1, 3, 4, 5]);
+    assert_eq!(view.messages.back().unwrap().content, "five");
+    let back =
+        crate::persistence::decode_session(&crate::persistence::encode_session(&view)).unwrap();
+    assert_eq!(back, view);
+    assert_eq!(
+        ids(&s),
+        vec![1, 2, 3, 4],
+        "the session the view was of is unchanged"
+    );
+}
+
 fn raw(text: &str) -> Box<str> {
     text.into()
 }

@@ -21,6 +21,9 @@
 //! segment copies that segment.
 
 use std::collections::VecDeque;
+
+pub use super::heads::Head;
+use super::heads::Heads;
 use std::sync::Arc;
 
 /// Roles stored as a code; others are written out.
@@ -42,15 +45,6 @@ pub const MAX_LOG_BYTES: usize = u32::MAX as usize;
 /// Most tokens one message may carry (stored in 32 bits; a counted message
 /// has at most one token per byte plus its framing).
 pub const MAX_MESSAGE_TOKENS: u64 = u32::MAX as u64;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Head {
-    pub id: u64,
-    pub ts: i64,
-    /// Logical position just past the message's bytes (wrapping).
-    end: u32,
-    pub tokens: u32,
-}
 
 /// A message as the log holds it, borrowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +116,7 @@ impl Segment {
 
 #[derive(Clone, Default)]
 pub struct MessageLog {
-    heads: VecDeque<Head>,
+    heads: Heads,
     /// The messages' bytes, logically contiguous and in order. A message's
     /// bytes are in one segment; a segment over [`SEGMENT_BYTES`] was made
     /// for one message (smaller ones may fill its class's spare room). Only
@@ -134,7 +128,10 @@ pub struct MessageLog {
     /// A read view only ([`MessageLog::view_without`]): where each message's
     /// bytes begin, as messages were left out of the middle without moving
     /// bytes. None for every log that is written.
-    view_starts: Option<Box<[u32]>>,
+    /// Boxed twice to keep the pointer thin: every session holds the
+    /// field, and 8 bytes more put a session in the next size class.
+    #[allow(clippy::box_collection)]
+    view_starts: Option<Box<Vec<u32>>>,
 }
 
 /// The stored bytes of a message: tag, role, meta, content.
@@ -262,7 +259,7 @@ impl MessageLog {
 
     /// Logical position just past the last message's bytes.
     fn end(&self) -> u32 {
-        self.heads.back().map_or(self.first, |h| h.end)
+        self.heads.back_end().unwrap_or(self.first)
     }
 
     /// Logical position of the first segment's first byte.
@@ -337,19 +334,19 @@ impl MessageLog {
     /// is read, never written.
     pub fn view_without(&self, gone: &[bool]) -> MessageLog {
         let kept = gone.iter().filter(|g| !**g).count();
-        let mut heads = VecDeque::with_capacity(kept);
+        let mut heads = Heads::with_capacity(kept);
         let mut starts = Vec::with_capacity(kept);
         for (i, h) in self.heads.iter().enumerate() {
             if !gone.get(i).copied().unwrap_or(false) {
                 starts.push(self.begin(i));
-                heads.push_back(*h);
+                heads.push_back(h);
             }
         }
         MessageLog {
             heads,
             segments: self.segments.clone(),
             first: self.first,
-            view_starts: Some(starts.into_boxed_slice()),
+            view_starts: Some(Box::new(starts)),
         }
     }
 
@@ -373,12 +370,12 @@ impl MessageLog {
                 .all(|(a, b)| Arc::ptr_eq(&a.bytes, &b.bytes))
     }
 
-    pub fn head(&self, i: usize) -> Option<&Head> {
+    pub fn head(&self, i: usize) -> Option<Head> {
         self.heads.get(i)
     }
 
     /// Id, time and tokens of every message, oldest first.
-    pub fn heads(&self) -> impl DoubleEndedIterator<Item = &Head> + ExactSizeIterator + '_ {
+    pub fn heads(&self) -> impl DoubleEndedIterator<Item = Head> + ExactSizeIterator + '_ {
         self.heads.iter()
     }
 
@@ -465,6 +462,7 @@ impl MessageLog {
         meta: Option<&str>,
         content: &str,
     ) -> Result<(), LogError> {
+        self.make_writable();
         let len = data_len(role, meta, content);
         self.reserve_position(len, tokens)?;
         // Never None: target makes the segment it returns.
@@ -477,6 +475,7 @@ impl MessageLog {
     /// Appends a message given as its stored bytes (a loaded RDB value),
     /// checked to be well formed.
     pub fn push_data(&mut self, id: u64, ts: i64, tokens: u64, data: &[u8]) -> Result<(), String> {
+        self.make_writable();
         check_data(data)?;
         self.reserve_position(data.len(), tokens)
             .map_err(|e| format!("{e:?}"))?;
@@ -550,6 +549,7 @@ impl MessageLog {
 
     /// Removes the oldest message: its `(id, tokens)`.
     pub fn pop_front(&mut self) -> Option<(u64, u64)> {
+        self.make_writable();
         let h = self.heads.pop_front()?;
         self.first = h.end;
         if self.heads.is_empty() {
@@ -569,6 +569,7 @@ impl MessageLog {
 
     /// Removes the newest message: its `(id, tokens)`.
     pub fn pop_back(&mut self) -> Option<(u64, u64)> {
+        self.make_writable();
         let h = self.heads.pop_back()?;
         if self.heads.is_empty() {
             self.segments.clear();
@@ -594,8 +595,9 @@ impl MessageLog {
     /// aged message just before the newest, in a 40 MB session, made the
     /// next write rebuild the whole buffer: 26-52 ms). Heads only: deciding
     /// reads no text (a decode checks its UTF-8).
-    pub fn retain(&mut self, keep: impl FnMut(&Head) -> bool) {
-        let kept: Vec<bool> = self.heads.iter().map(keep).collect();
+    pub fn retain(&mut self, mut keep: impl FnMut(&Head) -> bool) {
+        self.make_writable();
+        let kept: Vec<bool> = self.heads.iter().map(|h| keep(&h)).collect();
         let dropped_prefix = kept.iter().take_while(|k| !**k).count();
         if kept.iter().skip(dropped_prefix).all(|k| *k) {
             for _ in 0..dropped_prefix {
@@ -604,7 +606,7 @@ impl MessageLog {
             self.settle();
             return;
         }
-        let mut heads = VecDeque::with_capacity(kept.iter().filter(|k| **k).count());
+        let mut heads = Heads::with_capacity(kept.iter().filter(|k| **k).count());
         let mut segments: VecDeque<Segment> = VecDeque::new();
         // Where the next kept byte goes; the segment being built, if any.
         let mut at = self.first;
@@ -635,7 +637,7 @@ impl MessageLog {
                 for h in self.heads.range(i..j) {
                     heads.push_back(Head {
                         end: start.wrapping_add(h.end.wrapping_sub(segment.start)),
-                        ..*h
+                        ..h
                     });
                 }
                 segments.push_back(Segment {
@@ -657,7 +659,7 @@ impl MessageLog {
                     Arc::make_mut(&mut b.bytes).extend_from_slice(data);
                     at = at.wrapping_add(data.len() as u32);
                     if let Some(h) = self.heads.get(m) {
-                        heads.push_back(Head { end: at, ..*h });
+                        heads.push_back(Head { end: at, ..h });
                     }
                 }
             }
@@ -675,9 +677,8 @@ impl MessageLog {
     /// Sets message `i`'s tokens (a re-count). Counts come from a count of
     /// the message's bytes, so they fit.
     pub fn set_tokens(&mut self, i: usize, tokens: u64) {
-        if let Some(h) = self.heads.get_mut(i) {
-            h.tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
-        }
+        self.heads
+            .set_tokens(i, u32::try_from(tokens).unwrap_or(u32::MAX));
     }
 
     /// Drops the first segment's evicted bytes, moving what it keeps (less
@@ -711,6 +712,7 @@ impl MessageLog {
     /// Tidies the log once a write is done (it has trimmed): gives back
     /// what evictions and summaries freed. Moves at most a segment's bytes.
     pub fn settle(&mut self) {
+        self.make_writable();
         // Heads too: a summary of 100,000 messages down to 100 would keep
         // 3 MB of ring. Shrunk to twice what is held, so appends that
         // follow do not reallocate at once.
@@ -765,7 +767,7 @@ impl MessageLog {
     /// A copy that shares nothing with this log (COPY: two keys, each
     /// compacting its own bytes; MEMORY USAGE of each is what it holds).
     pub fn detached(&self) -> MessageLog {
-        let messages: Vec<(Head, &[u8])> = self.stored().map(|(h, d)| (*h, d)).collect();
+        let messages: Vec<(Head, &[u8])> = self.stored().collect();
         MessageLog::packed(self.first, &messages)
     }
 
@@ -773,7 +775,7 @@ impl MessageLog {
     /// again from `first`), in segments sized to what they hold.
     fn packed(first: u32, messages: &[(Head, &[u8])]) -> MessageLog {
         let mut log = MessageLog {
-            heads: VecDeque::with_capacity(messages.len()),
+            heads: Heads::with_capacity(messages.len()),
             first,
             ..MessageLog::default()
         };
@@ -828,7 +830,7 @@ impl MessageLog {
     pub fn mem_usage(&self) -> usize {
         let allocation = |bytes: usize| if bytes == 0 { 0 } else { size_class(bytes) };
         let arc = allocation(2 * std::mem::size_of::<usize>() + std::mem::size_of::<Vec<u8>>());
-        allocation(self.heads.capacity() * std::mem::size_of::<Head>())
+        allocation(self.heads.allocated())
             + allocation(self.segments.capacity() * std::mem::size_of::<Segment>())
             + self
                 .segments
@@ -838,7 +840,7 @@ impl MessageLog {
     }
 
     /// Heads and stored bytes of every message in order, for RDB format 3.
-    pub fn stored(&self) -> impl Iterator<Item = (&Head, &[u8])> + '_ {
+    pub fn stored(&self) -> impl Iterator<Item = (Head, &[u8])> + '_ {
         self.heads
             .iter()
             .enumerate()
@@ -846,15 +848,37 @@ impl MessageLog {
     }
 
     /// The stored bytes of every message in order, in pieces ([`stored_len`]
-    /// in all).
+    /// in all): the segments, or each message of a view (whose segments
+    /// hold what it left out).
     ///
     /// [`stored_len`]: MessageLog::stored_len
     pub fn stored_bytes(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let view = self.view_starts.is_some();
         let dead = self.dead();
-        self.segments
+        let segments = self
+            .segments
             .iter()
             .enumerate()
-            .map(move |(k, s)| s.bytes.get(if k == 0 { dead } else { 0 }..).unwrap_or(&[]))
+            .filter(move |_| !view)
+            .map(move |(k, s)| s.bytes.get(if k == 0 { dead } else { 0 }..).unwrap_or(&[]));
+        let messages = (0..self.len())
+            .filter(move |_| view)
+            .map(move |i| self.data(i));
+        segments.chain(messages)
+    }
+
+    /// A view about to be written becomes a log of its own (a copy of its
+    /// messages' bytes): its positions are its source's, so written as a log
+    /// it read other messages' bytes and saved what its heads did not say.
+    fn make_writable(&mut self) {
+        if self.view_starts.is_none() {
+            return;
+        }
+        let fresh = {
+            let messages: Vec<(Head, &[u8])> = self.stored().collect();
+            MessageLog::packed(self.first, &messages)
+        };
+        *self = fresh;
     }
 
     /// A log from RDB format 3: heads as stored (each message's length in

@@ -133,7 +133,7 @@ pub struct ExternalId {
 pub struct Session {
     /// The messages, oldest first, held compactly (log.rs).
     pub messages: MessageLog,
-    pub summary: Option<Summary>,
+    pub summary: Option<Box<Summary>>,
     pub settings: Settings,
     /// Orchestrator name -> its conversation id (ordered, so digests agree).
     pub external: BTreeMap<String, ExternalId>,
@@ -559,7 +559,7 @@ impl Session {
         }
         self.total_tokens = self.total_tokens.saturating_add(summary.tokens);
         self.last_id = self.last_id.max(summary.upto);
-        self.summary = Some(summary);
+        self.summary = Some(Box::new(summary));
         Ok(())
     }
 
@@ -715,13 +715,12 @@ impl Session {
     fn summarize(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
         // Messages too old are gone before the summary is checked (an upto
         // among them is refused, as a read no longer shows it). Evicted on
-        // a copy when any is old, so a refused summary changes nothing.
-        let evicted = match self.live(now) {
-            std::borrow::Cow::Owned(view) => Some(view),
-            std::borrow::Cow::Borrowed(_) => None,
-        };
-        if let Some(mut next) = evicted {
-            let aged = self.message_count() - next.message_count();
+        // a copy when any is old, so a refused summary changes nothing: a
+        // copy evicted as a write evicts (a read's view is never written;
+        // one installed as the session broke its bytes and its RDB).
+        if self.has_aged(now) {
+            let mut next = self.clone();
+            let aged = next.evict_aged(now, false);
             let mut outcome = next.summarize_live(now, summary)?;
             outcome.trimmed = aged;
             *self = next;
@@ -808,6 +807,7 @@ impl Session {
 
 mod age;
 mod attrs;
+mod heads;
 mod lease;
 mod log;
 mod read;

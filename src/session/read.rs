@@ -121,7 +121,7 @@ impl Session {
         let mut summary = if sel.after.is_some() {
             None
         } else {
-            self.summary.as_ref()
+            self.summary.as_deref()
         };
         if let Some(budget) = sel.budget {
             let mut used = summary.map_or(0, |s| s.tokens);

@@ -903,3 +903,11 @@ fn last_never_starts_with_a_tool_result_but_after_alone_is_exact() {
         vec![5]
     );
 }
+
+#[test]
+fn a_session_fits_the_320_byte_size_class() {
+    // Every session holds one: 8 bytes more take the next class (384),
+    // 64 B of a 30 x 200 B session that costs ~7.2 KB.
+    assert!(std::mem::size_of::<Session>() <= 320);
+    assert_eq!(std::mem::size_of::<MessageLog>(), 96);
+}

@@ -149,7 +149,9 @@ fn openai_counter(t: &'static bpe_openai::Tokenizer) -> Counter {
 /// Builds `e` if needed; None if its build failed.
 pub fn load(e: Encoding) -> Option<&'static Counter> {
     let s = slot(e);
-    s.counter
+    let mut built_now = false;
+    let counter = s
+        .counter
         .get_or_init(|| {
             s.state.store(1, Ordering::Release);
             let start = std::time::Instant::now();
@@ -162,10 +164,16 @@ pub fn load(e: Encoding) -> Option<&'static Counter> {
             s.bytes.store(bytes, Ordering::Relaxed);
             s.state
                 .store(if built.is_some() { 2 } else { 3 }, Ordering::Release);
-            super::resident::release_file_pages();
+            built_now = true;
             built
         })
-        .as_ref()
+        .as_ref();
+    // Once the counter is published: the state says loaded from the store
+    // above, and a command must find it so (not wait on the smaps read).
+    if built_now {
+        super::resident::release_file_pages();
+    }
+    counter
 }
 
 pub fn is_loaded(e: Encoding) -> bool {

@@ -1,0 +1,397 @@
+//! The heads of a log's messages (id, time, tokens, where its bytes end) in
+//! a ring of 16 bytes each: id and time are kept as offsets from the log's
+//! bases (24 bytes whole were 10% of a 30 x 200 B session). A head whose
+//! offsets do not fit moves the bases to the held messages; if they still
+//! do not fit (ids more than 2^32 apart, times more than ±24 days from the
+//! bases), the ring keeps whole heads from then on.
+
+use std::collections::VecDeque;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub id: u64,
+    pub ts: i64,
+    /// Logical position just past the message's bytes (wrapping).
+    pub(super) end: u32,
+    pub tokens: u32,
+}
+
+/// A head as a narrow ring keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    id: u32,
+    ts: i32,
+    end: u32,
+    tokens: u32,
+}
+
+#[derive(Clone, Debug)]
+pub enum Heads {
+    Narrow {
+        id_base: u64,
+        ts_base: i64,
+        slots: VecDeque<Slot>,
+    },
+    Wide(VecDeque<Head>),
+}
+
+impl Default for Heads {
+    fn default() -> Heads {
+        Heads::with_capacity(0)
+    }
+}
+
+impl PartialEq for Heads {
+    fn eq(&self, other: &Heads) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Heads {
+    pub fn with_capacity(n: usize) -> Heads {
+        Heads::Narrow {
+            id_base: 0,
+            ts_base: 0,
+            slots: VecDeque::with_capacity(n),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Heads::Narrow { slots, .. } => slots.len(),
+            Heads::Wide(heads) => heads.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        match self {
+            Heads::Narrow { slots, .. } => slots.capacity(),
+            Heads::Wide(heads) => heads.capacity(),
+        }
+    }
+
+    /// Bytes the ring's allocation takes.
+    pub fn allocated(&self) -> usize {
+        match self {
+            Heads::Narrow { slots, .. } => slots.capacity() * std::mem::size_of::<Slot>(),
+            Heads::Wide(heads) => heads.capacity() * std::mem::size_of::<Head>(),
+        }
+    }
+
+    pub fn shrink_to(&mut self, n: usize) {
+        match self {
+            Heads::Narrow { slots, .. } => slots.shrink_to(n),
+            Heads::Wide(heads) => heads.shrink_to(n),
+        }
+    }
+
+    pub fn get(&self, i: usize) -> Option<Head> {
+        match self {
+            Heads::Narrow {
+                id_base,
+                ts_base,
+                slots,
+            } => slots.get(i).map(|s| Head {
+                id: id_base.wrapping_add(u64::from(s.id)),
+                ts: ts_base.wrapping_add(i64::from(s.ts)),
+                end: s.end,
+                tokens: s.tokens,
+            }),
+            Heads::Wide(heads) => heads.get(i).copied(),
+        }
+    }
+
+    pub fn back(&self) -> Option<Head> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    /// The logical end of the newest message's bytes.
+    pub fn back_end(&self) -> Option<u32> {
+        match self {
+            Heads::Narrow { slots, .. } => slots.back().map(|s| s.end),
+            Heads::Wide(heads) => heads.back().map(|h| h.end),
+        }
+    }
+
+    pub fn set_tokens(&mut self, i: usize, tokens: u32) {
+        match self {
+            Heads::Narrow { slots, .. } => {
+                if let Some(s) = slots.get_mut(i) {
+                    s.tokens = tokens;
+                }
+            }
+            Heads::Wide(heads) => {
+                if let Some(h) = heads.get_mut(i) {
+                    h.tokens = tokens;
+                }
+            }
+        }
+    }
+
+    pub fn push_back(&mut self, h: Head) {
+        if let Heads::Narrow {
+            id_base,
+            ts_base,
+            slots,
+        } = self
+        {
+            if let Some(slot) = narrow(*id_base, *ts_base, &h) {
+                slots.push_back(slot);
+                return;
+            }
+            self.rebase(&h);
+        }
+        match self {
+            Heads::Narrow {
+                id_base,
+                ts_base,
+                slots,
+            } => match narrow(*id_base, *ts_base, &h) {
+                Some(slot) => slots.push_back(slot),
+                None => self.widen_and_push(h),
+            },
+            Heads::Wide(heads) => heads.push_back(h),
+        }
+    }
+
+    /// Bases that take every held head and `h` (the oldest id; the middle
+    /// of the times), the slots rewritten to them; left as they are if no
+    /// bases would (the caller then widens). Only bases that leave half the
+    /// range free are taken: a rebase costs a pass over the heads, so the
+    /// next one is at least 2^31 ids or 12 days of times away.
+    fn rebase(&mut self, h: &Head) {
+        let all: Vec<Head> = self.iter().chain(std::iter::once(*h)).collect();
+        let id_base = all.first().map_or(h.id, |f| f.id.min(h.id));
+        let (lo, hi) = all
+            .iter()
+            .fold((h.ts, h.ts), |(lo, hi), x| (lo.min(x.ts), hi.max(x.ts)));
+        let roomy = h.id.wrapping_sub(id_base) <= u64::from(u32::MAX / 2)
+            && hi
+                .checked_sub(lo)
+                .is_some_and(|span| span <= i64::from(i32::MAX));
+        if !roomy {
+            return;
+        }
+        let ts_base = lo + (hi - lo) / 2;
+        let slots: Option<VecDeque<Slot>> = all
+            .iter()
+            .take(all.len() - 1)
+            .map(|x| narrow(id_base, ts_base, x))
+            .collect();
+        if let (Some(mut slots), Some(_)) = (slots, narrow(id_base, ts_base, h)) {
+            slots.reserve(self.capacity().saturating_sub(slots.len()));
+            *self = Heads::Narrow {
+                id_base,
+                ts_base,
+                slots,
+            };
+        }
+    }
+
+    fn widen_and_push(&mut self, h: Head) {
+        let mut heads: VecDeque<Head> =
+            VecDeque::with_capacity(self.capacity().max(self.len() + 1));
+        heads.extend(self.iter());
+        heads.push_back(h);
+        *self = Heads::Wide(heads);
+    }
+
+    pub fn pop_front(&mut self) -> Option<Head> {
+        let h = self.get(0)?;
+        match self {
+            Heads::Narrow { slots, .. } => {
+                slots.pop_front();
+            }
+            Heads::Wide(heads) => {
+                heads.pop_front();
+            }
+        }
+        Some(h)
+    }
+
+    pub fn pop_back(&mut self) -> Option<Head> {
+        let h = self.back()?;
+        match self {
+            Heads::Narrow { slots, .. } => {
+                slots.pop_back();
+            }
+            Heads::Wide(heads) => {
+                heads.pop_back();
+            }
+        }
+        Some(h)
+    }
+
+    /// The index of the first head `pred` is false for (heads ordered so
+    /// that it is true, then false).
+    pub fn partition_point(&self, mut pred: impl FnMut(&Head) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.get(mid) {
+                Some(h) if pred(&h) => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo
+    }
+
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            heads: self,
+            front: 0,
+            back: self.len(),
+        }
+    }
+
+    /// Heads from index `from` to `to`.
+    pub fn range(&self, range: std::ops::Range<usize>) -> Iter<'_> {
+        Iter {
+            heads: self,
+            front: range.start.min(self.len()),
+            back: range.end.min(self.len()),
+        }
+    }
+}
+
+/// `h` as a slot against the bases, if it fits.
+fn narrow(id_base: u64, ts_base: i64, h: &Head) -> Option<Slot> {
+    Some(Slot {
+        id: u32::try_from(h.id.checked_sub(id_base)?).ok()?,
+        ts: i32::try_from(h.ts.checked_sub(ts_base)?).ok()?,
+        end: h.end,
+        tokens: h.tokens,
+    })
+}
+
+#[derive(Clone)]
+pub struct Iter<'a> {
+    heads: &'a Heads,
+    front: usize,
+    back: usize,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Head;
+
+    fn next(&mut self) -> Option<Head> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.front += 1;
+        self.heads.get(self.front - 1)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.back.saturating_sub(self.front);
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for Iter<'_> {
+    fn next_back(&mut self) -> Option<Head> {
+        if self.front >= self.back {
+            return None;
+        }
+        self.back -= 1;
+        self.heads.get(self.back)
+    }
+}
+
+impl ExactSizeIterator for Iter<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn head(id: u64, ts: i64) -> Head {
+        Head {
+            id,
+            ts,
+            end: id as u32,
+            tokens: (id % 1000) as u32,
+        }
+    }
+
+    #[test]
+    fn heads_are_sixteen_bytes_while_they_fit() {
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+        let mut heads = Heads::default();
+        for id in 1..=30 {
+            heads.push_back(head(id, 1_764_547_200_000 + id as i64 * 1000));
+        }
+        assert!(matches!(heads, Heads::Narrow { .. }));
+        assert_eq!(heads.get(4), Some(head(5, 1_764_547_205_000)));
+        // Twenty days later the bases move to what is held.
+        for _ in 0..29 {
+            heads.pop_front();
+        }
+        let later = 1_764_547_200_000 + 20 * 86_400_000;
+        heads.push_back(head(31, later));
+        assert!(matches!(heads, Heads::Narrow { .. }));
+        assert_eq!(
+            heads.iter().collect::<Vec<_>>(),
+            vec![head(30, 1_764_547_230_000), head(31, later)]
+        );
+    }
+
+    #[test]
+    fn heads_that_do_not_fit_are_kept_whole() {
+        let mut heads = Heads::default();
+        heads.push_back(head(1, 0));
+        heads.push_back(head(2, i64::MAX));
+        heads.push_back(head(1 << 40, i64::MIN));
+        assert!(matches!(heads, Heads::Wide(_)));
+        assert_eq!(
+            heads.iter().collect::<Vec<_>>(),
+            vec![head(1, 0), head(2, i64::MAX), head(1 << 40, i64::MIN)]
+        );
+    }
+
+    #[test]
+    fn random_heads_agree_with_a_plain_deque() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        for round in 0..200 {
+            let mut heads = Heads::default();
+            let mut model: VecDeque<Head> = VecDeque::new();
+            let mut id = rng.gen_range(0..u64::MAX / 2);
+            let spread: i64 = [1_000, 3_000_000_000, i64::MAX / 4][round % 3];
+            for _ in 0..300 {
+                match rng.gen_range(0..10) {
+                    0..=5 => {
+                        id += if rng.gen_bool(0.01) {
+                            1 << 33
+                        } else {
+                            rng.gen_range(1..5)
+                        };
+                        let h = head(id, rng.gen_range(-spread..spread));
+                        heads.push_back(h);
+                        model.push_back(h);
+                    }
+                    6..=7 => assert_eq!(heads.pop_front(), model.pop_front()),
+                    8 => assert_eq!(heads.pop_back(), model.pop_back()),
+                    _ if !model.is_empty() => {
+                        let i = rng.gen_range(0..model.len());
+                        heads.set_tokens(i, 7);
+                        model[i].tokens = 7;
+                    }
+                    _ => {}
+                }
+                assert_eq!(heads.len(), model.len());
+            }
+            assert!(heads.iter().eq(model.iter().copied()), "round {round}");
+            assert!(heads.iter().rev().eq(model.iter().rev().copied()));
+            if let Some(mid) = model.get(model.len() / 2) {
+                assert_eq!(
+                    heads.partition_point(|h| h.id < mid.id),
+                    model.partition_point(|h| h.id < mid.id)
+                );
+            }
+        }
+    }
+}
