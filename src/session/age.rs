@@ -47,10 +47,18 @@ impl Session {
         };
         let old: Vec<bool> = self.messages.heads().map(|h| h.ts < cutoff).collect();
         let mut gone = vec![false; len];
+        // Groups start at 0 and at every message that is not a tool result;
+        // only a group whose start is old can go, so only old messages are
+        // read for their role (each one a lookup in the bytes: every message
+        // of a 100,000-message session held a read 20-40 ms).
         let mut i = 0;
         while i < spared_from {
-            // i < len, so group_len_at(i) is 1..=len - i: end <= len
-            // (old and gone have len entries) and the loop advances.
+            if !old[i] || (i > 0 && self.messages.is_tool(i)) {
+                i += 1;
+                continue;
+            }
+            // i < len, so group_len_at(i) is 1..=len - i: end <= len (old
+            // and gone have len entries) and the loop advances.
             let end = i + self.group_len_at(i);
             if old[i..end].iter().all(|o| *o) {
                 gone[i..end].iter_mut().for_each(|g| *g = true);

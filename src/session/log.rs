@@ -307,12 +307,23 @@ impl MessageLog {
     /// The stored bytes from logical position `from` to `to` (one message:
     /// they are in one segment).
     fn bytes(&self, from: u32, to: u32) -> &[u8] {
-        let base = self.base();
-        let rel = from.wrapping_sub(base);
-        let after = self
-            .segments
-            .partition_point(|s| s.start.wrapping_sub(base) <= rel);
-        let Some(segment) = after.checked_sub(1).and_then(|k| self.segments.get(k)) else {
+        let holds = |s: &&Segment| (from.wrapping_sub(s.start) as usize) < s.bytes.len();
+        // The oldest messages (evictions, tool groups at the front) and the
+        // newest (appends, reads of the last ones) without a search.
+        let ends = [
+            self.segments.front(),
+            self.segments.get(1),
+            self.segments.back(),
+        ];
+        let found = ends.into_iter().flatten().find(holds).or_else(|| {
+            let base = self.base();
+            let rel = from.wrapping_sub(base);
+            let after = self
+                .segments
+                .partition_point(|s| s.start.wrapping_sub(base) <= rel);
+            after.checked_sub(1).and_then(|k| self.segments.get(k))
+        });
+        let Some(segment) = found else {
             return &[];
         };
         let at = from.wrapping_sub(segment.start) as usize;

@@ -596,20 +596,39 @@ impl Session {
     /// streams its document through this after each message, so it holds at
     /// most the caps + 1 messages. Returns the messages evicted.
     pub fn evict_over_caps(&mut self, caps: Caps, spared: usize) -> u64 {
-        let mut evicted = 0u64;
-        let over = |s: &Session| s.message_count() > caps.messages || s.total_tokens > caps.tokens;
-        // Whole tool groups (a call and the results after it) leave together.
-        while over(self) {
-            let group = self.group_len_at(0);
-            if group == 0 || self.messages.len() < spared + group {
+        // How many of the oldest must go, from the heads alone; then the cut
+        // moves to where a tool group starts (a call and the results after
+        // it leave together), never into the spared newest. Only the bytes
+        // at the cut are read: reading every evicted message's role cost a
+        // cache miss each (100,000 evicted by a lowered cap: 37-56 ms).
+        let len = self.messages.len();
+        let (mut count, mut total, mut need) = (len as u64, self.total_tokens, 0);
+        for h in self.messages.heads() {
+            if count <= caps.messages && total <= caps.tokens {
                 break;
             }
-            for _ in 0..group {
-                self.evict_oldest();
-            }
-            evicted += group as u64;
+            count -= 1;
+            total -= u64::from(h.tokens);
+            need += 1;
         }
-        evicted
+        if need == 0 {
+            return 0;
+        }
+        // A group starts at a message that is not a tool result (or at len).
+        let mut cut = need;
+        while cut < len && self.messages.is_tool(cut) {
+            cut += 1;
+        }
+        if len - cut < spared {
+            cut = len.saturating_sub(spared);
+            while cut > 0 && self.messages.is_tool(cut) {
+                cut -= 1;
+            }
+        }
+        for _ in 0..cut {
+            self.evict_oldest();
+        }
+        cut as u64
     }
 
     /// The messages of the tool group that starts at index `i`: the message

@@ -911,3 +911,48 @@ fn a_session_fits_the_320_byte_size_class() {
     assert!(std::mem::size_of::<Session>() <= 320);
     assert_eq!(std::mem::size_of::<MessageLog>(), 96);
 }
+
+#[test]
+fn eviction_over_the_caps_equals_evicting_group_by_group() {
+    // The caps cut computed from the heads (reading bytes only at the cut)
+    // evicts exactly what evicting one tool group at a time did.
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(2323);
+    for round in 0..2000 {
+        let mut s = Session::new(settings(), 0);
+        let n = rng.gen_range(0..40u64);
+        for id in 1..=n {
+            let role = if rng.gen_bool(0.3) { "tool" } else { "user" };
+            s.push_message(msg(id, role, rng.gen_range(0..50))).unwrap();
+        }
+        if rng.gen_bool(0.2) {
+            s.summary = Some(Box::new(Summary {
+                text: "s".into(),
+                tokens: rng.gen_range(0..300),
+                upto: 0,
+                ts: 0,
+            }));
+            s.total_tokens += s.summary.as_ref().map_or(0, |x| x.tokens);
+        }
+        let caps = Caps {
+            messages: rng.gen_range(0..45),
+            tokens: rng.gen_range(0..1500),
+        };
+        let spared = rng.gen_range(0..4);
+        let mut by_groups = s.clone();
+        let mut evicted = 0u64;
+        let over = |s: &Session| s.message_count() > caps.messages || s.total_tokens > caps.tokens;
+        while over(&by_groups) {
+            let group = by_groups.group_len_at(0);
+            if group == 0 || by_groups.messages.len() < spared + group {
+                break;
+            }
+            for _ in 0..group {
+                by_groups.evict_oldest();
+            }
+            evicted += group as u64;
+        }
+        assert_eq!(s.evict_over_caps(caps, spared), evicted, "round {round}");
+        assert_eq!(s, by_groups, "round {round}");
+    }
+}
