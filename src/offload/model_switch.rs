@@ -56,8 +56,9 @@ pub fn apply(
     }
     // What changed while the worker counted is counted here, if small.
     let cfg = Config::current();
-    if session.uncovered_bytes(encoding, done) as u64 >= cfg.inline_limit(encoding) {
-        return Err(changed_meanwhile());
+    let uncovered = session.uncovered_bytes(encoding, done);
+    if uncovered as u64 >= cfg.inline_limit(encoding) {
+        return Err(grew_meanwhile(uncovered));
     }
     let op = session.recount_op(now, encoding, done, &counter(counting.tools));
     let payload = persistence::encode_op(&op);
@@ -75,6 +76,17 @@ pub fn changed_meanwhile() -> RedisError {
         "the session's tokenizer changed while this command's texts were counted (another \
          write changed its model, or the key was deleted, replaced or expired); send it again",
     )
+}
+
+/// A model switch whose session took more new text while the worker
+/// counted than the main thread may count (other clients appending large
+/// messages): said as it is, not as a tokenizer change no one made.
+pub fn grew_meanwhile(bytes: usize) -> RedisError {
+    crate::error::try_again(format!(
+        "the session took {bytes} bytes of new messages while it was re-counted for the new \
+         model, more than are counted on the main thread; send it again (a session appended \
+         to without pause switches model between its bursts)"
+    ))
 }
 
 /// Whether a text counted as `counted_as` must be counted again as

@@ -346,3 +346,87 @@ fn reads_of_large_attributes_with_an_expired_one_copy_nothing() {
         "100 MB of attributes, one expired, one message past MAXAGE",
     );
 }
+
+/// A session of 100,000 small messages with one aged message, read and
+/// written, then its cap lowered to 10 (hostile pass, issue 23: every read
+/// walked every message's bytes for its role, 20-40 ms; the lowered cap
+/// read every evicted message's role, 37-56 ms).
+#[test]
+fn a_hundred_thousand_messages_with_an_aged_one_and_a_lowered_cap() {
+    let server = Server::start();
+    let mut con = server.client();
+    open_limits(&mut con);
+    let k = "mem:{small100k}";
+    let n = 100_000;
+    let text = |i: usize| format!("{i:06} {}", varied_text(190, i));
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|&i| serde_json::json!({"role": if i % 7 == 3 { "tool" } else { "user" }, "content": text(i), "tokens": 1}))
+            .collect();
+        ok(
+            &mut con,
+            &[
+                "MEM.APPENDBATCH",
+                k,
+                &serde_json::to_string(&batch).unwrap(),
+                "MAXMSGS",
+                "100000",
+                "MAXTOKENS",
+                "1000000000",
+                "TTL",
+                "0",
+            ],
+        );
+    }
+    let old = (now_ms() - 1_000_000_000).to_string();
+    ok(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            "old one",
+            "TS",
+            &old,
+            "MAXAGE",
+            "100000",
+        ],
+    );
+    start_slowlog(&mut con);
+    for _ in 0..5 {
+        let last = get(&mut con, &["MEM.GET", k, "LAST", "2"]);
+        assert_eq!(
+            last.last().unwrap().content,
+            text(n - 1),
+            "the aged newest message is hidden"
+        );
+        ok(&mut con, &["MEM.INFO", k]);
+    }
+    report(
+        &mut con,
+        "100,000 x 200 B, the newest aged, MEM.GET LAST 2 / MEM.INFO (the read view)",
+    );
+    ok(
+        &mut con,
+        &["MEM.APPEND", k, "user", "lower", "MAXMSGS", "10"],
+    );
+    report(
+        &mut con,
+        "100,000 x 200 B, MEM.APPEND MAXMSGS 10 (99,991 evicted)",
+    );
+    let all = get(&mut con, &["MEM.GET", k]);
+    assert_eq!(all.last().unwrap().content, "lower");
+    assert!(
+        all.len() <= 10 && all[0].role != "tool",
+        "{} held, first {}",
+        all.len(),
+        all[0].role
+    );
+    let expected: Vec<String> = (n - all.len() + 1..n).map(text).collect();
+    let held: Vec<String> = all[..all.len() - 1]
+        .iter()
+        .map(|m| m.content.clone())
+        .collect();
+    assert_eq!(held, expected);
+}
