@@ -192,9 +192,10 @@ impl Plan {
     /// expensive encoding (its own is known once parsed), or one whose
     /// encoding is not built yet (built and counted by the worker).
     fn build_here(self, ctx: &Context, document: &RedisString) -> Result<Build, RedisError> {
-        let large = document.len() as u64 >= self.cfg.inline_limit_any();
+        let limit = self.cfg.inline_limit_any();
+        let large = document.len() as u64 >= limit;
         if large {
-            refuse_where_blocking_is_impossible(ctx, "document", document.len())?;
+            refuse_where_blocking_is_impossible(ctx, "document", document.len(), limit)?;
         }
         if large && can_block(ctx) {
             return Ok(Build::OnWorker(self));

@@ -37,7 +37,8 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     encoding_build::check_allowed(ctx, encoding)?;
     let counting = Counting::new(model, encoding);
     let len = raw.len() + meta.map_or(0, str::len);
-    let large = len as u64 >= cfg.inline_limit(encoding);
+    let limit = cfg.inline_limit(encoding);
+    let large = len as u64 >= limit;
     if tokenizer::is_loaded(encoding) && !large {
         let text = args::utf8("text", raw)?;
         return tokens(counting, role, text, meta).map(|n| RedisValue::Integer(n as i64));
@@ -52,7 +53,7 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             } else {
                 "text"
             };
-            refuse_where_blocking_is_impossible(ctx, what, len)?;
+            refuse_where_blocking_is_impossible(ctx, what, len, limit)?;
         }
         encoding_build::build_in_background(encoding);
         return Err(encoding_build::busy(encoding));

@@ -438,14 +438,15 @@ fn summary_needs_worker(
     resumed: bool,
     cfg: &Config,
 ) -> Result<bool, RedisError> {
-    let large = len as u64 >= cfg.inline_limit(encoding);
+    let limit = cfg.inline_limit(encoding);
+    let large = len as u64 >= limit;
     let unbuilt = !resumed && encoding_build::must_wait(ctx, encoding)?;
     if resumed {
         encoding_build::require(ctx, encoding)?;
         return Ok(false);
     }
     if large {
-        refuse_where_blocking_is_impossible(ctx, "summary", len)?;
+        refuse_where_blocking_is_impossible(ctx, "summary", len, limit)?;
     }
     Ok(large || unbuilt)
 }

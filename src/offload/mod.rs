@@ -103,10 +103,18 @@ pub fn refuse_where_blocking_is_impossible(
     ctx: &Context,
     what: &str,
     len: usize,
+    limit: u64,
 ) -> Result<(), RedisError> {
+    // The limit that applied, named as it is: the lesser of
+    // mem.async-threshold-bytes and the encoding's own inline cap (a 16 KB
+    // text refused "at mem.async-threshold-bytes", 64 KB, sent operators to
+    // the wrong setting).
     refuse_large_where_blocking_is_impossible(
         ctx,
-        &format!("{what} of {len} bytes (mem.async-threshold-bytes or more) is counted"),
+        &format!(
+            "{what} of {len} bytes ({limit} bytes or more: the lesser of \
+             mem.async-threshold-bytes and the encoding's inline cap) is counted"
+        ),
     )
 }
 
@@ -141,16 +149,22 @@ pub fn heavy_parts(
     resumed: bool,
     cfg: &Config,
 ) -> Result<(bool, Option<Snapshot>), RedisError> {
-    let large = len as u64 >= cfg.inline_limit(counting.encoding);
+    let limit = cfg.inline_limit(counting.encoding);
+    let large = len as u64 >= limit;
     if resumed {
         return Ok((large, None));
     }
     let snapshot = model_switch::offload(session, counting, cfg);
     if large {
-        refuse_where_blocking_is_impossible(ctx, what, len)?;
+        refuse_where_blocking_is_impossible(ctx, what, len, limit)?;
     }
     if let Some(s) = snapshot.as_ref() {
-        refuse_where_blocking_is_impossible(ctx, "the re-count of a model switch", s.bytes())?;
+        refuse_where_blocking_is_impossible(
+            ctx,
+            "the re-count of a model switch",
+            s.bytes(),
+            limit,
+        )?;
     }
     Ok((large, snapshot))
 }

@@ -54,6 +54,11 @@ pub fn apply(
     if needed(Some(session), counting).is_none() {
         return Ok(());
     }
+    // Counts of another lifetime of the key (deleted and made again while
+    // the worker counted) cover nothing: its ids name other messages.
+    if done.is_some_and(|d| !d.is_of(session)) {
+        return Err(changed_meanwhile());
+    }
     // What changed while the worker counted is counted here, if small.
     let cfg = Config::current();
     let uncovered = session.uncovered_bytes(encoding, done);

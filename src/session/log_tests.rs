@@ -280,6 +280,12 @@ fn random_operations_agree_with_a_plain_deque() {
         for (i, m) in model.iter().enumerate() {
             assert_eq!(log.is_tool(i), &*m.role == "tool");
             assert_eq!(log.position(m.id), Some(i));
+            assert_eq!(log.stored_len_of(i), log.data(i).len());
+        }
+        let gone: Vec<bool> = (0..log.len()).map(|i| i % 3 == 1).collect();
+        let view = log.view_without(&gone);
+        for i in 0..view.len() {
+            assert_eq!(view.stored_len_of(i), view.data(i).len());
         }
         for (copy, then) in &copies {
             assert_eq!(

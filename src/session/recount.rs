@@ -11,6 +11,8 @@ use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
 /// The texts of a session, to count off the main thread.
 pub struct Snapshot {
+    /// When the session was created: which lifetime of the key was counted.
+    created: i64,
     /// (upto, ts, text) of the summary.
     summary: Option<(u64, i64, String)>,
     /// The messages: a copy of the log sharing its bytes.
@@ -21,6 +23,8 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Recounted {
     pub encoding: Encoding,
+    /// The counted session's creation time (see [`Recounted::is_of`]).
+    created: i64,
     /// (upto, ts, tokens) of the summary counted.
     summary: Option<(u64, i64, u64)>,
     /// (id, tokens) in id order (the snapshot's): looked up by walking it
@@ -31,6 +35,13 @@ pub struct Recounted {
 }
 
 impl Recounted {
+    /// Whether these are counts of `session`'s lifetime of the key: one
+    /// deleted and made again while the worker counted has the same ids
+    /// for other messages.
+    pub fn is_of(&self, session: &Session) -> bool {
+        self.created == session.created
+    }
+
     /// A cursor over the counts, for ids asked in increasing order.
     fn cursor(&self) -> Cursor<'_> {
         Cursor {
@@ -71,6 +82,7 @@ impl Snapshot {
     pub fn count(&self, encoding: Encoding, count: Count) -> Recounted {
         Recounted {
             encoding,
+            created: self.created,
             summary: self.summary.as_ref().map(|(upto, ts, text)| {
                 (*upto, *ts, count(encoding, SUMMARY_COUNTED_AS, text, None))
             }),
@@ -86,6 +98,7 @@ impl Snapshot {
 impl Session {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
+            created: self.created,
             summary: self
                 .summary
                 .as_ref()

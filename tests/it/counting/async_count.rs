@@ -181,6 +181,22 @@ fn large_contents_are_refused_in_multi_and_lua_naming_the_way_out() {
     // And outside them the worker counts the large one.
     let r = map_reply(&mut con, &["MEM.APPEND", "mem:{w}", "user", &big]);
     assert_eq!(int_field(&r, "tokens"), 3 + o200("user") + o200(&big));
+    // The refusal names the limit that applied: with the default 64 KB
+    // threshold, o200k_base's own inline cap (16 KB) refuses a 16 KB text
+    // (it named mem.async-threshold-bytes alone: hostile pass, issue 23).
+    cmd(
+        &mut con,
+        &["CONFIG", "SET", "mem.async-threshold-bytes", "65536"],
+    )
+    .unwrap();
+    let e = redis::cmd("EVAL")
+        .arg("return redis.call('MEM.APPEND', KEYS[1], 'user', ARGV[1])")
+        .arg(1)
+        .arg("mem:{l16}")
+        .arg("a".repeat(16_384))
+        .query::<Value>(&mut con)
+        .expect_err("16 KB in a script is over o200k_base's inline cap");
+    assert!(e.to_string().contains("16384 bytes or more"), "{e}");
 }
 
 #[test]

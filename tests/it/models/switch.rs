@@ -263,3 +263,74 @@ fn a_large_text_counted_before_another_client_switched_the_model_is_refused_with
     }
     assert!(server.log().lines().all(|l| !l.contains("ASSERTION")));
 }
+
+/// While a model switch is counted on a worker: the key deleted and made
+/// again, or appended to with more than the main thread may count. Both are
+/// refused with TRYAGAIN saying which (hostile pass, issue 23: the first was
+/// an ERR about the re-count, the second blamed a model change no one made).
+#[test]
+fn a_switch_counted_while_the_key_is_remade_or_grows_is_refused_with_the_true_reason() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["MEM.COUNT", "gpt-4", "x"]).unwrap();
+    cmd(
+        &mut con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"],
+    )
+    .unwrap();
+    let big = text(300_000, 7);
+    for case in ["remade", "grows"] {
+        let k = format!("mem:{{sw-{case}}}");
+        cmd(&mut con, &["DEL", &k]).unwrap();
+        cmd(
+            &mut con,
+            &[
+                "MEM.APPEND",
+                &k,
+                "user",
+                &big,
+                "MAXTOKENS",
+                "10000000",
+                "TTL",
+                "0",
+            ],
+        )
+        .unwrap();
+        poll_until(&mut con, "the first append counted", |c| {
+            info_mem(c, "counts_in_flight") == 0
+        });
+        let url = server.url();
+        let key = k.clone();
+        let switcher = std::thread::spawn(move || {
+            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+            redis::cmd("MEM.APPEND")
+                .arg(&key)
+                .arg("user")
+                .arg("switch")
+                .arg("MODEL")
+                .arg("gpt-4")
+                .query::<Value>(&mut c)
+        });
+        poll_until(&mut con, "the switch counted on a worker", |c| {
+            info_mem(c, "counts_in_flight") == 1
+        });
+        if case == "remade" {
+            cmd(&mut con, &["DEL", &k]).unwrap();
+            cmd(&mut con, &["MEM.APPEND", &k, "user", "new", "TTL", "0"]).unwrap();
+        } else {
+            for i in 0..5 {
+                cmd(&mut con, &["MEM.APPEND", &k, "user", &text(9_000, 100 + i)]).unwrap();
+            }
+        }
+        let before = session::snap(&mut con, &k);
+        let e = switcher.join().unwrap().expect_err("refused");
+        assert_eq!(e.code(), Some("TRYAGAIN"), "{case}: {e}");
+        let why = if case == "remade" {
+            "deleted, replaced or expired"
+        } else {
+            "bytes of new messages"
+        };
+        assert!(e.to_string().contains(why), "{case}: {e}");
+        session::assert_same(&before, &session::snap(&mut con, &k), case, 1000);
+    }
+}
