@@ -193,10 +193,10 @@ unsafe extern "C" fn copy(
         // SAFETY: Redis passes a value of our type.
         match unsafe { session_ref(value) } {
             Some(session) => {
-                // A copy of its own: a shared buffer would keep both keys
-                // from reclaiming evicted bytes (session/log.rs).
+                // The message segments are shared, copied on write
+                // (session/log.rs): a copy costs the heads, not the bytes.
                 let mut copy = session.clone();
-                copy.messages = session.messages.detached();
+                copy.messages = session.messages.copy_for_key();
                 into_raw(copy)
             }
             None => std::ptr::null_mut(),

@@ -347,9 +347,9 @@ fn a_log_at_its_cap_with_its_buffer_shared_stays_bounded() {
         (1..=30).collect::<Vec<_>>()
     );
     assert!(held.iter().all(|m| m.content == text && m.role == "user"));
-    let detached = log.detached();
-    assert_eq!(detached, log);
-    assert!(detached.mem_usage() <= log.mem_usage());
+    let copied = log.copy_for_key();
+    assert_eq!(copied, log);
+    assert!(copied.mem_usage() <= log.mem_usage());
 }
 
 #[test]
