@@ -33,7 +33,7 @@ impl Session {
     /// TS option), so a result never ages out while its call is held, nor a
     /// call while a result is. When `protect_newest` (an append never evicts
     /// its own message) the newest group is spared; the next write takes it.
-    fn aged(&self, now: i64, protect_newest: bool) -> Option<Vec<bool>> {
+    pub(super) fn aged(&self, now: i64, protect_newest: bool) -> Option<Vec<bool>> {
         let cutoff = self.age_cutoff(now)?;
         // The common case, nothing old: one pass, no allocation.
         if !self.messages.heads().any(|h| h.ts < cutoff) {
@@ -68,11 +68,6 @@ impl Session {
         gone.contains(&true).then_some(gone)
     }
 
-    /// Whether a write at `now` would evict a message by age.
-    pub fn has_aged(&self, now: i64) -> bool {
-        self.aged(now, false).is_some()
-    }
-
     /// Evicts the newest message (a streaming import that finds it past
     /// `maxage`: its id stays used, as if it had been appended and evicted).
     pub fn evict_newest(&mut self) {
@@ -87,9 +82,15 @@ impl Session {
     /// [`Session::aged`]), then any tool result left first. Returns the
     /// messages evicted.
     pub fn evict_aged(&mut self, now: i64, protect_newest: bool) -> u64 {
-        let Some(gone) = self.aged(now, protect_newest) else {
-            return 0;
-        };
+        match self.aged(now, protect_newest) {
+            Some(gone) => self.evict_flagged(gone, protect_newest),
+            None => 0,
+        }
+    }
+
+    /// Evicts the messages `gone` flags (as [`Session::aged`] gave them),
+    /// then any tool result left first. Returns the messages evicted.
+    pub(super) fn evict_flagged(&mut self, gone: Vec<bool>, protect_newest: bool) -> u64 {
         let mut tokens = 0u64;
         let mut left = Vec::new();
         let mut flags = gone.into_iter();

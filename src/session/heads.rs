@@ -139,6 +139,12 @@ impl Heads {
             slots,
         } = self
         {
+            // The first head sets the bases (no rebase pass, no allocation
+            // beyond the ring's own: every new session's first append).
+            if slots.is_empty() {
+                *id_base = h.id;
+                *ts_base = h.ts;
+            }
             if let Some(slot) = narrow(*id_base, *ts_base, &h) {
                 slots.push_back(slot);
                 return;

@@ -608,7 +608,7 @@ impl Session {
                 break;
             }
             count -= 1;
-            total -= u64::from(h.tokens);
+            total = total.saturating_sub(u64::from(h.tokens));
             need += 1;
         }
         if need == 0 {
@@ -737,9 +737,9 @@ impl Session {
         // a copy when any is old, so a refused summary changes nothing: a
         // copy evicted as a write evicts (a read's view is never written;
         // one installed as the session broke its bytes and its RDB).
-        if self.has_aged(now) {
+        if let Some(gone) = self.aged(now, false) {
             let mut next = self.clone();
-            let aged = next.evict_aged(now, false);
+            let aged = next.evict_flagged(gone, false);
             let mut outcome = next.summarize_live(now, summary)?;
             outcome.trimmed = aged;
             *self = next;
