@@ -54,6 +54,7 @@ test: build
 	wait $$py; pyrc=$$?; \
 	echo "==== the Python package's tests and the oracles (target/python-tests.log):"; \
 	cat target/python-tests.log; \
+	cat target/compat/logs/summary.txt 2>/dev/null; \
 	[ $$it -eq 0 ] && [ $$pyrc -eq 0 ]
 	@# The TypeScript package (js/): tsc --noEmit strict, then its tests (node's test
 	@# runner) on node-redis RESP2/RESP3 and ioredis against a redis-server with $(SO).

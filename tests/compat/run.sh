@@ -96,19 +96,33 @@ while IFS=$'\t' read -r name version bin cli; do
 done <<<"$servers"
 wait
 
+# The summary, and for a failed run what its failed tests printed (their
+# "---- name stdout ----" sections, 40 lines each), also in
+# $LOGS/summary.txt: `make test` prints it again last, where a CI log's
+# tail shows it.
 status=0
 total_passed=0
 total_failed=0
-echo
-echo "test-compat summary (logs in target/compat/logs/):"
-for name in "${names[@]}"; do
-    if ! read -r passed failed verdict line <"$LOGS/$name.summary"; then
-        passed=0 failed=0 verdict=FAILED line="$name: no result"
-    fi
-    [ "$verdict" = ok ] || status=1
-    total_passed=$((total_passed + passed))
-    total_failed=$((total_failed + failed))
-    echo "  $line"
-done
-echo "test-compat: $total_passed passed, $total_failed failed"
+{
+    echo
+    echo "test-compat summary (logs in target/compat/logs/):"
+    for name in "${names[@]}"; do
+        if ! read -r passed failed verdict line <"$LOGS/$name.summary"; then
+            passed=0 failed=0 verdict=FAILED line="$name: no result"
+        fi
+        [ "$verdict" = ok ] || status=1
+        total_passed=$((total_passed + passed))
+        total_failed=$((total_failed + failed))
+        echo "  $line"
+    done
+    echo "test-compat: $total_passed passed, $total_failed failed"
+    for name in "${names[@]}"; do
+        read -r _ _ verdict _ <"$LOGS/$name.summary" 2>/dev/null && [ "$verdict" = ok ] && continue
+        echo "==== $name: what the failed tests printed (whole log: target/compat/logs/$name.log)"
+        awk '/^---- .* stdout ----$/ { n = 40 } n > 0 { print; n-- } /^failures:$/ && seen++ { exit }' \
+            "$LOGS/$name.log" 2>/dev/null || true
+        grep -E "^error|panicked at|could not compile" "$LOGS/$name.log" 2>/dev/null | head -20 || true
+    done
+} >"$LOGS/summary.txt"
+cat "$LOGS/summary.txt"
 exit "$status"
