@@ -206,17 +206,16 @@ impl Heads {
         *self = Heads::Wide(heads);
     }
 
-    pub fn pop_front(&mut self) -> Option<Head> {
-        let h = self.get(0)?;
+    /// Drops the oldest `n` heads (all of them when fewer are held).
+    pub fn drop_front(&mut self, n: usize) {
         match self {
             Heads::Narrow { slots, .. } => {
-                slots.pop_front();
+                slots.drain(..n.min(slots.len()));
             }
             Heads::Wide(heads) => {
-                heads.pop_front();
+                heads.drain(..n.min(heads.len()));
             }
         }
-        Some(h)
     }
 
     pub fn pop_back(&mut self) -> Option<Head> {
@@ -335,7 +334,7 @@ mod tests {
         assert_eq!(heads.get(4), Some(head(5, 1_764_547_205_000)));
         // Twenty days later the bases move to what is held.
         for _ in 0..29 {
-            heads.pop_front();
+            heads.drop_front(1);
         }
         let later = 1_764_547_200_000 + 20 * 86_400_000;
         heads.push_back(head(31, later));
@@ -379,7 +378,16 @@ mod tests {
                         heads.push_back(h);
                         model.push_back(h);
                     }
-                    6..=7 => assert_eq!(heads.pop_front(), model.pop_front()),
+                    6 => {
+                        assert_eq!(heads.get(0), model.front().copied());
+                        heads.drop_front(1);
+                        model.pop_front();
+                    }
+                    7 => {
+                        let n = rng.gen_range(0..4);
+                        heads.drop_front(n);
+                        model.drain(..n.min(model.len()));
+                    }
                     8 => assert_eq!(heads.pop_back(), model.pop_back()),
                     _ if !model.is_empty() => {
                         let i = rng.gen_range(0..model.len());

@@ -625,9 +625,7 @@ impl Session {
                 cut -= 1;
             }
         }
-        for _ in 0..cut {
-            self.evict_oldest();
-        }
+        self.history.evicted += self.drop_front(cut);
         cut as u64
     }
 
@@ -682,6 +680,22 @@ impl Session {
         if self.drop_oldest() {
             self.history.evicted += 1;
         }
+    }
+
+    /// Removes the oldest `n` messages (evicted, or covered by a summary)
+    /// at once; returns how many went. Msgids are left one by one, and
+    /// only when the session has any.
+    fn drop_front(&mut self, n: usize) -> u64 {
+        let n = n.min(self.messages.len());
+        if self.msgids.holds_any() {
+            for h in self.messages.heads().take(n) {
+                self.msgids.leave_id(h.id, u64::from(h.tokens));
+            }
+        }
+        let tokens = self.messages.tokens_in(0..n);
+        self.messages.drop_front(n);
+        self.total_tokens = self.total_tokens.saturating_sub(tokens);
+        n as u64
     }
 
     /// Removes the oldest message (evicted, or covered by a summary).
@@ -750,11 +764,7 @@ impl Session {
 
     fn summarize_live(&mut self, now: i64, summary: Summary) -> Result<Outcome, SessionError> {
         let pos = self.check_summary(&summary)?;
-        for _ in 0..=pos {
-            if self.drop_oldest() {
-                self.history.summarized += 1;
-            }
-        }
+        self.history.summarized += self.drop_front(pos + 1);
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
                                     // The work a lease was granted for is done: the session is free.

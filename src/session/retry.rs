@@ -91,6 +91,11 @@ impl Msgids {
         self.leave_id(m.id, m.tokens);
     }
 
+    /// Whether any held message has a msgid (else leaving is a no-op).
+    pub fn holds_any(&self) -> bool {
+        self.0.as_ref().is_some_and(|l| !l.held.is_empty())
+    }
+
     /// Message `id` (of `tokens`) leaves from anywhere in the session (by
     /// age, or the newest one): as [`Msgids::leave`], the departed kept in
     /// id order.

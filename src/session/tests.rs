@@ -924,6 +924,10 @@ fn eviction_over_the_caps_equals_evicting_group_by_group() {
         for id in 1..=n {
             let role = if rng.gen_bool(0.3) { "tool" } else { "user" };
             s.push_message(msg(id, role, rng.gen_range(0..50))).unwrap();
+            // Some with a msgid: those leave to the departed list in order.
+            if rng.gen_bool(0.2) {
+                s.msgids.attach(id, format!("m{id}").into());
+            }
         }
         if rng.gen_bool(0.2) {
             s.summary = Some(Box::new(Summary {
