@@ -272,6 +272,50 @@ pub fn reply_from_worker(
     Ok(RedisValue::NoReply)
 }
 
+/// For a read whose reply is large (MEM.GET of a whole big session): blocks
+/// the client and has `write` write the reply on the pool, to a context of
+/// the blocked client (replying needs no lock); the main thread only joins
+/// the written reply to the client's. `None` when the client could not be
+/// blocked (the caller replies inline). `write` reads what it owns (a copy
+/// of the session sharing its bytes), so later writes by others do not
+/// change what this read returns.
+pub fn reply_written_by_worker(
+    ctx: &Context,
+    write: impl FnOnce(&Context) + Send + 'static,
+) -> Option<RedisResult> {
+    if !can_block(ctx) {
+        return None;
+    }
+    // SAFETY: ctx is the running command's; no callbacks: the reply is
+    // written through the thread-safe context below; no timeout.
+    let bc = unsafe { raw::RedisModule_BlockClient.unwrap()(ctx.ctx, None, None, None, 0) };
+    if bc.is_null() {
+        return None;
+    }
+    let client = bc as usize;
+    let job = move || {
+        std::thread::sleep(Config::debug_count_delay());
+        let bc = client as *mut raw::RedisModuleBlockedClient;
+        // SAFETY: bc is the client blocked above, unblocked once, below,
+        // after its context is freed; the context is used on this thread
+        // only, for replies (which take no lock).
+        unsafe {
+            let reply_ctx = raw::RedisModule_GetThreadSafeContext.unwrap()(bc);
+            let context = Context::new(reply_ctx);
+            // The writer only walks what it owns; a panic would leave a
+            // partial reply, as the same panic inline would.
+            crate::guard::or((), || write(&context));
+            raw::RedisModule_FreeThreadSafeContext.unwrap()(reply_ctx);
+            pool::job_done();
+            raw::RedisModule_UnblockClient.unwrap()(bc, std::ptr::null_mut());
+        }
+    };
+    if let Err(job) = pool::submit(Box::new(job)) {
+        job();
+    }
+    Some(Ok(RedisValue::NoReply))
+}
+
 /// Queues a finished count and wakes the event loop to hand it back.
 fn finished(f: Finished) {
     let mut queue = FINISHED.lock().unwrap_or_else(|e| e.into_inner());

@@ -718,18 +718,23 @@ impl MessageLog {
             return;
         };
         let dead = first.wrapping_sub(segment.start) as usize;
+        // Kept bytes copied once, into an allocation of their class when
+        // that is smaller (drain then shrink moved them twice: at a 600 B
+        // session's caps the front's compaction was 12% of an append).
+        let fitted = |keep: &[u8]| {
+            let mut bytes = Vec::with_capacity(size_class(keep.len()));
+            bytes.extend_from_slice(keep);
+            bytes
+        };
+        let keep_len = segment.bytes.len().saturating_sub(dead);
+        let smaller = shrink && size_class(keep_len) < segment.bytes.capacity();
         match Arc::get_mut(&mut segment.bytes) {
+            Some(bytes) if smaller => *bytes = fitted(bytes.get(dead..).unwrap_or(&[])),
             Some(bytes) => {
                 bytes.drain(..dead.min(bytes.len()));
-                if shrink {
-                    bytes.shrink_to(size_class(bytes.len()));
-                }
             }
             None if dead > 0 => {
-                let keep = segment.bytes.get(dead..).unwrap_or(&[]);
-                let mut bytes = Vec::with_capacity(size_class(keep.len()));
-                bytes.extend_from_slice(keep);
-                segment.bytes = Arc::new(bytes);
+                segment.bytes = Arc::new(fitted(segment.bytes.get(dead..).unwrap_or(&[])));
             }
             None => {}
         }
@@ -968,6 +973,15 @@ pub struct Iter<'a> {
     log: &'a MessageLog,
     front: usize,
     back: usize,
+}
+
+impl Iter<'_> {
+    /// Bytes the messages left to iterate take as stored (from the heads).
+    pub fn stored_len(&self) -> usize {
+        (self.front..self.back)
+            .map(|i| self.log.stored_len_of(i))
+            .sum()
+    }
 }
 
 impl<'a> Iterator for Iter<'a> {

@@ -53,3 +53,91 @@ fn a_large_import_does_not_count_on_the_main_thread() {
     let info = map_reply(&mut c, &["MEM.INFO", "imp"]);
     assert_eq!(int_field(&info, "last_id"), 4);
 }
+
+/// `args` inside MULTI/EXEC, where nothing can block: the inline reply.
+fn inline(con: &mut redis::Connection, args: &[&str]) -> redis::Value {
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd(args[0]).arg(&args[1..]);
+    let mut replies: Vec<redis::Value> = pipe.query(con).expect("MULTI/EXEC");
+    replies.remove(0)
+}
+
+#[test]
+fn a_large_read_is_written_on_a_worker_as_the_session_was() {
+    let server = Server::start();
+    let mut c = conn(server.port, 0);
+    // 1.5 MB of messages (a read of 1 MiB or more goes to a worker), some
+    // with msgids and META, and a summary.
+    let items: Vec<serde_json::Value> = (0..300)
+        .map(|i| {
+            let mut m = serde_json::json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": text(5_000, i), "tokens": 1});
+            if i % 3 == 0 {
+                m["msgid"] = format!("m{i}").into();
+            }
+            if i % 7 == 0 {
+                m["meta"] = serde_json::json!({"n": i});
+            }
+            m
+        })
+        .collect();
+    for chunk in items.chunks(100) {
+        let batch = serde_json::to_string(chunk).unwrap();
+        qok(
+            &mut c,
+            &[
+                "MEM.APPENDBATCH",
+                "big",
+                &batch,
+                "MAXMSGS",
+                "1000",
+                "MAXTOKENS",
+                "1000000",
+            ],
+        );
+    }
+    qok(&mut c, &["MEM.SUMMARIZE", "big", "2", "what came first"]);
+    let whole = inline(&mut c, &["MEM.GET", "big"]);
+    let jobs = info_mem(&mut c, "counts_off_thread");
+
+    // While the worker writes the reply, others are served, and a write
+    // they make is not in it: the read returns the session as it was.
+    set_delay(&mut c, 1000);
+    let port = server.port;
+    let read = std::thread::spawn(move || q(&mut conn(port, 0), &["MEM.GET", "big"]));
+    poll_until(&mut c, "the read blocked on a worker", |c| {
+        blocked_in(c, "mem.get") == 1
+    });
+    qok(&mut c, &["MEM.APPEND", "big", "user", "appended meanwhile"]);
+    assert_eq!(
+        blocked_in(&mut c, "mem.get"),
+        1,
+        "the reader was served before its reply was written"
+    );
+    assert_eq!(read.join().unwrap().expect("MEM.GET"), whole);
+    set_delay(&mut c, 0);
+    poll_until(&mut c, "the pool's job done", |c| {
+        info_mem(c, "counts_off_thread") == jobs + 1
+    });
+
+    // FORMAT JSON, and RESP3's maps, written on the worker are what the
+    // inline reply is; a small read stays inline.
+    let json = inline(&mut c, &["MEM.GET", "big", "FORMAT", "JSON"]);
+    assert_eq!(qok(&mut c, &["MEM.GET", "big", "FORMAT", "JSON"]), json);
+    let mut c3 = server.client_resp3();
+    let whole3 = inline(&mut c3, &["MEM.GET", "big"]);
+    assert!(
+        matches!(&whole3, redis::Value::Array(v) if matches!(v.first(), Some(redis::Value::Map(_)))),
+        "RESP3 entries are maps: {:?}",
+        whole3
+    );
+    assert_eq!(qok(&mut c3, &["MEM.GET", "big"]), whole3);
+    poll_until(&mut c, "the pool's jobs done", |c| {
+        info_mem(c, "counts_off_thread") == jobs + 3
+    });
+    qok(&mut c, &["MEM.GET", "big", "LAST", "2"]);
+    assert_eq!(
+        info_mem(&mut c, "counts_off_thread"),
+        jobs + 3,
+        "a small read went to a worker"
+    );
+}
