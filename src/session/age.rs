@@ -105,9 +105,7 @@ impl Session {
         self.total_tokens -= tokens;
         let evicted = left.len() as u64;
         self.history.evicted += evicted;
-        for (id, tokens) in left {
-            self.msgids.leave_id(id, tokens);
-        }
+        self.msgids.leave_ids(&left);
         evicted + self.drop_orphan_tool_results(usize::from(protect_newest))
     }
 
@@ -147,11 +145,13 @@ impl Session {
             msgids: self.msgids.clone(),
             history: self.history,
         };
+        let mut left = Vec::new();
         for (h, _) in self.messages.heads().zip(&gone).filter(|(_, g)| **g) {
             view.history.evicted += 1;
             view.total_tokens -= u64::from(h.tokens);
-            view.msgids.leave_id(h.id, u64::from(h.tokens));
+            left.push((h.id, u64::from(h.tokens)));
         }
+        view.msgids.leave_ids(&left);
         Cow::Owned(view)
     }
 }

@@ -688,9 +688,13 @@ impl Session {
     fn drop_front(&mut self, n: usize) -> u64 {
         let n = n.min(self.messages.len());
         if self.msgids.holds_any() {
-            for h in self.messages.heads().take(n) {
-                self.msgids.leave_id(h.id, u64::from(h.tokens));
-            }
+            let left: Vec<(u64, u64)> = self
+                .messages
+                .heads()
+                .take(n)
+                .map(|h| (h.id, u64::from(h.tokens)))
+                .collect();
+            self.msgids.leave_ids(&left);
         }
         let tokens = self.messages.tokens_in(0..n);
         self.messages.drop_front(n);

@@ -97,24 +97,85 @@ impl Msgids {
     }
 
     /// Message `id` (of `tokens`) leaves from anywhere in the session (by
-    /// age, or the newest one): as [`Msgids::leave`], the departed kept in
-    /// id order.
+    /// age, or the newest one): as [`Msgids::leave_ids`].
     pub fn leave_id(&mut self, id: u64, tokens: u64) {
+        self.leave_ids(&[(id, tokens)]);
+    }
+
+    /// Messages leave at once (`gone`: their `(id, tokens)`, ids
+    /// increasing): one pass over the held msgids (leaving one at a time
+    /// moved the held list once per message: an age cut of 49,500 messages
+    /// with msgids held the main thread 0.5 s). The departed stay in id
+    /// order, at most [`MAX_DEPARTED`]: those that leave now are kept (the
+    /// newest of them when more leave), and the older departed make room
+    /// lowest id first. A message that left last is never the one
+    /// forgotten: one with a low id (kept by a mixed-time MAXAGE) leaving
+    /// after 128 others was dropped at once, and its retry appended twice.
+    pub fn leave_ids(&mut self, gone: &[(u64, u64)]) {
         // Every eviction comes here: a session without msgids allocates none.
         let Some(lists) = self.0.as_deref_mut() else {
             return;
         };
-        let at = lists.held.partition_point(|(held, _)| *held < id);
-        if lists.held.get(at).is_none_or(|(held, _)| *held != id) {
+        if lists.held.is_empty() || gone.is_empty() {
             return;
         }
-        if let Some((id, msgid)) = lists.held.remove(at) {
-            let pos = lists.departed.partition_point(|d| d.id < id);
-            lists.departed.insert(pos, Departed { msgid, id, tokens });
-            if lists.departed.len() > MAX_DEPARTED {
-                lists.departed.pop_front();
+        let mut left: Vec<Departed> = Vec::new();
+        if let [(id, tokens)] = gone {
+            let at = lists.held.partition_point(|(held, _)| held < id);
+            if lists.held.get(at).is_some_and(|(held, _)| held == id) {
+                if let Some((id, msgid)) = lists.held.remove(at) {
+                    left.push(Departed {
+                        msgid,
+                        id,
+                        tokens: *tokens,
+                    });
+                }
             }
+        } else {
+            let mut gone = gone.iter().peekable();
+            let held = std::mem::take(&mut lists.held);
+            let mut kept = VecDeque::with_capacity(held.len());
+            for (id, msgid) in held {
+                while gone.next_if(|(g, _)| *g < id).is_some() {}
+                match gone.peek() {
+                    Some((g, tokens)) if *g == id => left.push(Departed {
+                        msgid,
+                        id,
+                        tokens: *tokens,
+                    }),
+                    _ => kept.push_back((id, msgid)),
+                }
+            }
+            lists.held = kept;
         }
+        if left.is_empty() {
+            return;
+        }
+        if let [_] = left[..] {
+            // One (every append at the caps): in place, no allocation.
+            if let Some(d) = left.pop() {
+                let departed = &mut lists.departed;
+                let at = departed.partition_point(|x| x.id < d.id);
+                departed.insert(at, d);
+                if departed.len() > MAX_DEPARTED {
+                    departed.remove(usize::from(at == 0));
+                }
+            }
+            return;
+        }
+        let new = left.split_off(left.len().saturating_sub(MAX_DEPARTED));
+        let old = std::mem::take(&mut lists.departed);
+        let skip = (old.len() + new.len()).saturating_sub(MAX_DEPARTED);
+        let mut old = old.into_iter().skip(skip).peekable();
+        let mut merged = VecDeque::with_capacity(MAX_DEPARTED);
+        for d in new {
+            while let Some(o) = old.next_if(|o| o.id < d.id) {
+                merged.push_back(o);
+            }
+            merged.push_back(d);
+        }
+        merged.extend(old);
+        lists.departed = merged;
     }
 
     /// The msgid of held message `id`, if it has one.

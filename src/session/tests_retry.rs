@@ -471,3 +471,67 @@ fn a_summary_retried_after_it_succeeded_is_recognised() {
     assert_eq!(s.summary_retried(2, b"other text"), None);
     assert_eq!(s.summary_retried(3, b"s"), None);
 }
+
+/// Msgids m1..=m{n} held by ids 1..=n.
+fn held(n: u64) -> Msgids {
+    let mut m = Msgids::default();
+    for id in 1..=n {
+        m.attach(id, format!("m{id}").into());
+    }
+    m
+}
+
+#[test]
+fn the_msgid_that_left_last_is_remembered_whatever_its_id() {
+    // 128 later messages left first (aged out around an older one that a
+    // mixed-time MAXAGE kept); then message 1 leaves: its retry must still
+    // be recognised, and it was the one forgotten at once.
+    let mut m = held(200);
+    for id in 2..=129 {
+        m.leave_id(id, 1);
+    }
+    m.leave_id(1, 7);
+    assert_eq!(m.departed.len(), MAX_DEPARTED);
+    assert_eq!(m.departed.front().map(|d| (d.id, d.tokens)), Some((1, 7)));
+    assert!(
+        m.departed.iter().all(|d| d.id != 2),
+        "the oldest of the others makes room"
+    );
+    let ids: Vec<u64> = m.departed.iter().map(|d| d.id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "kept in id order");
+}
+
+#[test]
+fn msgids_leaving_at_once_leave_as_one_by_one_in_id_order() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(24);
+    for round in 0..300 {
+        let n = rng.gen_range(1..400u64);
+        let mut at_once = held(n);
+        // Some messages without a msgid: not every id is held.
+        at_once.held.retain(|_| rng.gen_bool(0.8));
+        let mut one_by_one = at_once.clone();
+        let mut gone: Vec<(u64, u64)> = (1..=n + 3)
+            .filter(|_| rng.gen_bool(0.5))
+            .map(|id| (id, id % 9))
+            .collect();
+        // Earlier departures, all below this round's.
+        let first = gone.len() / 3;
+        let earlier: Vec<(u64, u64)> = gone.drain(..first).collect();
+        at_once.leave_ids(&earlier);
+        for (id, tokens) in &earlier {
+            one_by_one.leave_id(*id, *tokens);
+        }
+        assert_eq!(at_once, one_by_one, "round {round}: earlier");
+        at_once.leave_ids(&gone);
+        for (id, tokens) in &gone {
+            one_by_one.leave_id(*id, *tokens);
+        }
+        assert_eq!(at_once, one_by_one, "round {round}");
+        assert!(at_once.departed.len() <= MAX_DEPARTED);
+        assert!(at_once
+            .held
+            .iter()
+            .all(|(id, _)| gone.binary_search_by_key(id, |g| g.0).is_err()));
+    }
+}
