@@ -88,9 +88,10 @@ pub fn changed_meanwhile() -> RedisError {
 /// messages): said as it is, not as a tokenizer change no one made.
 pub fn grew_meanwhile(bytes: usize) -> RedisError {
     crate::error::try_again(format!(
-        "the session took {bytes} bytes of new messages while it was re-counted for the new \
-         model, more than are counted on the main thread; send it again (a session appended \
-         to without pause switches model between its bursts)"
+        "the session took {bytes} bytes of new messages (or of others put in their place, by a \
+         COPY or RESTORE over the key) while it was re-counted for the new model, more than \
+         are counted on the main thread; send it again (a session appended to without pause \
+         switches model between its bursts)"
     ))
 }
 

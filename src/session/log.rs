@@ -975,6 +975,65 @@ pub struct Iter<'a> {
     back: usize,
 }
 
+/// Tells whether messages of one log are stored as messages of another,
+/// asked in increasing order of both: at the same position of the same
+/// shared segment (no byte read: a model switch asks it of every message,
+/// and looking each one's segment up cost a cache miss each: 30 ms for
+/// 100,000), else the bytes compared (a copy on write moved them).
+pub struct SameBytes<'a> {
+    a: &'a MessageLog,
+    b: &'a MessageLog,
+    at_a: usize,
+    at_b: usize,
+}
+
+impl<'a> SameBytes<'a> {
+    pub fn new(a: &'a MessageLog, b: &'a MessageLog) -> SameBytes<'a> {
+        SameBytes {
+            a,
+            b,
+            at_a: 0,
+            at_b: 0,
+        }
+    }
+
+    /// Whether message `i` of the first log is stored as message `j` of
+    /// the second.
+    pub fn check(&mut self, i: usize, j: usize) -> bool {
+        let (Some(ha), Some(hb)) = (self.a.heads.get(i), self.b.heads.get(j)) else {
+            return false;
+        };
+        let (from_a, from_b) = (self.a.begin(i), self.b.begin(j));
+        let plain = self.a.view_starts.is_none() && self.b.view_starts.is_none();
+        if plain && from_a == from_b && ha.end == hb.end {
+            let sa = segment_at(&self.a.segments, &mut self.at_a, from_a);
+            let sb = segment_at(&self.b.segments, &mut self.at_b, from_b);
+            if let (Some(sa), Some(sb)) = (sa, sb) {
+                if sa.start == sb.start && Arc::ptr_eq(&sa.bytes, &sb.bytes) {
+                    return true;
+                }
+            }
+        }
+        self.a.data(i) == self.b.data(j)
+    }
+}
+
+/// The segment holding position `at`, searched from `*from` on (asked in
+/// increasing order).
+fn segment_at<'s>(
+    segments: &'s VecDeque<Segment>,
+    from: &mut usize,
+    at: u32,
+) -> Option<&'s Segment> {
+    while let Some(s) = segments.get(*from) {
+        if (at.wrapping_sub(s.start) as usize) < s.bytes.len() {
+            return Some(s);
+        }
+        *from += 1;
+    }
+    None
+}
+
 impl Iter<'_> {
     /// Bytes the messages left to iterate take as stored (from the heads).
     pub fn stored_len(&self) -> usize {

@@ -6,6 +6,7 @@
 //! [`Session::recount_op`] counts what they do not cover. The result
 //! replicates as one `Op::Recount` (the new counts), never the whole session.
 
+use super::log::SameBytes;
 use super::{MessageLog, Op, Session, SessionError};
 use crate::tokenizer::{Encoding, SUMMARY_COUNTED_AS};
 
@@ -32,6 +33,11 @@ pub struct Recounted {
     /// 100,000 ids, hashed four times over on the main thread, made a
     /// model switch hold it 10-30 ms).
     messages: Vec<(u64, u64)>,
+    /// The messages counted (sharing the session's bytes then): a count
+    /// stands for a message of the same id only if its bytes are these
+    /// (a COPY ... REPLACE while the worker counted put other texts under
+    /// the same ids and creation time, and they took the old counts).
+    counted: MessageLog,
 }
 
 impl Recounted {
@@ -42,10 +48,13 @@ impl Recounted {
         self.created == session.created
     }
 
-    /// A cursor over the counts, for ids asked in increasing order.
-    fn cursor(&self) -> Cursor<'_> {
+    /// A cursor over the counts, for the messages of `log` asked in
+    /// increasing id order.
+    fn cursor<'a>(&'a self, log: &'a MessageLog) -> Cursor<'a> {
         Cursor {
             counts: &self.messages,
+            same: SameBytes::new(log, &self.counted),
+            log,
             at: 0,
         }
     }
@@ -53,19 +62,21 @@ impl Recounted {
 
 struct Cursor<'a> {
     counts: &'a [(u64, u64)],
+    same: SameBytes<'a>,
+    log: &'a MessageLog,
     at: usize,
 }
 
 impl Cursor<'_> {
-    /// The tokens counted for `id` (ids asked in increasing order).
-    fn get(&mut self, id: u64) -> Option<u64> {
-        while self.counts.get(self.at).is_some_and(|(i, _)| *i < id) {
+    /// The tokens counted for message `i` of the log (asked in increasing
+    /// id order), if counted from the same bytes.
+    fn get(&mut self, i: usize) -> Option<u64> {
+        let id = self.log.head(i)?.id;
+        while self.counts.get(self.at).is_some_and(|(c, _)| *c < id) {
             self.at += 1;
         }
-        self.counts
-            .get(self.at)
-            .filter(|(i, _)| *i == id)
-            .map(|(_, t)| *t)
+        let (c, tokens) = *self.counts.get(self.at)?;
+        (c == id && self.same.check(i, self.at)).then_some(tokens)
     }
 }
 
@@ -91,6 +102,7 @@ impl Snapshot {
                 .iter()
                 .map(|m| (m.id, count(encoding, m.role, m.content, m.meta)))
                 .collect(),
+            counted: self.messages.clone(),
         }
     }
 }
@@ -123,11 +135,9 @@ impl Session {
             (Some(s), _) => s.text.len(),
             (None, _) => 0,
         };
-        let mut counted = done.map(Recounted::cursor);
-        let uncovered = (0..self.messages.len()).filter(|&i| {
-            let id = self.messages.head(i).map_or(0, |h| h.id);
-            counted.as_mut().and_then(|c| c.get(id)).is_none()
-        });
+        let mut counted = done.map(|d| d.cursor(&self.messages));
+        let uncovered =
+            (0..self.messages.len()).filter(|&i| counted.as_mut().and_then(|c| c.get(i)).is_none());
         summary
             + uncovered
                 .map(|i| self.messages.stored_len_of(i))
@@ -155,11 +165,11 @@ impl Session {
                 None => count(encoding, SUMMARY_COUNTED_AS, &s.text, None),
             }
         });
-        let mut counted = done.map(Recounted::cursor);
+        let mut counted = done.map(|d| d.cursor(&self.messages));
         let counts = (0..self.messages.len())
             .map(|i| {
                 let id = self.messages.head(i).map_or(0, |h| h.id);
-                match counted.as_mut().and_then(|c| c.get(id)) {
+                match counted.as_mut().and_then(|c| c.get(i)) {
                     Some(tokens) => (id, tokens),
                     // Appended meanwhile: counted here (small: checked first).
                     None => (

@@ -334,3 +334,83 @@ fn a_switch_counted_while_the_key_is_remade_or_grows_is_refused_with_the_true_re
         session::assert_same(&before, &session::snap(&mut con, &k), case, 1000);
     }
 }
+
+#[test]
+fn a_switch_counted_while_a_copy_replaced_the_key_counts_the_copy_s_texts() {
+    // A COPY shares the session's creation time and ids: while a switch
+    // was counted, `COPY other k REPLACE` put other texts under the same
+    // ids, and they took the counted texts' counts (hostile, 12-02).
+    let server = Server::start();
+    let mut con = server.client();
+    cmd(&mut con, &["MEM.COUNT", "gpt-4", "x"]).unwrap();
+    let k = "mem:{sw-copied}";
+    let other = "mem:{sw-copied}other";
+    let big = text(300_000, 8);
+    cmd(
+        &mut con,
+        &[
+            "MEM.APPEND",
+            k,
+            "user",
+            &big,
+            "MAXTOKENS",
+            "10000000",
+            "TTL",
+            "0",
+        ],
+    )
+    .unwrap();
+    poll_until(&mut con, "the first append counted", |c| {
+        info_mem(c, "counts_in_flight") == 0
+    });
+    cmd(&mut con, &["COPY", k, other]).unwrap();
+    for i in 0..5 {
+        cmd(&mut con, &["MEM.APPEND", k, "user", "a"]).unwrap();
+        cmd(
+            &mut con,
+            &[
+                "MEM.APPEND",
+                other,
+                "user",
+                &format!("{} {i}", "zq ".repeat(60)),
+            ],
+        )
+        .unwrap();
+    }
+    cmd(
+        &mut con,
+        &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"],
+    )
+    .unwrap();
+    let url = server.url();
+    let switcher = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd("MEM.APPEND")
+            .arg(k)
+            .arg("user")
+            .arg("switch")
+            .arg("MODEL")
+            .arg("gpt-4")
+            .query::<Value>(&mut c)
+    });
+    poll_until(&mut con, "the switch counted on a worker", |c| {
+        info_mem(c, "counts_in_flight") == 1
+    });
+    cmd(&mut con, &["COPY", other, k, "REPLACE"]).unwrap();
+    switcher
+        .join()
+        .unwrap()
+        .expect("the copy's few new texts are counted inline");
+    let doc = session::parse_doc(&session::json_text(&mut con, k));
+    assert_eq!(doc.messages.len(), 7);
+    for m in &doc.messages {
+        let want = 3 + cl100(&m.role) + cl100(&m.content);
+        assert_eq!(
+            m.tokens as i64, want,
+            "message {} ({:.20}...)",
+            m.id, m.content
+        );
+    }
+    let sum: u64 = doc.messages.iter().map(|m| m.tokens).sum();
+    assert_eq!(doc.total_tokens, sum);
+}
