@@ -140,7 +140,12 @@ pub fn import<E>(
     builder.stream(history)?;
     builder.finish();
     let mut session = builder.session;
-    let trimmed = builder.trimmed + session.trim_imported();
+    let trimmed = builder.trimmed
+        + if written_by_us {
+            session.trim_imported_own(builder.trimmed)
+        } else {
+            session.trim_imported()
+        };
     session.extra = extra;
     stored.apply(&mut session, now)?;
     Ok(Imported {

@@ -665,6 +665,22 @@ impl Session {
         trimmed
     }
 
+    /// As [`Session::trim_imported`], for the module's own document (FORMAT
+    /// JSON) whose import evicted `evicted_before` while streaming: a tool
+    /// result first stays unless something was evicted, as the session
+    /// held it (one appended after the summary that covered its call; an
+    /// export and import dropped it).
+    pub fn trim_imported_own(&mut self, evicted_before: u64) -> u64 {
+        let trimmed = self.trim(self.settings.caps(), true);
+        if evicted_before + trimmed == 0 {
+            self.messages.settle();
+            return 0;
+        }
+        let trimmed = trimmed + self.drop_orphan_tool_results(0);
+        self.messages.settle();
+        trimmed
+    }
+
     /// Evicts tool results at the front (their call is gone), sparing the
     /// newest `spared` messages.
     fn drop_orphan_tool_results(&mut self, spared: usize) -> u64 {
