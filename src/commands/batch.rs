@@ -210,8 +210,12 @@ fn steps(
     // The session's msgids, indexed once when the batch names several: a
     // scan of the held ones per item held the main thread ~2 us per held
     // msgid per batch (56 ms at 30,000).
-    let named = messages.iter().filter(|m| m.msgid.is_some()).count();
-    let held = session.filter(|_| named > 8).map(Session::msgid_index);
+    let named: std::collections::HashSet<&str> =
+        messages.iter().filter_map(|m| m.msgid.as_deref()).collect();
+    let held = session
+        .filter(|_| named.len() > 8)
+        .map(|s| s.find_msgids(&named));
+    drop(named);
     let find = |msgid: &str| match &held {
         Some(index) => index.get(msgid).copied(),
         None => session.and_then(|s| s.find_msgid(msgid)),

@@ -216,26 +216,34 @@ impl Session {
             .map(|d| (d.id, d.tokens))
     }
 
-    /// Every msgid the session knows -> `(id, tokens)`, as [`Session::find_msgid`]
-    /// answers (held ones win over departed ones): for a write that looks up
-    /// many (a batch).
-    pub fn msgid_index(&self) -> std::collections::HashMap<&str, (u64, u64)> {
-        let mut index = std::collections::HashMap::with_capacity(
-            self.msgids.held.len() + self.msgids.departed.len(),
-        );
+    /// Of the msgids `wanted`, those the session knows -> `(id, tokens)`,
+    /// as [`Session::find_msgid`] answers each (held ones win over
+    /// departed ones), in one pass over the held msgids: for a write that
+    /// looks up many (a batch; indexing every msgid of a 99,000-message
+    /// session for it held the main thread 17-25 ms).
+    pub fn find_msgids<'s>(
+        &'s self,
+        wanted: &std::collections::HashSet<&str>,
+    ) -> std::collections::HashMap<&'s str, (u64, u64)> {
+        let mut found = std::collections::HashMap::new();
         for d in &self.msgids.departed {
-            index.insert(&*d.msgid, (d.id, d.tokens));
+            if wanted.contains(&*d.msgid) {
+                found.insert(&*d.msgid, (d.id, d.tokens));
+            }
         }
         for (id, msgid) in &self.msgids.held {
+            if !wanted.contains(&**msgid) {
+                continue;
+            }
             if let Some(h) = self
                 .messages
                 .position(*id)
                 .and_then(|at| self.messages.head(at))
             {
-                index.insert(&**msgid, (h.id, u64::from(h.tokens)));
+                found.insert(&**msgid, (h.id, u64::from(h.tokens)));
             }
         }
-        index
+        found
     }
 
     /// The reply of a write recognised as a retry of one already applied:
