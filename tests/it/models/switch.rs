@@ -268,6 +268,24 @@ fn a_large_text_counted_before_another_client_switched_the_model_is_refused_with
 /// again, or appended to with more than the main thread may count. Both are
 /// refused with TRYAGAIN saying which (hostile pass, issue 23: the first was
 /// an ERR about the re-count, the second blamed a model change no one made).
+/// `MEM.APPEND key user switch MODEL gpt-4` from a client of its own.
+fn switch_to_gpt4(
+    server: &Server,
+    key: &str,
+) -> std::thread::JoinHandle<redis::RedisResult<Value>> {
+    let (url, key) = (server.url(), key.to_owned());
+    std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd("MEM.APPEND")
+            .arg(&key)
+            .arg("user")
+            .arg("switch")
+            .arg("MODEL")
+            .arg("gpt-4")
+            .query::<Value>(&mut c)
+    })
+}
+
 #[test]
 fn a_switch_counted_while_the_key_is_remade_or_grows_is_refused_with_the_true_reason() {
     let server = Server::start();
@@ -299,18 +317,7 @@ fn a_switch_counted_while_the_key_is_remade_or_grows_is_refused_with_the_true_re
         poll_until(&mut con, "the first append counted", |c| {
             info_mem(c, "counts_in_flight") == 0
         });
-        let url = server.url();
-        let key = k.clone();
-        let switcher = std::thread::spawn(move || {
-            let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-            redis::cmd("MEM.APPEND")
-                .arg(&key)
-                .arg("user")
-                .arg("switch")
-                .arg("MODEL")
-                .arg("gpt-4")
-                .query::<Value>(&mut c)
-        });
+        let switcher = switch_to_gpt4(&server, &k);
         poll_until(&mut con, "the switch counted on a worker", |c| {
             info_mem(c, "counts_in_flight") == 1
         });
@@ -382,17 +389,7 @@ fn a_switch_counted_while_a_copy_replaced_the_key_counts_the_copy_s_texts() {
         &["CONFIG", "SET", "mem.debug-count-delay-ms", "1000"],
     )
     .unwrap();
-    let url = server.url();
-    let switcher = std::thread::spawn(move || {
-        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
-        redis::cmd("MEM.APPEND")
-            .arg(k)
-            .arg("user")
-            .arg("switch")
-            .arg("MODEL")
-            .arg("gpt-4")
-            .query::<Value>(&mut c)
-    });
+    let switcher = switch_to_gpt4(&server, k);
     poll_until(&mut con, "the switch counted on a worker", |c| {
         info_mem(c, "counts_in_flight") == 1
     });
