@@ -48,17 +48,17 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let large = live
         .as_deref()
         .is_some_and(|s| s.select(sel).1.stored_len() >= WORKER_REPLY_BYTES);
-    if large && offload::can_block(ctx) {
-        if let Some(owned) = live.as_deref().cloned() {
+    let live = match live {
+        // The aged view is owned already: moved, not copied.
+        Some(live) if large && offload::can_block(ctx) => {
+            let owned = live.into_owned();
             let model = cfg.default_model.clone();
-            let written = offload::reply_written_by_worker(ctx, move |reply_ctx| {
+            return offload::reply_written_by_worker(ctx, move |reply_ctx| {
                 write_get(reply_ctx, Some(&owned), sel, json, &model, now)
             });
-            if let Some(reply) = written {
-                return reply;
-            }
         }
-    }
+        live => live,
+    };
     write_get(ctx, live.as_deref(), sel, json, &cfg.default_model, now);
     Ok(RedisValue::NoReply)
 }

@@ -275,22 +275,24 @@ pub fn reply_from_worker(
 /// For a read whose reply is large (MEM.GET of a whole big session): blocks
 /// the client and has `write` write the reply on the pool, to a context of
 /// the blocked client (replying needs no lock); the main thread only joins
-/// the written reply to the client's. `None` when the client could not be
-/// blocked (the caller replies inline). `write` reads what it owns (a copy
-/// of the session sharing its bytes), so later writes by others do not
-/// change what this read returns.
+/// the written reply to the client's. Written inline, to `ctx`, when the
+/// client cannot be blocked (MULTI, scripts). `write` reads what it owns (a
+/// copy of the session sharing its bytes), so later writes by others do
+/// not change what this read returns.
 pub fn reply_written_by_worker(
     ctx: &Context,
     write: impl FnOnce(&Context) + Send + 'static,
-) -> Option<RedisResult> {
-    if !can_block(ctx) {
-        return None;
-    }
-    // SAFETY: ctx is the running command's; no callbacks: the reply is
-    // written through the thread-safe context below; no timeout.
-    let bc = unsafe { raw::RedisModule_BlockClient.unwrap()(ctx.ctx, None, None, None, 0) };
+) -> RedisResult {
+    let bc = if can_block(ctx) {
+        // SAFETY: ctx is the running command's; no callbacks: the reply is
+        // written through the thread-safe context below; no timeout.
+        unsafe { raw::RedisModule_BlockClient.unwrap()(ctx.ctx, None, None, None, 0) }
+    } else {
+        std::ptr::null_mut()
+    };
     if bc.is_null() {
-        return None;
+        write(ctx);
+        return Ok(RedisValue::NoReply);
     }
     let client = bc as usize;
     let job = move || {
@@ -313,7 +315,7 @@ pub fn reply_written_by_worker(
     if let Err(job) = pool::submit(Box::new(job)) {
         job();
     }
-    Some(Ok(RedisValue::NoReply))
+    Ok(RedisValue::NoReply)
 }
 
 /// Queues a finished count and wakes the event loop to hand it back.

@@ -61,11 +61,12 @@ pub fn apply(
     }
     // What changed while the worker counted is counted here, if small.
     let cfg = Config::current();
-    let uncovered = session.uncovered_bytes(encoding, done);
+    let coverage = session.coverage(encoding, done);
+    let uncovered = coverage.uncovered_bytes();
     if uncovered as u64 >= cfg.inline_limit(encoding) {
         return Err(grew_meanwhile(uncovered));
     }
-    let op = session.recount_op(now, encoding, done, &counter(counting.tools));
+    let op = session.recount_op(now, &coverage, &counter(counting.tools));
     let payload = persistence::encode_op(&op);
     session.apply(op).map_err(error::session)?;
     let payload = RedisString::create_from_slice(ctx.ctx, &payload);

@@ -659,10 +659,7 @@ impl Session {
     /// left first, whose call is not in the session (even the newest one:
     /// no append of its own protects it). Returns the messages dropped.
     pub fn trim_imported(&mut self) -> u64 {
-        let trimmed = self.trim(self.settings.caps(), true);
-        let trimmed = trimmed + self.drop_orphan_tool_results(0);
-        self.messages.settle();
-        trimmed
+        self.trim_imported_after(None)
     }
 
     /// As [`Session::trim_imported`], for the module's own document (FORMAT
@@ -671,12 +668,17 @@ impl Session {
     /// held it (one appended after the summary that covered its call; an
     /// export and import dropped it).
     pub fn trim_imported_own(&mut self, evicted_before: u64) -> u64 {
-        let trimmed = self.trim(self.settings.caps(), true);
-        if evicted_before + trimmed == 0 {
-            self.messages.settle();
-            return 0;
+        self.trim_imported_after(Some(evicted_before))
+    }
+
+    /// `own_evicted`: what the module's own document evicted while
+    /// streaming (None for another tool's document, whose leading tool
+    /// results always go).
+    fn trim_imported_after(&mut self, own_evicted: Option<u64>) -> u64 {
+        let mut trimmed = self.trim(self.settings.caps(), true);
+        if own_evicted.is_none_or(|before| before + trimmed > 0) {
+            trimmed += self.drop_orphan_tool_results(0);
         }
-        let trimmed = trimmed + self.drop_orphan_tool_results(0);
         self.messages.settle();
         trimmed
     }
@@ -699,7 +701,7 @@ impl Session {
     }
 
     /// Removes the oldest `n` messages (evicted, or covered by a summary)
-    /// at once; returns how many went. Msgids are left one by one, and
+    /// at once; returns how many went. Their msgids leave together, and
     /// only when the session has any.
     fn drop_front(&mut self, n: usize) -> u64 {
         let n = n.min(self.messages.len());
@@ -869,7 +871,7 @@ pub use log::{
     decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS,
 };
 pub use read::{Selection, SummarizeCheck, Thresholds};
-pub use recount::{Recounted, Snapshot};
+pub use recount::{Coverage, Recounted, Snapshot};
 pub use retry::{check_msgid, Departed, Msgids, MAX_DEPARTED, MAX_MSGID_BYTES};
 pub use validate::{
     check_attr_value, check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH,

@@ -40,6 +40,24 @@ pub struct Recounted {
     counted: MessageLog,
 }
 
+/// What a [`Recounted`] covers of a session as it is now (see
+/// [`Session::coverage`]).
+pub struct Coverage {
+    encoding: Encoding,
+    /// The summary's tokens, if counted unchanged.
+    summary: Option<u64>,
+    /// Each message's tokens, if counted from the same bytes.
+    messages: Vec<Option<u64>>,
+    uncovered_bytes: usize,
+}
+
+impl Coverage {
+    /// Stored bytes [`Session::recount_op`] would count itself.
+    pub fn uncovered_bytes(&self) -> usize {
+        self.uncovered_bytes
+    }
+}
+
 impl Recounted {
     /// Whether these are counts of `session`'s lifetime of the key: one
     /// deleted and made again while the worker counted has the same ids
@@ -126,50 +144,53 @@ impl Session {
         summary + self.messages.stored_len()
     }
 
-    /// Bytes [`Session::recount_op`] would count itself: those `done` does
-    /// not cover.
-    pub fn uncovered_bytes(&self, encoding: Encoding, done: Option<&Recounted>) -> usize {
+    /// What `done` (counted off the main thread) covers of the session
+    /// under `encoding`: one walk, whose result both decides whether the
+    /// rest may be counted here and gives the counts.
+    pub fn coverage(&self, encoding: Encoding, done: Option<&Recounted>) -> Coverage {
         let done = done.filter(|d| d.encoding == encoding);
-        let summary = match (&self.summary, done.and_then(|d| d.summary)) {
-            (Some(s), Some((upto, ts, _))) if upto == s.upto && ts == s.ts => 0,
-            (Some(s), _) => s.text.len(),
-            (None, _) => 0,
+        let summary = self.summary.as_ref().and_then(|s| {
+            done.and_then(|d| d.summary)
+                .filter(|(upto, ts, _)| *upto == s.upto && *ts == s.ts)
+                .map(|(_, _, tokens)| tokens)
+        });
+        let mut uncovered_bytes = match (&self.summary, summary) {
+            (Some(s), None) => s.text.len(),
+            _ => 0,
         };
-        let mut counted = done.map(|d| d.cursor(&self.messages));
-        let uncovered =
-            (0..self.messages.len()).filter(|&i| counted.as_mut().and_then(|c| c.get(i)).is_none());
-        summary
-            + uncovered
-                .map(|i| self.messages.stored_len_of(i))
-                .sum::<usize>()
+        let mut cursor = done.map(|d| d.cursor(&self.messages));
+        let messages = (0..self.messages.len())
+            .map(|i| {
+                let tokens = cursor.as_mut().and_then(|c| c.get(i));
+                if tokens.is_none() {
+                    uncovered_bytes += self.messages.stored_len_of(i);
+                }
+                tokens
+            })
+            .collect();
+        Coverage {
+            encoding,
+            summary,
+            messages,
+            uncovered_bytes,
+        }
     }
 
-    /// The op that gives the session its counts under `encoding`: taken from
-    /// `done` (counted off the main thread under the same encoding) where it
-    /// covers a message or the summary unchanged, counted with `count`
-    /// otherwise (what changed meanwhile).
-    pub fn recount_op(
-        &self,
-        now: i64,
-        encoding: Encoding,
-        done: Option<&Recounted>,
-        count: Count,
-    ) -> Op {
-        let done = done.filter(|d| d.encoding == encoding);
+    /// The op that gives the session its counts under the coverage's
+    /// encoding: taken from `coverage` (of this session as it is now) where
+    /// it covers a message or the summary, counted with `count` otherwise
+    /// (what changed meanwhile).
+    pub fn recount_op(&self, now: i64, coverage: &Coverage, count: Count) -> Op {
+        let encoding = coverage.encoding;
         let summary_tokens = self.summary.as_ref().map(|s| {
-            match done
-                .and_then(|d| d.summary)
-                .filter(|(upto, ts, _)| *upto == s.upto && *ts == s.ts)
-            {
-                Some((_, _, tokens)) => tokens,
-                None => count(encoding, SUMMARY_COUNTED_AS, &s.text, None),
-            }
+            coverage
+                .summary
+                .unwrap_or_else(|| count(encoding, SUMMARY_COUNTED_AS, &s.text, None))
         });
-        let mut counted = done.map(|d| d.cursor(&self.messages));
         let counts = (0..self.messages.len())
             .map(|i| {
                 let id = self.messages.head(i).map_or(0, |h| h.id);
-                match counted.as_mut().and_then(|c| c.get(i)) {
+                match coverage.messages.get(i).copied().flatten() {
                     Some(tokens) => (id, tokens),
                     // Appended meanwhile: counted here (small: checked first).
                     None => (

@@ -411,7 +411,7 @@ fn recount_replaces_every_count() {
     let count = |_: Encoding, role: &str, content: &str, _: Option<&str>| {
         (role.len() + content.len()) as u64
     };
-    let op = s.recount_op(5, Encoding::Cl100kBase, None, &count);
+    let op = s.recount_op(5, &s.coverage(Encoding::Cl100kBase, None), &count);
     s.apply(op).unwrap();
     assert_eq!(s.settings.encoding, Encoding::Cl100kBase);
     // summary: "system" + "s"; message 2: "user" + "x".
@@ -439,12 +439,14 @@ fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
     push(&mut s, &cfg, "user", 2);
     // Measured in stored bytes (tag, coded role, content: 3 here).
     assert_eq!(
-        s.uncovered_bytes(Encoding::Cl100kBase, Some(&done)),
+        s.coverage(Encoding::Cl100kBase, Some(&done))
+            .uncovered_bytes(),
         s.messages.stored_len_of(2)
     );
     assert_eq!(s.messages.stored_len_of(2), 3);
     assert_eq!(
-        s.uncovered_bytes(Encoding::O200kBase, Some(&done)),
+        s.coverage(Encoding::O200kBase, Some(&done))
+            .uncovered_bytes(),
         s.text_bytes(),
         "another encoding covers nothing"
     );
@@ -453,7 +455,7 @@ fn a_recount_from_a_snapshot_counts_only_what_changed_meanwhile() {
         counted.set(counted.get() + 1);
         count(e, role, content, meta)
     };
-    let op = s.recount_op(9, Encoding::Cl100kBase, Some(&done), &counting);
+    let op = s.recount_op(9, &s.coverage(Encoding::Cl100kBase, Some(&done)), &counting);
     assert_eq!(
         counted.get(),
         1,

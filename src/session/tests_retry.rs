@@ -374,12 +374,8 @@ fn msgids_are_found_held_and_after_they_left() {
     );
     assert!(s.validate().is_ok());
     // A re-count moves a held message's tokens: a retry gets the new ones.
-    let op = s.recount_op(
-        9,
-        crate::tokenizer::Encoding::Cl100kBase,
-        None,
-        &|_, _, content, _| content.len() as u64 + 1,
-    );
+    let coverage = s.coverage(crate::tokenizer::Encoding::Cl100kBase, None);
+    let op = s.recount_op(9, &coverage, &|_, _, content, _| content.len() as u64 + 1);
     s.apply(op).unwrap();
     assert_eq!(s.find_msgid("d"), Some((4, 8)));
     let o = s.duplicate_outcome(1, 4);
