@@ -158,9 +158,9 @@ class Message:
     @classmethod
     def list_from_reply(cls, reply: Any) -> List["Message"]:
         """Every entry of a MEM.GET reply. When any entry carries the
-        ``summary`` marker, entries without it are messages; when none does
-        (an older module), only a first entry with role "summary" is the
-        summary (it always comes first)."""
+        ``summary`` marker, entries without it are messages; when none does,
+        only a first entry with role "summary" may be the summary (see
+        :meth:`summary_ambiguous`)."""
         out = [cls.from_reply(e) for e in reply or []]
         marked = any(e.summary_marker is not None for e in out)
         return [
@@ -169,6 +169,26 @@ class Message:
             else e
             for i, e in enumerate(out)
         ]
+
+    @staticmethod
+    def summary_ambiguous(entries: List["Message"]) -> bool:
+        """Whether the reply leaves open if its first entry is the summary: no
+        marker on it and role "summary". A SPEC v3 module marks its summary,
+        so this is a message with that role, or an older module's summary;
+        :meth:`resolve_summary` tells them apart with MEM.INFO."""
+        return bool(entries) and entries[0].summary_marker is None and entries[0].role == SUMMARY_ROLE
+
+    @staticmethod
+    def resolve_summary(entries: List["Message"], summary_upto: int) -> List["Message"]:
+        """Settles :meth:`summary_ambiguous` with the session's
+        ``summary_upto`` (MEM.INFO): the first entry is the summary only if
+        the session has one ending at its id (a summary entry's id is the last
+        message it covers; a message with that id is covered, so gone)."""
+        if not Message.summary_ambiguous(entries):
+            return entries
+        first = entries[0]
+        is_summary = summary_upto > 0 and first.id == summary_upto
+        return [replace(first, summary_marker=is_summary)] + entries[1:]
 
 
 @dataclass(frozen=True)

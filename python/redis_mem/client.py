@@ -172,7 +172,11 @@ class RedisMemClient:
     ) -> List[Message]:
         """MEM.GET: the summary (role "summary", if any) then messages, oldest
         first. Empty list for a missing key."""
-        return self._run(c.get(key, last, after, budget))
+        entries = self._run(c.get(key, last, after, budget))
+        if Message.summary_ambiguous(entries):
+            info = self._run(c.info(key))
+            entries = Message.resolve_summary(entries, info.summary_upto if info else 0)
+        return entries
 
     def get_json(
         self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
@@ -301,7 +305,11 @@ class AsyncRedisMemClient:
     ) -> List[Message]:
         """MEM.GET: the summary (role "summary", if any) then messages, oldest
         first. Empty list for a missing key."""
-        return await self._run(c.get(key, last, after, budget))
+        entries = await self._run(c.get(key, last, after, budget))
+        if Message.summary_ambiguous(entries):
+            info = await self._run(c.info(key))
+            entries = Message.resolve_summary(entries, info.summary_upto if info else 0)
+        return entries
 
     async def get_json(
         self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,

@@ -876,20 +876,25 @@ class RedisMemMiddleware(AgentMiddleware):
         due = any(r.summarize for r in results)
         trimmed = sum(r.trimmed for r in results)
         model = self._summarizer()
+        unsummarized = model is None and not self.summary_service
+        # Said before summarizing: a write that brought more than the caps
+        # hold evicted messages that no summary will ever cover, whatever the
+        # summary made of the rest.
+        if (trimmed or (due and unsummarized)) and key not in self.warned:
+            self.warned.add(key)
+            if unsummarized:
+                log.warning(
+                    "redis-mem: session %s is at its limit and nothing summarizes it: its oldest messages %s "
+                    "evicted by the caps and LOST. Fix: give RedisMemMiddleware(summary_model=<chat model>), run "
+                    "redis-mem-summarizer and pass summary_service=True, or memory='window' to accept it.",
+                    key, f"are being ({trimmed} so far)" if trimmed else "will be")
+            else:
+                log.warning(
+                    "redis-mem: session %s: %d messages were evicted before a summary covered them (%s)",
+                    key, trimmed, "is redis-mem-summarizer running?" if model is None
+                    else "one write brought more than the caps hold, or the summary failed or is late")
         if due and model is not None:
             yield from self._summarize_core(key, model)
-        elif (due or trimmed) and model is None and not self.summary_service and key not in self.warned:
-            self.warned.add(key)
-            log.warning(
-                "redis-mem: session %s is at its limit and nothing summarizes it: its oldest messages %s "
-                "evicted by the caps and LOST. Fix: give RedisMemMiddleware(summary_model=<chat model>), run "
-                "redis-mem-summarizer and pass summary_service=True, or memory='window' to accept it.",
-                key, f"are being ({trimmed} so far)" if trimmed else "will be")
-        elif trimmed and key not in self.warned:
-            self.warned.add(key)
-            log.warning("redis-mem: session %s: %d messages were evicted before a summary covered them (%s)",
-                        key, trimmed, "is redis-mem-summarizer running?" if self.summary_service and model is None
-                        else "the summary failed or is late")
 
     def _summarize_core(self, key: str, model: Any) -> Core[None]:
         started = time.monotonic()

@@ -399,6 +399,22 @@ def test_is_summary_uses_the_summary_marker_when_the_module_sends_it(mem):
     assert [e.is_summary for e in entries] == [True, False, False]
 
 
+def test_a_first_message_whose_role_is_summary_is_not_taken_for_the_summary(mem):
+    """Hostile pass 25, F5: no summary, the first message's role "summary":
+    no marker is the module's answer, and MEM.INFO settles it."""
+    mem.append(KEY, "summary", "I am a message")
+    mem.append(KEY, "user", "x")
+    for entries in (mem.get(KEY), mem.get(KEY, last=5), mem.get(KEY, budget=1000)):
+        assert [(e.is_summary, e.content) for e in entries] == [(False, "I am a message"), (False, "x")]
+    mem.summarize(KEY, 1, "the real summary")
+    assert [e.is_summary for e in mem.get(KEY)] == [True, False]
+    # An older module's reply (no marker at all) is settled the same way.
+    from redis_mem._replies import Message as M
+    old = M.list_from_reply([["id", 1, "role", "summary", "content", "S", "ts", 1, "tokens", 5]])
+    assert [e.is_summary for e in M.resolve_summary(old, 1)] == [True]
+    assert [e.is_summary for e in M.resolve_summary(old, 0)] == [False]
+
+
 def test_models_says_whether_the_count_is_exact_and_the_window(mem):
     claude = mem.models("claude-sonnet-4-5")
     assert isinstance(claude, ModelInfo)

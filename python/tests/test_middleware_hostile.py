@@ -123,6 +123,19 @@ def test_nothing_to_summarize_with_warns_once_per_session(r, caplog):
     assert not [rec for rec in caplog.records if "LOST" in rec.getMessage()]
 
 
+def test_one_invoke_beyond_the_caps_warns_that_its_oldest_messages_are_lost_though_a_summary_follows(r, caplog):
+    """Hostile pass 25, F2: 1,200 messages at once with a summarizer: the caps
+    evict most before any summary covers them, and that is said."""
+    mw = RedisMemMiddleware(r, model="gpt-4o", budget=8000)
+    agent = create_agent(ScriptedModel(respond=summarizing_script, prompts=[]), [add], middleware=[mw])
+    with caplog.at_level(logging.WARNING, logger="redis_mem.middleware"):
+        agent.invoke({"messages": [HumanMessage(f"m{i}") for i in range(1200)]}, cfg("many"))
+    info = RedisMemClient(r).info("mem:{many}")
+    assert info is not None and info.evicted > 1000
+    lost = [rec.getMessage() for rec in caplog.records if "evicted before a summary covered" in rec.getMessage()]
+    assert len(lost) == 1 and f"{info.evicted} messages" in lost[0], lost
+
+
 def test_a_failed_inline_summary_is_retried_by_a_later_step(r):
     attempts = []
 
