@@ -38,6 +38,10 @@ What it guarantees:
   the oldest messages are folded into the session summary by an LLM
   (OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL, --langchain-model, or
   --extractive) so that the rest fits the default caps; the report says so.
+* Message members MEM.IMPORT does not read (`tool_calls`, `tool_call_id`,
+  `name` of OpenAI-shaped histories, any other) move into the message's
+  META (refused when META has the same name), which the module keeps, reads
+  for tool groups and counts; the read-back compares META too.
 * Timestamps: numbers are Unix time, seconds below 10^11 (fractions
   allowed), milliseconds otherwise; ISO 8601 strings (UTC when they carry no
   zone); all converted client-side to integer milliseconds (`ts`).
@@ -343,11 +347,21 @@ class Limits:
         return out
 
 
-def prepare_history(history: List[Any], limits: Limits) -> List[Tuple[str, str]]:
+#: Members of a message that MEM.IMPORT reads; it ignores any other.
+MESSAGE_MEMBERS = frozenset({"role", "content", "meta", "id", "ts", "timestamp", "msgid", "tokens"})
+
+#: (role, content, meta) of a message the session must hold.
+Expected = Tuple[str, str, Optional[Dict[str, Any]]]
+
+
+def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
     """Checks each message as the module will and converts its timestamp
-    to integer ms (``ts``), in place. Returns the (role, content) pairs the
-    session must hold. Raises ValueError with the reason."""
-    expected = []
+    to integer ms (``ts``), in place. Members MEM.IMPORT does not read
+    (``tool_calls``, ``tool_call_id``, ``name`` of OpenAI-shaped histories)
+    move into the message's META, which the module keeps and which its tool
+    rule and counting read (they were dropped). Returns what the session
+    must hold. Raises ValueError with the reason."""
+    expected: List[Expected] = []
     for i, m in enumerate(history):
         if not isinstance(m, dict):
             raise ValueError(f"conversation_history[{i}] is not an object")
@@ -368,6 +382,14 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Tuple[str, str]]
                              f"mem.max-message-bytes ({limits.max_message_bytes})")
         if "meta" in m and m["meta"] is not None and not isinstance(m["meta"], dict):
             raise ValueError(f"conversation_history[{i}].meta is not an object")
+        others = [k for k in m if k not in MESSAGE_MEMBERS]
+        if others:
+            merged = dict(m.get("meta") or {})
+            for k in others:
+                if k in merged:
+                    raise ValueError(f"conversation_history[{i}] has {k!r} both as a member and in its meta")
+                merged[k] = m.pop(k)
+            m["meta"] = merged
         if m.get("msgid") is not None and (not isinstance(m["msgid"], str)
                                            or len(m["msgid"].encode("utf-8", "surrogatepass")) > MAX_MSGID_BYTES):
             raise ValueError(f"conversation_history[{i}].msgid is not a string of at most {MAX_MSGID_BYTES} bytes")
@@ -382,7 +404,7 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Tuple[str, str]]
                 m["ts"] = to_ms(stamp)
         except ValueError as e:
             raise ValueError(f"conversation_history[{i}]: {e}") from None
-        expected.append((role, content))
+        expected.append((role, content, m.get("meta") or None))
     return expected
 
 
@@ -517,12 +539,12 @@ def _caps(run: _Run, n: int, doc_bytes: int) -> Tuple[List[Any], str]:
     return args, caps
 
 
-def _verify(run: _Run, key: bytes, expected: List[Tuple[str, str]]) -> str:
-    """'' when the session at ``key`` holds exactly ``expected`` (roles and
-    contents, in order), else what differs."""
+def _verify(run: _Run, key: bytes, expected: List[Expected]) -> str:
+    """'' when the session at ``key`` holds exactly ``expected`` (roles,
+    contents and metas, in order), else what differs."""
     raw = run.r.execute_command("MEM.GET", key, "FORMAT", "JSON")
     doc = json.loads(_s(raw))
-    got = [(m.get("role"), m.get("content")) for m in doc.get("conversation_history") or []]
+    got = [(m.get("role"), m.get("content"), m.get("meta") or None) for m in doc.get("conversation_history") or []]
     if len(got) != len(expected):
         lead = 0
         while lead < len(expected) and expected[lead][0] == "tool":
@@ -550,7 +572,7 @@ def _require_module(r: "redis.Redis") -> None:
                                       "(--loadmodule libredis_mem.so, or MODULE LOAD) and run again") from None
 
 
-def _same_history(run: _Run, target: bytes, expected: List[Tuple[str, str]]) -> bool:
+def _same_history(run: _Run, target: bytes, expected: List[Expected]) -> bool:
     """Whether the session at ``target`` holds exactly ``expected``."""
     try:
         return _verify(run, target, expected) == ""
@@ -559,7 +581,7 @@ def _same_history(run: _Run, target: bytes, expected: List[Tuple[str, str]]) -> 
 
 
 def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: bytes,
-           expected: List[Tuple[str, str]], ttl: Optional[int]) -> bool:
+           expected: List[Expected], ttl: Optional[int]) -> bool:
     """Imports ``value`` into a temporary key, verifies it, then (real run)
     renames it onto ``target``. Sets ``res``; True when the target now holds
     the verified session (or would, in a dry run)."""
@@ -655,7 +677,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             r.unlink(scratch)
 
 
-def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Tuple[str, str]], args: List[Any]) -> bool:
+def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], args: List[Any]) -> bool:
     """--overflow summarize: the verified whole session in ``scratch`` gets
     its oldest messages folded into its summary (``summarize_fn``) so that
     the rest fits the server's default caps, then is imported again with
@@ -735,7 +757,7 @@ def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optio
             return b"" if now is None else _b(now)
 
 
-def _document(value: bytes, limits: Limits) -> Tuple[bytes, List[Tuple[str, str]]]:
+def _document(value: bytes, limits: Limits) -> Tuple[bytes, List[Expected]]:
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -396,3 +396,25 @@ def test_a_profile_without_a_conversation_yet_is_moved(r):
     attrs = RedisMemClient(r).attrget("mem:{new}")
     assert attrs["user_profile"] == {"name": "Nora", "plan": "pro"} and attrs["context"] == {"tz": "UTC"}
     assert r.exists("user_memory_junk") and not r.exists("user_memory_new")
+
+
+def test_a_message_s_members_the_module_does_not_read_move_into_its_meta(r):
+    """Hostile pass 25, F1: an OpenAI-shaped history's tool_calls,
+    tool_call_id and name were dropped, and the source deleted."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    r.set("user_memory_h", json.dumps({"conversation_history": [
+        {"role": "user", "content": "weather?", "meta": {"lang": "en"}, "name": "ann"},
+        {"role": "assistant", "content": "", "name": "bob", "tool_calls": [call]},
+        {"role": "tool", "content": "18C", "tool_call_id": "c1"}]}))
+    report = mig.migrate(r, pattern="user_memory_h", delete_source=True)
+    assert [x.status for x in report.results] == [mig.MOVED]
+    got = json.loads(r.execute_command("MEM.GET", "mem:{h}", "FORMAT", "JSON"))["conversation_history"]
+    assert [m.get("meta") for m in got] == [
+        {"lang": "en", "name": "ann"}, {"name": "bob", "tool_calls": [call]}, {"tool_call_id": "c1"}]
+    assert not r.exists("user_memory_h")
+    # A member also in its meta is refused, the source kept.
+    r.set("user_memory_c", json.dumps({"conversation_history": [
+        {"role": "user", "content": "x", "name": "a", "meta": {"name": "b"}}]}))
+    report = mig.migrate(r, pattern="user_memory_c", delete_source=True)
+    assert [(x.status, "both as a member and in its meta" in x.reason) for x in report.results] == [(mig.FAILED, True)]
+    assert r.exists("user_memory_c") and not r.exists("mem:{c}")
