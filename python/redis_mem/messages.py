@@ -94,6 +94,11 @@ def clean_text(s: str) -> str:
     return _SURROGATE.sub("\ufffd", s) if _SURROGATE.search(s) else s
 
 
+def lone_surrogates(s: str) -> int:
+    """How many lone surrogates :func:`clean_text` replaces in ``s``."""
+    return len(_SURROGATE.findall(s))
+
+
 def clean_json(v: Any) -> Any:
     """``v`` with every string (keys included) through :func:`clean_text`."""
     if isinstance(v, str):

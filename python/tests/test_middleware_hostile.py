@@ -200,13 +200,18 @@ def test_a_tool_result_over_max_message_bytes_is_stored_truncated(r):
     assert [e.role for e in stored(r)] == ["user", "assistant", "tool", "assistant"]
 
 
-def test_a_lone_surrogate_is_escaped_not_raised(r):
+def test_a_lone_surrogate_is_escaped_not_raised_and_said(r, caplog):
     model = ScriptedModel(respond=calls_tool("read_file", {"path": "/tmp/x"}), prompts=[])
     agent = create_agent(model, [read_file], middleware=[RedisMemMiddleware(r)])
-    agent.invoke({"messages": [HumanMessage("read \udcff it")]}, cfg())
+    with caplog.at_level(logging.WARNING, logger="redis_mem.middleware"):
+        agent.invoke({"messages": [HumanMessage("read \udcff it")]}, cfg())
     entries = stored(r)
     assert entries[0].content == "read \ufffd it"
     assert [e.content for e in entries if e.role == "tool"] == ["bytes: \ufffd end"]
+    # Hostile pass 25, F6: marked and logged, as a truncation is.
+    assert [(e.meta or {}).get("redis_mem_replaced_surrogates") for e in entries] == [1, None, 1, None]
+    said = [rec.getMessage() for rec in caplog.records if "lone surrogate" in rec.getMessage()]
+    assert len(said) == 2, said
 
 
 def test_a_first_sync_of_1201_checkpointed_messages_is_split_into_batches(r):
