@@ -399,7 +399,7 @@ impl Session {
     /// of ids the session handed out, in the order they left; every msgid
     /// 1 to 128 bytes, none named twice.
     fn check_msgids(&self) -> Result<(), String> {
-        let mut messages = self.messages.iter().map(|m| m.id);
+        let mut messages = self.messages.heads().map(|h| h.id);
         for (id, msgid) in &self.msgids.held {
             check_msgid(msgid).map_err(|e| format!("{e} (id {id})"))?;
             // Both in id order: one pass over the messages.
@@ -430,9 +430,9 @@ impl Session {
         }
         // No write stores a msgid the session knows (it answers the retry),
         // so one named twice is corrupt: a retry would match either.
-        let mut seen = std::collections::HashSet::with_capacity(
-            self.msgids.held.len() + self.msgids.departed.len(),
-        );
+        // Fx: the std hasher was 10% of a RESTORE of 99,000 msgids.
+        let mut seen = rustc_hash::FxHashSet::default();
+        seen.reserve(self.msgids.held.len() + self.msgids.departed.len());
         let named = self.msgids.held.iter().map(|(_, m)| &**m);
         for msgid in named.chain(self.msgids.departed.iter().map(|d| &*d.msgid)) {
             if !seen.insert(msgid) {
