@@ -23,8 +23,8 @@ use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, model_switch, Pass};
 use crate::persistence;
 use crate::session::{
-    next_id, Message, Op, Outcome, Recounted, Session, Settings, Snapshot, Thresholds,
-    MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
+    check_tool_has_call, next_id, Message, Op, Outcome, Recounted, Session, Settings, Snapshot,
+    Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
 use crate::stats;
 use crate::tokenizer::{count_message, Counting};
@@ -220,7 +220,8 @@ fn steps(
         Some(index) => index.get(msgid).copied(),
         None => session.and_then(|s| s.find_msgid(msgid)),
     };
-    for m in messages {
+    let mut held = session.map_or(0, Session::message_count);
+    for (i, m) in messages.into_iter().enumerate() {
         if let Some(msgid) = &m.msgid {
             let earlier = batch_msgids.get(msgid).copied();
             if let Some((id, tokens)) = earlier.or_else(|| find(msgid)) {
@@ -228,6 +229,9 @@ fn steps(
                 continue;
             }
         }
+        check_tool_has_call(&m.role, held)
+            .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
+        held += 1;
         last_id = next_id(last_id).map_err(crate::error::session)?;
         if let Some(msgid) = &m.msgid {
             batch_msgids.insert(msgid.clone(), (last_id, m.tokens));

@@ -62,6 +62,17 @@ pub fn check_name_chars(what: &str, name: &str) -> Result<(), String> {
 }
 
 /// The id after `last_id`, unless every id is used.
+/// A new message with `role` after the `held` messages of its session: a
+/// tool result needs a message before it (an LLM API refuses a tool result
+/// without its call). The commands check it before the op exists; an op
+/// already replicated or in the AOF applies as it was.
+pub fn check_tool_has_call(role: &str, held: u64) -> Result<(), SessionError> {
+    if role == TOOL_ROLE && held == 0 {
+        return Err(SessionError::ToolResultFirst);
+    }
+    Ok(())
+}
+
 pub fn next_id(last_id: u64) -> Result<u64, SessionError> {
     match last_id.checked_add(1) {
         Some(id) if id <= MAX_ID => Ok(id),
@@ -331,6 +342,9 @@ pub enum SessionError {
     SessionFull,
     /// A message's tokens above [`MAX_MESSAGE_TOKENS`].
     TokensAboveMax(u64),
+    /// A tool result the session holds no message before: its call was
+    /// summarized, evicted or never appended.
+    ToolResultFirst,
 }
 
 impl std::fmt::Display for SessionError {
@@ -381,6 +395,10 @@ impl std::fmt::Display for SessionError {
             SessionError::TokensAboveMax(tokens) => {
                 write!(f, "a message of {tokens} tokens is above the largest {MAX_MESSAGE_TOKENS}")
             }
+            SessionError::ToolResultFirst => write!(
+                f,
+                "a tool result cannot be the session's first message: its call is not in the session (summarized, evicted or never appended)"
+            ),
         }
     }
 }

@@ -457,14 +457,20 @@ fn a_retried_large_append_is_stored_once() {
         &["CONFIG", "SET", "mem.debug-count-delay-ms", "300"],
     );
     let k = "mem:{large}";
-    let content = "a long tool result. ".repeat(500);
+    let content = "a long answer. ".repeat(660);
     let counted_before = info_mem(&mut con, "counts_off_thread");
     let sends: Vec<_> = (0..2)
         .map(|i| {
             let (mut c, content) = (server.client(), content.clone());
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(i * 50));
-                append(&mut c, k, "tool", &content, &["MSGID", "call-7/result"])
+                append(
+                    &mut c,
+                    k,
+                    "assistant",
+                    &content,
+                    &["MSGID", "call-7/result"],
+                )
             })
         })
         .collect();
@@ -476,12 +482,21 @@ fn a_retried_large_append_is_stored_once() {
         int_field(&replies[0], "tokens"),
         int_field(&replies[1], "tokens")
     );
-    assert_eq!(int_field(&replies[1], "tokens"), mt_o("tool", &content));
+    assert_eq!(
+        int_field(&replies[1], "tokens"),
+        mt_o("assistant", &content)
+    );
     assert_eq!(int_field(&info(&mut con, k), "messages"), 1);
     assert_eq!(info_mem(&mut con, "counts_off_thread"), counted_before + 2);
     // Retried after it landed: recognised before anything is counted.
     let before = snap(&mut con, k);
-    let r = append(&mut con, k, "tool", &content, &["MSGID", "call-7/result"]);
+    let r = append(
+        &mut con,
+        k,
+        "assistant",
+        &content,
+        &["MSGID", "call-7/result"],
+    );
     assert_eq!((int_field(&r, "id"), int_field(&r, "duplicate")), (1, 1));
     assert_eq!(
         info_mem(&mut con, "counts_off_thread"),

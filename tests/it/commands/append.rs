@@ -815,6 +815,87 @@ fn simulate_append(
 }
 
 #[test]
+fn a_tool_result_is_refused_as_a_session_s_first_message() {
+    // SPEC 3: no path leaves a `tool` message first. A tool result the
+    // session holds no message before (a new session, or its call already
+    // in the summary) is refused, changing nothing, on every path.
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "first:{tool}";
+    let e = err(&mut con, &["MEM.APPEND", k, "tool", "21 C"]);
+    assert!(
+        e.contains("tool result cannot be the session's first message"),
+        "{e}"
+    );
+    let batch = r#"[{"role":"tool","content":"21 C"},{"role":"user","content":"thanks"}]"#;
+    let e = err(&mut con, &["MEM.APPENDBATCH", k, batch]);
+    assert!(
+        e.starts_with("ERR messages[0]: a tool result cannot"),
+        "{e}"
+    );
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    let _: Value = redis::cmd("MEM.APPEND")
+        .arg(&[k, "tool", "x"])
+        .query(&mut con)
+        .unwrap();
+    let exec: redis::RedisResult<Vec<Value>> = redis::cmd("EXEC").query(&mut con);
+    assert!(format!("{exec:?}").contains("first message"), "{exec:?}");
+    let lua = "return redis.pcall('MEM.APPEND', KEYS[1], 'tool', 'x')";
+    let e: redis::RedisResult<Value> = redis::cmd("EVAL").arg(&[lua, "1", k]).query(&mut con);
+    assert!(format!("{e:?}").contains("first message"), "{e:?}");
+    let exists: i64 = redis::cmd("EXISTS").arg(k).query(&mut con).unwrap();
+    assert_eq!(exists, 0, "a refused write created the key");
+
+    // A call and its result in one batch; the result with its msgid.
+    let call =
+        r#"{"tool_calls":[{"id":"a","type":"function","function":{"name":"w","arguments":"{}"}}]}"#;
+    let batch = format!(
+        r#"[{{"role":"assistant","content":"","meta":{call}}},{{"role":"tool","content":"21 C","meta":{{"tool_call_id":"a"}},"msgid":"r1"}}]"#
+    );
+    let r: Value = redis::cmd("MEM.APPENDBATCH")
+        .arg(&[k, &batch])
+        .query(&mut con)
+        .unwrap();
+    assert!(matches!(r, Value::Array(ref v) if v.len() == 2), "{r:?}");
+    // The summary covers both; a result after it has no call to follow.
+    let _: Value = redis::cmd("MEM.SUMMARIZE")
+        .arg(&[k, "2", "a weather call"])
+        .query(&mut con)
+        .unwrap();
+    let before = json_text(&mut con, k);
+    let e = err(&mut con, &["MEM.APPEND", k, "tool", "25 C"]);
+    assert!(e.contains("summarized, evicted or never appended"), "{e}");
+    let e = err(
+        &mut con,
+        &[
+            "MEM.APPENDBATCH",
+            k,
+            r#"[{"role":"tool","content":"25 C"}]"#,
+        ],
+    );
+    assert!(e.starts_with("ERR messages[0]:"), "{e}");
+    assert_eq!(
+        json_text(&mut con, k),
+        before,
+        "a refused write changed the session"
+    );
+    // A retry of the result already stored is still answered as it was.
+    let r = append(&mut con, k, "tool", "21 C", &["MSGID", "r1"]);
+    assert_eq!(int_field(&r, "duplicate"), 1);
+    assert_eq!(int_field(&r, "id"), 2);
+    // Any other message may start the session again, and a result after it.
+    append(&mut con, k, "assistant", "", &["META", call]);
+    let r = append(
+        &mut con,
+        k,
+        "tool",
+        "25 C",
+        &["META", r#"{"tool_call_id":"a"}"#],
+    );
+    assert_eq!(int_field(&r, "messages"), 2);
+}
+
+#[test]
 fn trim_never_leaves_a_tool_result_without_its_call() {
     let server = Server::start();
     let mut con = server.client();

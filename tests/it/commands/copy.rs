@@ -110,7 +110,9 @@ fn copy_then_summarize_and_refill_reads_back() {
     );
     assert_eq!(int_field(&info(&mut con, dst), "messages"), 0);
     for i in 150..210 {
-        append(&mut con, dst, "tool", &small(i), &["META", r#"{"k":1}"#]);
+        // One call, then its results (a result cannot open the session).
+        let role = if i == 150 { "assistant" } else { "tool" };
+        append(&mut con, dst, role, &small(i), &["META", r#"{"k":1}"#]);
     }
     assert_eq!(
         digest(&mut con, src),
@@ -142,7 +144,11 @@ fn copy_then_summarize_and_refill_reads_back() {
     for (n, e) in dst_msgs.iter().enumerate() {
         assert_eq!(
             (e.content.as_str(), e.role.as_str(), e.meta.as_deref()),
-            (small(150 + n).as_str(), "tool", Some(r#"{"k":1}"#))
+            (
+                small(150 + n).as_str(),
+                if n == 0 { "assistant" } else { "tool" },
+                Some(r#"{"k":1}"#)
+            )
         );
     }
     // Both survive DUMP/RESTORE unchanged.

@@ -78,33 +78,3 @@ fn imported_members_are_kept_verbatim() {
         "user_profile was not kept verbatim: sent {profile}, FORMAT JSON gave {json}"
     );
 }
-
-#[test]
-fn a_tool_result_first_round_trips_through_format_json_and_import() {
-    // The session holds a tool result first (appended after the summary
-    // that covered its call); its FORMAT JSON imported lost it. Another
-    // tool's document that starts so still drops it (tests of the import).
-    let server = Server::start();
-    let mut con = conn(server.port, 0);
-    let k = "rt:{tool}";
-    qok(
-        &mut con,
-        &["MEM.APPEND", k, "assistant", "calling", "TOKENS", "5"],
-    );
-    qok(&mut con, &["MEM.SUMMARIZE", k, "1", "a tool call was made"]);
-    qok(&mut con, &["MEM.APPEND", k, "tool", "21 C", "TOKENS", "5"]);
-    qok(
-        &mut con,
-        &["MEM.APPEND", k, "user", "thanks", "TOKENS", "5"],
-    );
-    let doc = session::json_text(&mut con, k);
-    let copy = "rt:{tool}copy";
-    qok(&mut con, &["MEM.IMPORT", copy, &doc]);
-    assert_eq!(session::json_text(&mut con, copy), doc);
-    let roles: Vec<String> = session::parse_doc(&doc)
-        .messages
-        .into_iter()
-        .map(|m| m.role)
-        .collect();
-    assert_eq!(roles, ["tool", "user"]);
-}
