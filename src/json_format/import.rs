@@ -350,20 +350,28 @@ impl<'de> de::Deserialize<'de> for Key<'de> {
 }
 
 /// The members named `names` of one object, raw (the last wins when a name
-/// repeats), the others skipped; None when the value is not an object.
-struct Fields<const N: usize>(&'static [&'static str; N]);
+/// repeats), and the others when `others` (else skipped); None when the
+/// value is not an object.
+#[derive(Clone, Copy)]
+struct Fields<const N: usize> {
+    names: &'static [&'static str; N],
+    others: bool,
+}
 
 type Raw<'a, const N: usize> = [Option<&'a RawValue>; N];
 
+/// An object's members not among the names read, in document order.
+type Others<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+
 impl<'de, const N: usize> DeserializeSeed<'de> for Fields<N> {
-    type Value = Option<Raw<'de, N>>;
+    type Value = Option<(Raw<'de, N>, Others<'de>)>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de, const N: usize> Visitor<'de> for Fields<N> {
-    type Value = Option<Raw<'de, N>>;
+    type Value = Option<(Raw<'de, N>, Others<'de>)>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON object")
@@ -371,23 +379,71 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut values = [None; N];
+        let mut others = Vec::new();
         while let Some(Key(name)) = map.next_key()? {
             match self
-                .0
+                .names
                 .iter()
                 .position(|n| *n == name)
                 .and_then(|i| values.get_mut(i))
             {
                 Some(slot) => *slot = Some(map.next_value()?),
+                None if self.others => others.push((name, map.next_value()?)),
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(Some(values))
+        Ok(Some((values, others)))
     }
 
     not_an_object!();
+}
+
+/// A message's members MEM.IMPORT does not read (an OpenAI-shaped
+/// history's `tool_calls`, `tool_call_id`, `name`) moved into its META, so
+/// an import drops nothing (they were skipped silently). Null members carry
+/// nothing and are left out; a name META also has is refused (which of the
+/// two to keep is the client's call); of a name repeated, the last stands.
+fn fold_into_meta(meta: Option<String>, others: Others<'_>) -> Result<Option<String>, String> {
+    let mut others: Vec<_> = others
+        .into_iter()
+        .filter(|(_, v)| v.get() != "null")
+        .collect();
+    if others.is_empty() {
+        return Ok(meta);
+    }
+    let mut seen = std::collections::HashSet::new();
+    others.reverse();
+    others.retain(|(name, _)| seen.insert(name.clone()));
+    others.reverse();
+    let (mut text, held) = match &meta {
+        Some(m) => {
+            let names: std::collections::HashMap<String, IgnoredAny> =
+                serde_json::from_str(m).map_err(|e| format!("meta is not valid JSON: {e}"))?;
+            if let Some((name, _)) = others.iter().find(|(n, _)| names.contains_key(&**n)) {
+                return Err(format!(
+                    "member {name:?} is both the message's and its meta's (MEM.IMPORT moves a message's other members into its meta)"
+                ));
+            }
+            let inner = m.trim().trim_start_matches('{');
+            let inner = inner.strip_suffix('}').unwrap_or(inner);
+            (format!("{{{inner}"), !names.is_empty())
+        }
+        None => ("{".to_owned(), false),
+    };
+    for (i, (name, value)) in others.iter().enumerate() {
+        if held || i > 0 {
+            text.push(',');
+        }
+        let name = serde_json::to_string(&**name).map_err(|e| e.to_string())?;
+        text.push_str(&name);
+        text.push(':');
+        text.push_str(value.get());
+    }
+    text.push('}');
+    check_meta(&text)?;
+    Ok(Some(text))
 }
 
 const MESSAGE_FIELDS: [&str; 8] = [
@@ -540,10 +596,13 @@ struct ImportedSummary {
 
 fn parse_summary(doc: &str, raw: &RawValue) -> Result<ImportedSummary, Bad> {
     let mut de = serde_json::Deserializer::from_str(raw.get());
-    let fields = Fields(&SUMMARY_FIELDS)
-        .deserialize(&mut de)
-        .map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))?;
-    let Some([content, text, upto, ts, timestamp]) = fields else {
+    let fields = Fields {
+        names: &SUMMARY_FIELDS,
+        others: false,
+    }
+    .deserialize(&mut de)
+    .map_err(|e| Bad::Json(invalid_json(doc, raw.get(), &e)))?;
+    let Some(([content, text, upto, ts, timestamp], _)) = fields else {
         return Err("summary must be an object or null".to_owned().into());
     };
     let text = match content.or(text) {
@@ -685,16 +744,17 @@ impl<C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Builder<'_, C, E> {
         Ok(())
     }
 
-    fn push(&mut self, fields: Option<Raw<'_, 8>>) -> Result<(), ImportError<E>> {
+    fn push(&mut self, fields: Option<(Raw<'_, 8>, Others<'_>)>) -> Result<(), ImportError<E>> {
         let i = self.index;
         self.index += 1;
         let at = |e: Bad| match e {
             Bad::Shape(e) => ImportError::Invalid(format!("conversation_history[{i}]: {e}")),
             Bad::Json(e) => ImportError::Invalid(e),
         };
-        let fields =
+        let (fields, others) =
             fields.ok_or_else(|| at(Bad::Shape("a message must be an object".to_owned())))?;
-        let m = parse_message(self.doc, fields).map_err(at)?;
+        let mut m = parse_message(self.doc, fields).map_err(at)?;
+        m.meta = fold_into_meta(m.meta, others).map_err(|e| at(Bad::Shape(e)))?;
         if m.content.len() as u64 > self.max_message_bytes {
             return Err(ImportError::TooLarge(m.content.len()));
         }
@@ -816,7 +876,11 @@ impl<'de, C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Visitor<'de>
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(fields) = seq.next_element_seed(Fields(&MESSAGE_FIELDS))? {
+        let fields = Fields {
+            names: &MESSAGE_FIELDS,
+            others: true,
+        };
+        while let Some(fields) = seq.next_element_seed(fields)? {
             if let Err(e) = self.0.push(fields) {
                 self.0.failed = Some(e);
                 return Err(de::Error::custom("message refused"));

@@ -663,6 +663,75 @@ fn get_last_and_budget_never_start_with_a_tool_result() {
 /// SPEC MEM.IMPORT: tool results left first (in the document, or after the
 /// caps) are dropped as trimming drops them.
 #[test]
+fn import_moves_a_message_s_other_members_into_its_meta() {
+    // An OpenAI-shaped history keeps tool_calls, tool_call_id and name
+    // beside role and content: MEM.IMPORT skipped them silently (the tool
+    // calls were lost, and not counted).
+    let server = Server::start();
+    let mut con = server.client();
+    let call = json!([{"id": "c1", "type": "function",
+                       "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}}]);
+    let doc = json!({"conversation_history": [
+        {"role": "user", "content": "weather in Rome?", "name": "bob", "function_call": null},
+        {"role": "assistant", "content": "", "tool_calls": call},
+        {"role": "tool", "content": "21 C", "tool_call_id": "c1", "meta": {"src": "api"}},
+        {"role": "user", "content": "thanks", "meta": {}, "x": 1, "x": 2},
+    ]});
+    ok(&mut con, &["MEM.IMPORT", "oa", &doc.to_string()]);
+    let e = get(&mut con, &["MEM.GET", "oa"]);
+    let metas: Vec<Option<Json>> = e
+        .iter()
+        .map(|m| m.meta.as_deref().map(|t| serde_json::from_str(t).unwrap()))
+        .collect();
+    assert_eq!(
+        metas,
+        [
+            Some(json!({"name": "bob"})),
+            Some(json!({"tool_calls": call})),
+            Some(json!({"src": "api", "tool_call_id": "c1"})),
+            Some(json!({"x": 2})),
+        ]
+    );
+    // The moved tool calls count as MEM.APPEND counts a META's.
+    let meta = e[1].meta.clone().unwrap();
+    let counted = int(
+        &mut con,
+        &[
+            "MEM.COUNT",
+            "gpt-4o-mini",
+            "",
+            "ROLE",
+            "assistant",
+            "META",
+            &meta,
+        ],
+    );
+    assert_eq!(e[1].tokens, counted);
+    assert!(
+        counted > mt_o("assistant", ""),
+        "the tool calls were not counted"
+    );
+    // Its FORMAT JSON imports as it is.
+    let own = json_text(&mut con, "oa");
+    ok(&mut con, &["MEM.IMPORT", "oa2", &own]);
+    assert_eq!(json_text(&mut con, "oa2"), own);
+    // A name both beside META and in it: which to keep is the client's call.
+    let doc = json!({"conversation_history": [
+        {"role": "user", "content": "x", "meta": {"name": "a"}, "name": "b"},
+    ]});
+    let e = err(&mut con, &["MEM.IMPORT", "oa", &doc.to_string(), "REPLACE"]);
+    assert!(
+        e.contains("conversation_history[0]: member \"name\" is both"),
+        "{e}"
+    );
+    assert_eq!(
+        json_text(&mut con, "oa"),
+        own,
+        "a refused import changed the key"
+    );
+}
+
+#[test]
 fn import_drops_tool_results_left_first() {
     let server = Server::start();
     let mut con = server.client();
