@@ -80,6 +80,7 @@ sync calls in a thread); both run the same code (one core, two drivers).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import re
@@ -320,6 +321,19 @@ def _positive(name: str, value: Optional[int], allow_zero: bool = False) -> Opti
         raise ValueError(f"{name} must be {'a non-negative' if allow_zero else 'a positive'} integer up to "
                          f"{MAX_TOKEN_FIGURE}, or None, not {value!r}")
     return value
+
+
+def _msgid(m: BaseMessage) -> Optional[str]:
+    """The MSGID a message is stored with: its id, but a system message's
+    text for one. An application without a checkpointer sends its
+    instructions with every turn, each copy with a new id (LangGraph gives
+    an id-less message a random one): named by its text, the session stores
+    it once (the module answers a msgid it holds, or held recently, as a
+    duplicate), not once per turn."""
+    if isinstance(m, SystemMessage) and not _is_summary(m):
+        text = m.content if isinstance(m.content, str) else json.dumps(m.content, sort_keys=True)
+        return "lc:system:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return msgid_of(m)
 
 
 def _is_summary(m: BaseMessage) -> bool:
@@ -605,7 +619,7 @@ class RedisMemMiddleware(AgentMiddleware):
         if held is not None:
             last = -1
             for i, m in enumerate(body):
-                if (m.id and m.id in held) or (msgid_of(m) in held):
+                if (m.id and m.id in held) or (_msgid(m) in held):
                     last = i
             self._mark(key, [m.id for m in body[: last + 1]])
         synced = self._synced_of(key) or set()
@@ -682,7 +696,7 @@ class RedisMemMiddleware(AgentMiddleware):
             log.warning("redis-mem: the META of a %s message is over mem.max-message-bytes (%d): stored reduced",
                         role, limit)
         return {"role": _clean_text(role)[:64] or "user", "content": content, "meta": meta,
-                "msgid": msgid_of(m)}
+                "msgid": _msgid(m)}
 
     @staticmethod
     def _batches(items: List[Dict[str, Any]], limit: int) -> List[List[Dict[str, Any]]]:
@@ -857,7 +871,7 @@ class RedisMemMiddleware(AgentMiddleware):
                 ids = {m.id for m in send}
                 lacking = [m for m in self.local.context.get(key, [])
                            if not _is_summary(m) and m.id not in ids
-                           and m.id not in held and msgid_of(m) not in held]
+                           and m.id not in held and _msgid(m) not in held]
                 self.stats["resent"] += len(lacking)
                 send = lacking + send
             results = yield from self._append_core(key, send, limit)

@@ -262,6 +262,23 @@ def test_a_retried_step_with_id_less_messages_stores_once(r):
     assert [e.content for e in stored(r)] == ["no id here", "nor here"] * 2
 
 
+def test_instructions_sent_with_every_turn_are_stored_once(r):
+    # Hostile pass 25, F4: without a checkpointer an application sends its
+    # system message with each turn; every id-less copy got a fresh id and
+    # was stored again (30 turns: 30 copies in the model's context).
+    model = ScriptedModel(respond=calculator_script, prompts=[])
+    agent = create_agent(model, [add], middleware=[RedisMemMiddleware(r)])
+    for q in ["add 2 3", "add 4 5", "add 6 7"]:
+        agent.invoke({"messages": [SystemMessage("You add numbers."), HumanMessage(q)]}, cfg())
+    entries = stored(r)
+    assert [e.content for e in entries if e.role == "system"] == ["You add numbers."]
+    assert [e.content for e in entries if e.role == "user"] == ["add 2 3", "add 4 5", "add 6 7"]
+    assert sum(m.content == "You add numbers." for m in model.prompts[-1]) == 1
+    # Changed instructions are a new message.
+    agent.invoke({"messages": [SystemMessage("You add numbers twice."), HumanMessage("add 1 1")]}, cfg())
+    assert [e.content for e in stored(r) if e.role == "system"] == ["You add numbers.", "You add numbers twice."]
+
+
 # -- finding 12: attributes reach the model --------------------------------------------
 
 def test_attributes_are_given_to_the_model_through_the_hook(r):
