@@ -406,17 +406,25 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
 /// nothing and are left out; a name META also has is refused (which of the
 /// two to keep is the client's call); of a name repeated, the last stands.
 fn fold_into_meta(meta: Option<String>, others: Others<'_>) -> Result<Option<String>, String> {
-    let mut others: Vec<_> = others
+    let others: Vec<_> = others
         .into_iter()
         .filter(|(_, v)| v.get() != "null")
         .collect();
     if others.is_empty() {
         return Ok(meta);
     }
-    let mut seen = std::collections::HashSet::new();
-    others.reverse();
-    others.retain(|(name, _)| seen.insert(name.clone()));
-    others.reverse();
+    // Of a name repeated, the last stands (as for the members read).
+    let last: std::collections::HashMap<&str, usize> = others
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| (&**n, i))
+        .collect();
+    let others: Vec<_> = others
+        .iter()
+        .enumerate()
+        .filter(|(i, (n, _))| last.get(&**n) == Some(i))
+        .map(|(_, member)| member)
+        .collect();
     let (mut text, held) = match &meta {
         Some(m) => {
             let names: std::collections::HashMap<String, IgnoredAny> =
@@ -426,7 +434,9 @@ fn fold_into_meta(meta: Option<String>, others: Others<'_>) -> Result<Option<Str
                     "member {name:?} is both the message's and its meta's (MEM.IMPORT moves a message's other members into its meta)"
                 ));
             }
-            let inner = m.trim().trim_start_matches('{');
+            // A checked object: `{`, its members, `}`.
+            let inner = m.trim();
+            let inner = inner.strip_prefix('{').unwrap_or(inner);
             let inner = inner.strip_suffix('}').unwrap_or(inner);
             (format!("{{{inner}"), !names.is_empty())
         }

@@ -61,7 +61,6 @@ pub fn check_name_chars(what: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// The id after `last_id`, unless every id is used.
 /// A new message with `role` after the `held` messages of its session: a
 /// tool result needs a message before it (an LLM API refuses a tool result
 /// without its call). The commands check it before the op exists; an op
@@ -73,6 +72,7 @@ pub fn check_tool_has_call(role: &str, held: u64) -> Result<(), SessionError> {
     Ok(())
 }
 
+/// The id after `last_id`, unless every id is used.
 pub fn next_id(last_id: u64) -> Result<u64, SessionError> {
     match last_id.checked_add(1) {
         Some(id) if id <= MAX_ID => Ok(id),

@@ -729,6 +729,12 @@ fn import_moves_a_message_s_other_members_into_its_meta() {
         own,
         "a refused import changed the key"
     );
+    // Of a name repeated, the last stands, as for the members read.
+    let doc =
+        r#"{"conversation_history":[{"role":"user","content":"x","n":1,"meta":{"a":1},"n":[2]}]}"#;
+    ok(&mut con, &["MEM.IMPORT", "dup", doc]);
+    let e = get(&mut con, &["MEM.GET", "dup"]);
+    assert_eq!(e[0].meta.as_deref(), Some(r#"{"a":1,"n":[2]}"#));
 }
 
 #[test]
