@@ -155,6 +155,31 @@ impl SessionKey {
         }
     }
 
+    /// Sets the key's expiry to the absolute time `at_ms` (None: none), as
+    /// PEXPIREAT does: an op replayed from the AOF later keeps the expiry the
+    /// master gave, not one counted from the replay.
+    pub fn set_abs_expiry(&self, at_ms: Option<i64>) {
+        let Some(k) = self.raw() else { return };
+        // SAFETY: the key is open for writing and holds a value; both calls
+        // are Redis's (SetAbsExpire since 6.2.2: every supported server).
+        unsafe {
+            match (at_ms, raw::RedisModule_SetAbsExpire) {
+                (Some(at), Some(set_abs)) => {
+                    set_abs(k, at.max(1));
+                }
+                (Some(at), None) => {
+                    raw::RedisModule_SetExpire.unwrap()(
+                        k,
+                        at.saturating_sub(crate::commands::now_ms()).max(1),
+                    );
+                }
+                (None, _) => {
+                    raw::RedisModule_SetExpire.unwrap()(k, raw::REDISMODULE_NO_EXPIRE as i64);
+                }
+            }
+        }
+    }
+
     /// The key's remaining time to live in ms, None when it has no expiry.
     pub fn ttl_ms(&self) -> Option<i64> {
         if self.is_empty() {

@@ -39,6 +39,13 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         // A promoted replica (or a server after an AOF replay) grants above it.
         crate::session::note_issued(lease.token);
     }
+    // An append's expiry is the op's to set (MEM.APPEND replicates no
+    // PEXPIREAT beside it); an older master's PEXPIREAT that follows sets
+    // the same time.
+    let appended_at = match &op {
+        crate::session::Op::Append { now, .. } => Some(*now),
+        _ => None,
+    };
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     match key.session_mut() {
         Some(session) => {
@@ -52,6 +59,9 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             fresh.apply(op).map_err(crate::error::session)?;
             key.put(fresh)?;
         }
+    }
+    if let (Some(now), Some(session)) = (appended_at, key.session()) {
+        key.set_abs_expiry(session.key_expiry(now));
     }
     super::signal_modified(ctx, &args[1]);
     ctx.replicate_verbatim();

@@ -304,6 +304,9 @@ pub fn finish_write(
     now: i64,
     events: &Events,
 ) {
+    // An append's op carries its expiry (MEM._APPLY sets it): one
+    // propagated command instead of two (PEXPIREAT was 10% of an append).
+    let expiry_in_op = matches!(&how, Propagate::Op(Op::Append { .. }, _));
     match how {
         Propagate::Op(header, content) => replicate_op(ctx, keyname, &header, content),
         Propagate::Ops(ops) => {
@@ -324,6 +327,7 @@ pub fn finish_write(
     key.set_expiry(expiry, now);
     signal_modified(ctx, keyname);
     match expiry {
+        _ if expiry_in_op => {}
         Some(at) => ctx.replicate(
             "PEXPIREAT",
             &[keyname.as_slice(), at.to_string().as_bytes()],

@@ -488,3 +488,39 @@ fn values_of_unknown_or_mismatched_encoding_versions_are_refused() {
     }
     println!("durability/encoding versions: 4 restores, 1-3 (mismatched), 0, 5, 1023 refused");
 }
+
+#[test]
+fn an_append_s_expiry_reaches_the_aof_and_a_replica_as_the_same_time() {
+    // MEM.APPEND propagates one command (its op carries the expiry, which
+    // MEM._APPLY sets as an absolute time): a replica holds the master's
+    // expiry to the millisecond, and an AOF replayed later keeps it rather
+    // than counting the TTL again from the replay.
+    use crate::support::faults::{conn, master_and_replica, qint, wait_replicas};
+    let (master, replica) =
+        master_and_replica(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let (mut m, mut r) = (conn(master.port, 0), conn(replica.port, 0));
+    let k = "mem:{exp}";
+    ok(&mut m, &["MEM.APPEND", k, "user", "one", "TTL", "100"]);
+    ok(&mut m, &["MEM.APPEND", k, "user", "two", "TTL", "0"]);
+    ok(&mut m, &["MEM.APPEND", k, "user", "three", "TTL", "500"]);
+    let at = qint(&mut m, &["PEXPIRETIME", k]);
+    assert!(at > 0, "no expiry: {at}");
+    wait_replicas(&mut m, 1);
+    assert_eq!(qint(&mut r, &["PEXPIRETIME", k]), at, "the replica's expiry");
+    let persisted = "mem:{exp}:none";
+    ok(&mut m, &["MEM.APPEND", persisted, "user", "x", "TTL", "0"]);
+    wait_replicas(&mut m, 1);
+    assert_eq!(qint(&mut r, &["PEXPIRETIME", persisted]), -1);
+    std::thread::sleep(Duration::from_millis(1500));
+    drop((m, r));
+    let mut master = master;
+    master.restart();
+    let mut m = conn(master.port, 0);
+    assert_eq!(
+        qint(&mut m, &["PEXPIRETIME", k]),
+        at,
+        "the AOF replay moved the expiry"
+    );
+    assert_eq!(qint(&mut m, &["PEXPIRETIME", persisted]), -1);
+    drop(replica);
+}
