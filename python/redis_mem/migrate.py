@@ -159,6 +159,9 @@ class KeyResult:
     #: e.g. "imported whole: MAXMSGS 5000 MAXTOKENS 240000"; "" when the
     #: defaults held it.
     caps: str = ""
+    #: Messages with neither ``ts`` nor ``timestamp``: MEM.IMPORT stamps them
+    #: with the time of the migration (said, not silent).
+    untimed: int = 0
 
 
 @dataclass
@@ -211,6 +214,8 @@ class Report:
                 extra = [f"{r.messages} messages"]
                 if r.caps:
                     extra.append(r.caps)
+                if r.untimed:
+                    extra.append(f"{r.untimed} without a timestamp, stamped with the migration's time")
                 if r.ttl is not None:
                     extra.append(f"ttl {r.ttl}s" if r.ttl else "no ttl")
                 if r.replaced:
@@ -354,6 +359,12 @@ MESSAGE_MEMBERS = frozenset({"role", "content", "meta", "id", "ts", "timestamp",
 Expected = Tuple[str, str, Optional[Dict[str, Any]]]
 
 
+def untimed(history: List[Any]) -> int:
+    """Messages with neither ``ts`` nor ``timestamp`` (before
+    :func:`prepare_history`, which converts them)."""
+    return sum(1 for m in history if isinstance(m, dict) and m.get("ts") is None and m.get("timestamp") is None)
+
+
 def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
     """Checks each message as the module will and converts its timestamp
     to integer ms (``ts``), in place. Members MEM.IMPORT does not read
@@ -382,6 +393,8 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
                              f"mem.max-message-bytes ({limits.max_message_bytes})")
         if "meta" in m and m["meta"] is not None and not isinstance(m["meta"], dict):
             raise ValueError(f"conversation_history[{i}].meta is not an object")
+        for k in [k for k in m if k not in MESSAGE_MEMBERS and m[k] is None]:
+            del m[k]  # carries nothing (MEM.IMPORT leaves null members out too)
         others = [k for k in m if k not in MESSAGE_MEMBERS]
         if others:
             merged = dict(m.get("meta") or {})
@@ -757,14 +770,15 @@ def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optio
             return b"" if now is None else _b(now)
 
 
-def _document(value: bytes, limits: Limits) -> Tuple[bytes, List[Expected]]:
+def _document(value: bytes, limits: Limits) -> Tuple[bytes, List[Expected], int]:
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"value is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     doc = check_document(text)
+    stamped = untimed(doc["conversation_history"])
     expected = prepare_history(doc["conversation_history"], limits)
-    return _encode(doc), expected
+    return _encode(doc), expected, stamped
 
 
 def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
@@ -790,7 +804,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         return res
     for _attempt in range(MAX_ATTEMPTS):
         try:
-            doc_bytes, expected = _document(value, run.limits)
+            doc_bytes, expected, res.untimed = _document(value, run.limits)
         except ValueError as e:
             res.status, res.reason = FAILED, str(e) if not res.messages else (
                 f"source changed to an invalid document after import ({e}); source kept")
@@ -823,6 +837,7 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         return res
     try:
         doc, snapshot = read(r, unit)
+        res.untimed = untimed(doc["conversation_history"])
         expected = prepare_history(doc["conversation_history"], run.limits)
         value = _encode(doc)
     except (ValueError, redis.ResponseError) as e:

@@ -418,3 +418,19 @@ def test_a_message_s_members_the_module_does_not_read_move_into_its_meta(r):
     report = mig.migrate(r, pattern="user_memory_c", delete_source=True)
     assert [(x.status, "both as a member and in its meta" in x.reason) for x in report.results] == [(mig.FAILED, True)]
     assert r.exists("user_memory_c") and not r.exists("mem:{c}")
+
+
+def test_messages_without_a_timestamp_are_reported_and_null_members_left_out(r):
+    """Hostile pass 25 (low): a message without a timestamp got the
+    migration's time silently; a null member of an OpenAI-shaped message
+    became a null in its META."""
+    r.set("user_memory_t", json.dumps({"conversation_history": [
+        {"role": "user", "content": "old", "timestamp": "2025-01-01T10:00:00"},
+        {"role": "assistant", "content": "no time", "function_call": None, "tool_calls": None},
+        {"role": "user", "content": "nor here"}]}))
+    report = mig.migrate(r, pattern="user_memory_t")
+    assert [(x.status, x.untimed) for x in report.results] == [(mig.MOVED, 2)]
+    assert "2 without a timestamp, stamped with the migration's time" in report.render()
+    assert report.to_dict()["keys"][0]["untimed"] == 2
+    got = json.loads(r.execute_command("MEM.GET", "mem:{t}", "FORMAT", "JSON"))["conversation_history"]
+    assert [m.get("meta") for m in got] == [None, None, None]
