@@ -23,8 +23,8 @@ use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, model_switch, Pass};
 use crate::persistence;
 use crate::session::{
-    check_tool_has_call, next_id, Message, Op, Outcome, Recounted, Session, Settings, Snapshot,
-    Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
+    check_tool_has_call, held_before, next_id, Message, Op, Outcome, Recounted, Session, Settings,
+    Snapshot, Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
 };
 use crate::stats;
 use crate::tokenizer::{count_message, Counting};
@@ -220,7 +220,14 @@ fn steps(
         Some(index) => index.get(msgid).copied(),
         None => session.and_then(|s| s.find_msgid(msgid)),
     };
-    let mut held = session.map_or(0, Session::message_count);
+    // Past maxage is not held: a tool result needs a live call (the aged
+    // ones are looked for only in a batch that has one).
+    let role = if messages.iter().any(|m| m.role == TOOL_ROLE) {
+        TOOL_ROLE
+    } else {
+        ""
+    };
+    let mut held = held_before(session, role, now);
     for (i, m) in messages.into_iter().enumerate() {
         if let Some(msgid) = &m.msgid {
             let earlier = batch_msgids.get(msgid).copied();

@@ -72,6 +72,18 @@ pub fn check_tool_has_call(role: &str, held: u64) -> Result<(), SessionError> {
     Ok(())
 }
 
+/// The messages a write at `now` finds in `session` (None: none): those
+/// past `maxage` are not counted, as reads do not show them (an aged
+/// message kept alive by a tool result appended after it came back). Only
+/// a tool result needs the count; others get any non-zero.
+pub fn held_before(session: Option<&Session>, role: &str, now: i64) -> u64 {
+    match session {
+        None => 0,
+        Some(s) if role == TOOL_ROLE => s.live(now).message_count(),
+        Some(s) => s.message_count(),
+    }
+}
+
 /// The id after `last_id`, unless every id is used.
 pub fn next_id(last_id: u64) -> Result<u64, SessionError> {
     match last_id.checked_add(1) {

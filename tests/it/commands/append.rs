@@ -893,6 +893,43 @@ fn a_tool_result_is_refused_as_a_session_s_first_message() {
         &["META", r#"{"tool_call_id":"a"}"#],
     );
     assert_eq!(int_field(&r, "messages"), 2);
+
+    // Hostile pass 27 F1: a message past maxage is not held (reads do not
+    // show it); a result after it was accepted and brought it back.
+    let aged = "first:{tool}aged";
+    append(
+        &mut con,
+        aged,
+        "user",
+        "hi",
+        &["TS", "1000", "MAXAGE", "10"],
+    );
+    assert!(get(&mut con, &["MEM.GET", aged]).is_empty());
+    let before = json_text(&mut con, aged);
+    let e = err(&mut con, &["MEM.APPEND", aged, "tool", "r"]);
+    assert!(e.contains("first message"), "{e}");
+    let e = err(
+        &mut con,
+        &[
+            "MEM.APPENDBATCH",
+            aged,
+            r#"[{"role":"tool","content":"r"}]"#,
+        ],
+    );
+    assert!(e.starts_with("ERR messages[0]:"), "{e}");
+    assert_eq!(json_text(&mut con, aged), before);
+    // A call past maxage whose result is live is held: its group is.
+    let grp = "first:{tool}group";
+    append(
+        &mut con,
+        grp,
+        "assistant",
+        "",
+        &["TS", "1000", "META", call],
+    );
+    append(&mut con, grp, "tool", "21 C", &["MAXAGE", "1000000000"]);
+    let r = append(&mut con, grp, "tool", "22 C", &["MAXAGE", "10"]);
+    assert_eq!(int_field(&r, "messages"), 3);
 }
 
 #[test]

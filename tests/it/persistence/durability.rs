@@ -506,7 +506,11 @@ fn an_append_s_expiry_reaches_the_aof_and_a_replica_as_the_same_time() {
     let at = qint(&mut m, &["PEXPIRETIME", k]);
     assert!(at > 0, "no expiry: {at}");
     wait_replicas(&mut m, 1);
-    assert_eq!(qint(&mut r, &["PEXPIRETIME", k]), at, "the replica's expiry");
+    assert_eq!(
+        qint(&mut r, &["PEXPIRETIME", k]),
+        at,
+        "the replica's expiry"
+    );
     let persisted = "mem:{exp}:none";
     ok(&mut m, &["MEM.APPEND", persisted, "user", "x", "TTL", "0"]);
     wait_replicas(&mut m, 1);
