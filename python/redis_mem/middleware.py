@@ -1227,6 +1227,13 @@ class RedisMemMiddleware(AgentMiddleware):
         by_id = {m.id: m for m in state_msgs if m.id}
         ctx = [by_id.get(m.id, m) if m.id else m for m in context]
         ids = {m.id for m in ctx}
+        # Instructions the state gives that the context lacks (evicted by the
+        # caps, or not stored again: a copy's msgid is its text's, and the
+        # module answers one it recently held as a duplicate) lead the prompt.
+        held = ids | {_msgid(m) for m in ctx if isinstance(m, SystemMessage)}
+        lead = [m for m in state_msgs if isinstance(m, SystemMessage) and not _is_summary(m)
+                and m.id not in held and _msgid(m) not in held]
+        ids.update(m.id for m in lead)
         tail = []
         for m in reversed(state_msgs):
             if m.id in ids or _is_summary(m):
@@ -1235,7 +1242,7 @@ class RedisMemMiddleware(AgentMiddleware):
         tail.reverse()
         if tail:
             log.warning("redis-mem: the newest messages do not fit budget %d; sent as they are", budget)
-        out = [*ctx, *tail]
+        out = [*lead, *ctx, *tail]
         # Never open the conversation with an assistant turn cut loose from
         # its question (providers refuse it): start at the first user turn.
         if out and isinstance(out[0], AIMessage):

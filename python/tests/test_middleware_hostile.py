@@ -277,6 +277,16 @@ def test_instructions_sent_with_every_turn_are_stored_once(r):
     # Changed instructions are a new message.
     agent.invoke({"messages": [SystemMessage("You add numbers twice."), HumanMessage("add 1 1")]}, cfg())
     assert [e.content for e in stored(r) if e.role == "system"] == ["You add numbers.", "You add numbers twice."]
+    # Evicted by the caps, the instructions still lead every prompt that
+    # gives them (hostile pass 27: re-sent, they are a departed msgid's
+    # duplicate and not stored again).
+    mw = RedisMemMiddleware(r, maxmsgs=4)
+    agent = create_agent(model, [add], middleware=[mw])
+    for q in ["add 1 2", "add 3 4", "add 5 6"]:
+        agent.invoke({"messages": [SystemMessage("Be brief."), HumanMessage(q)]}, cfg("bob"))
+    assert "Be brief." not in [e.content for e in stored(r, "mem:{bob}")]
+    assert [m.content for m in model.prompts[-1]].count("Be brief.") == 1
+    assert isinstance(model.prompts[-1][0], SystemMessage)
 
 
 # -- finding 12: attributes reach the model --------------------------------------------
