@@ -23,8 +23,8 @@ use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, model_switch, Pass};
 use crate::persistence;
 use crate::session::{
-    check_tool_has_call, held_before, next_id, Message, Op, Outcome, Recounted, Session, Settings,
-    Snapshot, Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
+    check_tool_has_call, next_id, Message, Op, Outcome, Recounted, Session, Settings, Snapshot,
+    Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
 use crate::stats;
 use crate::tokenizer::{count_message, Counting};
@@ -220,14 +220,9 @@ fn steps(
         Some(index) => index.get(msgid).copied(),
         None => session.and_then(|s| s.find_msgid(msgid)),
     };
-    // Past maxage is not held: a tool result needs a live call (the aged
-    // ones are looked for only in a batch that has one).
-    let role = if messages.iter().any(|m| m.role == TOOL_ROLE) {
-        TOOL_ROLE
-    } else {
-        ""
-    };
-    let mut held = held_before(session, role, now);
+    // A tool result needs a message before it: once one of the batch is
+    // new, the session is not looked at again.
+    let mut appended = false;
     for (i, m) in messages.into_iter().enumerate() {
         if let Some(msgid) = &m.msgid {
             let earlier = batch_msgids.get(msgid).copied();
@@ -236,9 +231,11 @@ fn steps(
                 continue;
             }
         }
-        check_tool_has_call(&m.role, held)
-            .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
-        held += 1;
+        if !appended {
+            check_tool_has_call(session, &m.role, now)
+                .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
+            appended = true;
+        }
         last_id = next_id(last_id).map_err(crate::error::session)?;
         if let Some(msgid) = &m.msgid {
             batch_msgids.insert(msgid.clone(), (last_id, m.tokens));

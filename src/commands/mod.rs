@@ -306,7 +306,12 @@ pub fn finish_write(
 ) {
     // An append's op carries its expiry (MEM._APPLY sets it): one
     // propagated command instead of two (PEXPIREAT was 10% of an append).
-    let expiry_in_op = matches!(&how, Propagate::Op(Op::Append { .. }, _));
+    // A batch's last op sets the batch's.
+    let expiry_in_op = match &how {
+        Propagate::Op(Op::Append { .. }, _) => true,
+        Propagate::Ops(ops) => !ops.is_empty(),
+        _ => false,
+    };
     match how {
         Propagate::Op(header, content) => replicate_op(ctx, keyname, &header, content),
         Propagate::Ops(ops) => {

@@ -19,7 +19,7 @@ use crate::offload::{
     self, can_block, encoding_build, model_switch, refuse_where_blocking_is_impossible, Pass,
 };
 use crate::session::{
-    check_tool_has_call, held_before, next_id, Message, Op, Recounted, Settings, Snapshot, Summary,
+    check_tool_has_call, next_id, Message, Op, Recounted, Settings, Snapshot, Summary,
     MAX_MESSAGE_TOKENS, MAX_TS,
 };
 use crate::stats;
@@ -60,8 +60,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     if let Some(reply) = append.retried(ctx, &key, &cfg) {
         return reply;
     }
-    let held = held_before(key.session(), append.role, now_ms());
-    check_tool_has_call(append.role, held).map_err(error::session)?;
+    check_tool_has_call(key.session(), append.role, now_ms()).map_err(error::session)?;
     let settings = append.changes.merge(key.session(), &cfg);
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;

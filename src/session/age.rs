@@ -109,16 +109,10 @@ impl Session {
         evicted + self.drop_orphan_tool_results(usize::from(protect_newest))
     }
 
-    /// The session as a read at `now` must show it: without the messages a
-    /// write at `now` would evict by age. Borrowed (no copy) unless some
-    /// message is old, which lasts only until the session's next write.
-    pub fn live(&self, now: i64) -> Cow<'_, Session> {
-        // Attributes past their own expiry stay until the next write; every
-        // read of them filters by `now` (nothing is copied for it).
-        let Some(mut gone) = self.aged(now, false) else {
-            return Cow::Borrowed(self);
-        };
-        // As evict_aged: then the tool results left first.
+    /// The messages a read at `now` hides (None: none): the groups past
+    /// `maxage`, then the tool results they leave first (as evict_aged).
+    fn hidden(&self, now: i64) -> Option<Vec<bool>> {
+        let mut gone = self.aged(now, false)?;
         for (i, left) in gone.iter_mut().enumerate() {
             if *left {
                 continue;
@@ -128,6 +122,26 @@ impl Session {
             }
             *left = true;
         }
+        Some(gone)
+    }
+
+    /// `live(now).message_count()` without building the view.
+    pub fn live_count(&self, now: i64) -> u64 {
+        match self.hidden(now) {
+            None => self.message_count(),
+            Some(gone) => gone.iter().filter(|g| !**g).count() as u64,
+        }
+    }
+
+    /// The session as a read at `now` must show it: without the messages a
+    /// write at `now` would evict by age. Borrowed (no copy) unless some
+    /// message is old, which lasts only until the session's next write.
+    pub fn live(&self, now: i64) -> Cow<'_, Session> {
+        // Attributes past their own expiry stay until the next write; every
+        // read of them filters by `now` (nothing is copied for it).
+        let Some(gone) = self.hidden(now) else {
+            return Cow::Borrowed(self);
+        };
         // The view shares the stored bytes (nothing is copied); the rest of
         // the session is small beside them.
         let mut view = Session {

@@ -127,6 +127,7 @@ fn an_appended_tool_result_keeps_its_old_group_until_the_next_write() {
     assert_eq!(ids(&s), vec![1, 2, 3]);
     // Reads already hide the call and its result together.
     assert_eq!(ids(&s.live(NOW)), vec![1]);
+    assert_eq!(s.live_count(NOW), 1);
     assert_eq!(append(&mut s, "user", NOW, NOW).trimmed, 2);
     assert_eq!(ids(&s), vec![1, 4]);
 }
@@ -439,5 +440,20 @@ fn a_read_view_equals_the_eviction_and_copies_no_byte() {
                 "the view copied bytes"
             );
         }
+    }
+}
+
+#[test]
+fn the_live_count_is_what_a_read_shows() {
+    let old = NOW - 8 * DAY_MS;
+    for roles in [
+        vec![("user", NOW), ("assistant", NOW)],
+        vec![("user", old), ("assistant", NOW)],
+        vec![("user", old), ("tool", NOW), ("user", NOW)],
+        vec![("assistant", old), ("tool", old), ("tool", NOW)],
+        vec![("user", old), ("assistant", old)],
+    ] {
+        let s = session(&roles);
+        assert_eq!(s.live_count(NOW), s.live(NOW).message_count(), "{roles:?}");
     }
 }

@@ -61,27 +61,20 @@ pub fn check_name_chars(what: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// A new message with `role` after the `held` messages of its session: a
-/// tool result needs a message before it (an LLM API refuses a tool result
-/// without its call). The commands check it before the op exists; an op
+/// A new message with `role` appended at `now` to `session` (None: a new
+/// key): a tool result needs a message before it that a read shows (an LLM
+/// API refuses a tool result without its call; one past `maxage` would be
+/// kept alive by it). The commands check it before the op exists; an op
 /// already replicated or in the AOF applies as it was.
-pub fn check_tool_has_call(role: &str, held: u64) -> Result<(), SessionError> {
-    if role == TOOL_ROLE && held == 0 {
+pub fn check_tool_has_call(
+    session: Option<&Session>,
+    role: &str,
+    now: i64,
+) -> Result<(), SessionError> {
+    if role == TOOL_ROLE && session.map_or(0, |s| s.live_count(now)) == 0 {
         return Err(SessionError::ToolResultFirst);
     }
     Ok(())
-}
-
-/// The messages a write at `now` finds in `session` (None: none): those
-/// past `maxage` are not counted, as reads do not show them (an aged
-/// message kept alive by a tool result appended after it came back). Only
-/// a tool result needs the count; others get any non-zero.
-pub fn held_before(session: Option<&Session>, role: &str, now: i64) -> u64 {
-    match session {
-        None => 0,
-        Some(s) if role == TOOL_ROLE => s.live(now).message_count(),
-        Some(s) => s.message_count(),
-    }
 }
 
 /// The id after `last_id`, unless every id is used.

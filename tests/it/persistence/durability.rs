@@ -515,6 +515,15 @@ fn an_append_s_expiry_reaches_the_aof_and_a_replica_as_the_same_time() {
     ok(&mut m, &["MEM.APPEND", persisted, "user", "x", "TTL", "0"]);
     wait_replicas(&mut m, 1);
     assert_eq!(qint(&mut r, &["PEXPIRETIME", persisted]), -1);
+    // A batch's ops carry it too (the last one sets the batch's): no
+    // PEXPIREAT after them.
+    let batched = "mem:{exp}:batch";
+    let two = r#"[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]"#;
+    ok(&mut m, &["MEM.APPENDBATCH", batched, two, "TTL", "300"]);
+    let batch_at = qint(&mut m, &["PEXPIRETIME", batched]);
+    assert!(batch_at > 0, "no expiry: {batch_at}");
+    wait_replicas(&mut m, 1);
+    assert_eq!(qint(&mut r, &["PEXPIRETIME", batched]), batch_at);
     std::thread::sleep(Duration::from_millis(1500));
     drop((m, r));
     let mut master = master;
@@ -526,5 +535,6 @@ fn an_append_s_expiry_reaches_the_aof_and_a_replica_as_the_same_time() {
         "the AOF replay moved the expiry"
     );
     assert_eq!(qint(&mut m, &["PEXPIRETIME", persisted]), -1);
+    assert_eq!(qint(&mut m, &["PEXPIRETIME", batched]), batch_at);
     drop(replica);
 }
