@@ -229,7 +229,8 @@ pub struct Snap {
     pub exists: i64,
     pub json: String,
     pub digest: String,
-    pub pttl: i64,
+    /// PEXPIRETIME, so an unchanged expiry compares equal however slow the test.
+    pub expire_at: i64,
 }
 
 pub fn snap(con: &mut redis::Connection, key: &str) -> Snap {
@@ -237,7 +238,7 @@ pub fn snap(con: &mut redis::Connection, key: &str) -> Snap {
         exists: int(con, &["EXISTS", key]),
         json: json_text(con, key),
         digest: digest(con, key),
-        pttl: int(con, &["PTTL", key]),
+        expire_at: int(con, &["PEXPIRETIME", key]),
     }
 }
 
@@ -246,17 +247,10 @@ pub fn assert_unchanged(con: &mut redis::Connection, key: &str, before: &Snap, w
     assert_eq!(after.exists, before.exists, "{what}: EXISTS changed");
     assert_eq!(after.json, before.json, "{what}: FORMAT JSON changed");
     assert_eq!(after.digest, before.digest, "{what}: DIGEST-VALUE changed");
-    if before.pttl < 0 {
-        assert_eq!(after.pttl, before.pttl, "{what}: PTTL changed");
-    } else {
-        // A refresh would move it back up; time only moves it down.
-        assert!(
-            after.pttl <= before.pttl && after.pttl > before.pttl - 5_000,
-            "{what}: PTTL {} -> {}",
-            before.pttl,
-            after.pttl
-        );
-    }
+    assert_eq!(
+        after.expire_at, before.expire_at,
+        "{what}: PEXPIRETIME changed"
+    );
 }
 
 pub fn now_ms() -> i64 {
