@@ -13,8 +13,9 @@ use crate::session::SessionError;
 pub enum Error {
     /// `ERR`: the request is malformed, or a rule refuses it.
     Invalid(Cow<'static, str>),
-    /// `LEASED`: another summarizer's lease is live (a code of its own, as
-    /// BUSYKEY or NOSCRIPT, so a summarizer need not parse text).
+    /// `LEASED`: another summarizer's lease is live, or the summary's lease
+    /// is not the session's (a code of its own, as BUSYKEY or NOSCRIPT, so a
+    /// summarizer need not parse text).
     Leased(String),
     /// `TRYAGAIN`: not now (writes paused, an encoding being built, the
     /// model changed while the worker counted); the same command may succeed.
@@ -120,7 +121,9 @@ pub fn internal() -> RedisError {
 /// tells "someone else is on it" from a stale summary without parsing text.
 pub fn session(e: SessionError) -> RedisError {
     match e {
-        SessionError::LeaseHeld { .. } => Error::Leased(e.to_string()).into(),
+        SessionError::LeaseHeld { .. } | SessionError::LeaseNotCurrent { .. } => {
+            Error::Leased(e.to_string()).into()
+        }
         _ => invalid(e.to_string()),
     }
 }

@@ -100,7 +100,7 @@ import redis
 
 from . import migrate_lc as lc
 from .client import RedisMemClient
-from .summarizing import Entry, NoSummarizer, default_summarizer, langchain_summarizer
+from .summarizing import Entry, NoSummarizer, checked_summary, default_summarizer, langchain_summarizer
 
 __all__ = [
     "DEFAULT_PATTERN",
@@ -717,9 +717,7 @@ def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], a
         res.status, res.reason = FAILED, "--overflow summarize needs an LLM (see --help)"
         return False
     try:
-        text = str(run.summarize_fn(None, [Entry(e.id, e.role, e.content, e.ts, e.meta) for e in folded])).strip()
-        if not text:
-            raise ValueError("the LLM returned an empty summary")
+        text = checked_summary(run.summarize_fn(None, [Entry(e.id, e.role, e.content, e.ts, e.meta) for e in folded]))
     except Exception as e:
         res.status, res.reason = FAILED, f"the summary failed ({e}); nothing written"
         return False

@@ -62,6 +62,7 @@ from .summarizing import (  # noqa: F401  (re-exported: the service's API)
     NoSummarizer,
     SummarizeFn,
     Summary,
+    checked_summary,
     default_summarizer,
     extractive_summarize,
     langchain_summarizer,
@@ -240,8 +241,7 @@ class SummarizerWorker:
             raise LLMTimeout(f"no summary within {timeout:.1f} s")
         if "error" in out:
             raise out["error"]
-        text: str = out["text"]
-        return text
+        return checked_summary(out["text"])
 
     def _call_llm(self, previous: Optional[str], todo: Sequence[Entry]) -> str:
         """The summarize function, bounded by `llm_timeout` overall, retried
@@ -295,10 +295,14 @@ class SummarizerWorker:
         try:
             result = self.mem.summarize(key, begin.upto, text, lease=begin.lease)
         except redis.ResponseError as err:
-            # LEASED: this worker was too slow and another took over; or the
-            # session changed under the summary (trimmed, replaced).
+            # LEASED: this worker was too slow and another took over, or the
+            # key was deleted or replaced meanwhile (the lease is not the
+            # session's); or the session changed under the summary (trimmed).
+            # The session may still be due: looked at again after the lease.
             self._count("refused")
             log.warning("MEM.SUMMARIZE %s %s refused: %s", key, begin.upto, err)
+            if str(err).startswith("LEASED"):
+                self._look_again(key, begin.lease_expires)
             return None
         self._count("committed")
         done = SummaryDone(

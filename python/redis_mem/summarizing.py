@@ -20,6 +20,7 @@ __all__ = [
     "Entry",
     "Summary",
     "SummarizeFn",
+    "checked_summary",
     "NoSummarizer",
     "transcript",
     "default_summarizer",
@@ -109,6 +110,22 @@ class Summary(str):
         obj.prompt_tokens = prompt_tokens
         obj.completion_tokens = completion_tokens
         return obj
+
+
+def checked_summary(text: object) -> str:
+    """What a summarize function returned, if it is a summary: a str (a
+    subclass may carry token usage) that is not blank and is valid UTF-8.
+    Anything else is a failed call (retried, counted, looked at again): a
+    blank summary would replace the messages with nothing."""
+    if not isinstance(text, str):
+        raise TypeError(f"the summarize function returned {type(text).__name__}, not str")
+    if not text.strip():
+        raise ValueError("the summarize function returned an empty summary")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"the summary is not valid UTF-8: {err.reason}") from None
+    return text
 
 
 #: summarize_fn(previous_summary or None, messages to fold in) -> summary text

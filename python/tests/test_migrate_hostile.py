@@ -302,6 +302,12 @@ def test_overflow_summarize_folds_the_oldest_messages_into_the_summary(r):
     rep = mig.migrate(r, pattern="user_memory_long2", overflow="summarize", delete_source=True)
     assert rep.results[0].status == mig.FAILED and r.exists("user_memory_long2")
     assert not r.exists("mem:{long2}")
+    # An LLM answer that is no summary (blank, not a str) fails the same way.
+    for answer in ["  ", None, {"summary": "x"}]:
+        rep = mig.migrate(r, pattern="user_memory_long2", overflow="summarize", delete_source=True,
+                          summarize_fn=lambda p, m: answer)
+        assert rep.results[0].status == mig.FAILED and "nothing written" in rep.results[0].reason
+        assert r.exists("user_memory_long2") and not r.exists("mem:{long2}")
 
 
 def test_a_source_that_expires_mid_run_is_not_given_a_new_lifetime(clean):

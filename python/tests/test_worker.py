@@ -247,6 +247,52 @@ def test_a_timed_out_llm_call_is_taken_over_by_another_worker(clean):
     assert [m.id for m in entries[1:]] == [5, 6]
 
 
+def test_a_summary_of_a_deleted_conversation_never_lands_on_the_new_one(clean):
+    # The key is deleted (or replaced) while the LLM summarizes it; the new
+    # conversation's ids start again at 1, so the old upto names new messages.
+    r = clean.client()
+    mem = RedisMemClient(r)
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"old {i}", maxmsgs=6)
+
+    def llm(previous, messages):
+        r.delete(KEY)
+        for i in range(1, 7):
+            mem.append(KEY, "user", f"new {i}", maxmsgs=6)
+        return "a summary of the old conversation"
+
+    worker = sw.SummarizerWorker(clean.client(), summarize_fn=llm, keep=2)
+    assert worker.run_once(KEY) is None
+    assert worker.stats["refused"] == 1 and worker.stats["committed"] == 0
+    assert [m.content for m in mem.get(KEY)] == [f"new {i}" for i in range(1, 7)]
+    # Queued to be looked at again: the new conversation is due too.
+    assert KEY in worker._queued
+
+
+@pytest.mark.parametrize("answer", ["", "  \n ", None, 42, {"summary": "x"}, "bad \udc80 text"])
+def test_a_summarize_fn_answer_that_is_not_a_summary_is_a_failed_call(clean, answer):
+    r = clean.client()
+    mem = RedisMemClient(r)
+    for i in range(1, 7):
+        mem.append(KEY, "user", f"m{i}", maxmsgs=6)
+    worker = sw.SummarizerWorker(clean.client(), summarize_fn=lambda p, m: answer, keep=2,
+                                 llm_retries=0)
+    assert worker.run_once(KEY) is None
+    assert worker.stats["llm_failures"] == 1 and worker.stats["committed"] == 0
+    assert KEY in worker._queued, "looked at again after the lease"
+    assert [m.content for m in mem.get(KEY)] == [f"m{i}" for i in range(1, 7)]
+
+
+def test_the_module_refuses_a_blank_summary(clean):
+    mem = RedisMemClient(clean.client())
+    for i in range(1, 4):
+        mem.append(KEY, "user", f"m{i}")
+    for blank in ["", " \t\n"]:
+        with pytest.raises(redis.ResponseError, match="summary is empty"):
+            mem.summarize(KEY, 2, blank)
+    assert len(mem.get(KEY)) == 3
+
+
 def test_run_stops_on_timeout_without_events(clean):
     worker = sw.SummarizerWorker(clean.client(), keep=2, allow_extractive=True)
     start = time.monotonic()

@@ -81,15 +81,26 @@ impl Session {
     }
 
     /// Whether a summary that gives `token` (None: no LEASE) may be committed
-    /// at `now`: refused only while another worker's lease is live. An
-    /// expired lease, an unknown token or no lease at all conflict with no
-    /// one, so a worker whose lease ran out can still commit when nobody
-    /// took over.
+    /// at `now`. Without a token: refused only while a worker's lease is
+    /// live. With one: it must be the session's current lease, live or
+    /// expired with nobody taking over (a slow worker can still commit). Any
+    /// other token was summarizing something else: a lease a summary ended,
+    /// one another worker took over, or one of an earlier lifetime of the
+    /// key name (DEL, IMPORT REPLACE: ids start again at 1, so its `upto`
+    /// would name the new conversation's messages).
     pub fn check_lease(&self, token: Option<u64>, now: i64) -> Result<(), SessionError> {
-        match self.live_lease(now) {
-            Some(live) if Some(live.token) != token => Err(SessionError::LeaseHeld {
+        let live = self.live_lease(now);
+        match (token, live) {
+            (None, None) => Ok(()),
+            (None, Some(live)) => Err(SessionError::LeaseHeld {
                 expires_in_ms: live.expires_at.saturating_sub(now),
             }),
+            (Some(token), Some(live)) if live.token != token => Err(SessionError::LeaseHeld {
+                expires_in_ms: live.expires_at.saturating_sub(now),
+            }),
+            (Some(token), _) if self.leases.current.map(|l| l.token) != Some(token) => {
+                Err(SessionError::LeaseNotCurrent { token })
+            }
             _ => Ok(()),
         }
     }

@@ -339,6 +339,9 @@ pub enum SessionError {
     /// Another summarizer's lease is live and the summary does not give its
     /// token.
     LeaseHeld { expires_in_ms: i64 },
+    /// A summary's LEASE token is not the session's current lease (and no
+    /// other lease is live).
+    LeaseNotCurrent { token: u64 },
     /// A lease op whose token is not above the session's last token.
     LeaseNotIncreasing { token: u64, last: u64 },
     /// The session has handed out every lease token.
@@ -388,6 +391,10 @@ impl std::fmt::Display for SessionError {
             SessionError::LeaseHeld { expires_in_ms } => write!(
                 f,
                 "another summarizer holds this session's lease for {expires_in_ms} ms more: give its token with LEASE, or wait for it to expire"
+            ),
+            SessionError::LeaseNotCurrent { token } => write!(
+                f,
+                "lease {token} is not this session's lease (a summary ended it, another worker took it over, or it was granted before the key was deleted or replaced): call MEM.SUMMARIZE_BEGIN again"
             ),
             SessionError::LeaseNotIncreasing { token, last } => {
                 write!(f, "lease token {token} is not above the session's last token {last}")

@@ -531,3 +531,41 @@ fn msgids_leaving_at_once_leave_as_one_by_one_in_id_order() {
             .all(|(id, _)| gone.binary_search_by_key(id, |g| g.0).is_err()));
     }
 }
+
+#[test]
+fn a_summary_s_lease_must_be_the_session_s_own_when_none_is_live() {
+    let cfg = settings();
+    let mut s = Session::new(cfg.clone(), 0);
+    let th = ready(&mut s, &cfg);
+    let not_current = |token| Err(SessionError::LeaseNotCurrent { token });
+    // No lease was ever granted in this lifetime of the key: a token is a
+    // stale worker's (an earlier lifetime) or made up.
+    assert_eq!(s.check_lease(Some(7), 1_000), not_current(7));
+    assert_eq!(s.check_lease(None, 1_000), Ok(()));
+    let lease = s.begin(th, 2, 1_000, 500).unwrap().1.unwrap();
+    s.apply(Op::Lease { now: 1_000, lease }).unwrap();
+    // Expired with nobody taking over: its worker may still commit; no other.
+    assert_eq!(s.check_lease(Some(lease.token), 2_000), Ok(()));
+    assert_eq!(
+        s.check_lease(Some(lease.token + 1), 2_000),
+        not_current(lease.token + 1)
+    );
+    // Taken over and that lease expired too: the first worker's token is stale.
+    let second = s.begin(th, 2, 2_000, 500).unwrap().1.unwrap();
+    s.apply(Op::Lease {
+        now: 2_000,
+        lease: second,
+    })
+    .unwrap();
+    assert_eq!(
+        s.check_lease(Some(lease.token), 3_000),
+        not_current(lease.token)
+    );
+    // A summary ended it: its own token is no longer good either.
+    summarize(&mut s, 4).unwrap();
+    assert_eq!(
+        s.check_lease(Some(second.token), 3_000),
+        not_current(second.token)
+    );
+    assert_eq!(s.check_lease(None, 3_000), Ok(()));
+}

@@ -239,11 +239,29 @@ fn an_expired_lease_frees_the_session() {
         "LEASED",
     );
     std::thread::sleep(Duration::from_millis(300));
-    // Once every lease expired, nobody is in the way: even the late worker
-    // (or a client without leases) may commit.
+    // Every lease expired. The late worker's token is no longer the
+    // session's: refused, whatever it summarized is not wanted. Worker 2's
+    // own expired lease still commits, as nobody took over from it.
+    let before = snap(&mut con, k);
+    let e = err(
+        &mut con,
+        &["MEM.SUMMARIZE", k, "8", "late", "LEASE", &first.to_string()],
+    );
+    assert!(
+        e.starts_with("LEASED") && e.contains("not this session's lease"),
+        "{e}"
+    );
+    assert_unchanged(&mut con, k, &before, "a superseded lease");
     let r = map_reply(
         &mut con,
-        &["MEM.SUMMARIZE", k, "8", "late but fine", "LEASE", "1"],
+        &[
+            "MEM.SUMMARIZE",
+            k,
+            "8",
+            "late but fine",
+            "LEASE",
+            &second.to_string(),
+        ],
     );
     assert_eq!(int_field(&r, "duplicate"), 0);
     let e = get(&mut con, &["MEM.GET", k]);
@@ -251,6 +269,65 @@ fn an_expired_lease_frees_the_session() {
         (e[0].role.as_str(), e[0].content.as_str()),
         ("summary", "late but fine")
     );
+    // The summary ended that lease: its token is spent too.
+    assert_err(
+        &mut con,
+        &[
+            "MEM.SUMMARIZE",
+            k,
+            "9",
+            "again",
+            "LEASE",
+            &second.to_string(),
+        ],
+        "LEASED",
+    );
+}
+
+/// A worker whose key was deleted and made again (or replaced by IMPORT
+/// REPLACE) while it summarized: ids start again at 1, so its `upto` names
+/// the new conversation's messages. No lease of the new lifetime is live;
+/// its token is refused anyway, and so is one nobody granted.
+#[test]
+fn a_lease_of_an_earlier_lifetime_of_the_key_is_refused() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{lifetime}";
+    ready(&mut con, k);
+    let old = int_field(&begin(&mut con, k, "60000", &["KEEP", "2"]), "lease");
+    assert!(old > 0);
+    for remake in ["DEL", "IMPORT REPLACE"] {
+        if remake == "DEL" {
+            ok(&mut con, &["DEL", k]);
+        } else {
+            let doc =
+                r#"{"conversation_history":[{"role":"user","content":"a new conversation"}]}"#;
+            ok(&mut con, &["MEM.IMPORT", k, doc, "REPLACE"]);
+        }
+        ready(&mut con, k);
+        let before = snap(&mut con, k);
+        for token in [
+            old.to_string(),
+            "7".to_owned(),
+            (old + 1_000_000).to_string(),
+        ] {
+            let e = err(
+                &mut con,
+                &[
+                    "MEM.SUMMARIZE",
+                    k,
+                    "8",
+                    "the old conversation",
+                    "LEASE",
+                    &token,
+                ],
+            );
+            assert!(e.starts_with("LEASED"), "{remake}, token {token}: {e}");
+            assert_unchanged(&mut con, k, &before, remake);
+        }
+    }
+    // The refusals are counted as lease refusals.
+    assert!(info_mem(&mut con, "summaries_refused_lease") >= 6);
 }
 
 #[test]

@@ -410,6 +410,10 @@ fn summarize_errors_change_nothing() {
         (vec!["MEM.SUMMARIZE", k, "7"], "wrong number of arguments"),
         (vec!["MEM.SUMMARIZE", k], "wrong number of arguments"),
         (vec!["MEM.SUMMARIZE", k, "7", "text", "extra"], "ERR"),
+        // A blank summary (an LLM's empty answer) would replace messages
+        // with nothing.
+        (vec!["MEM.SUMMARIZE", k, "7", ""], "summary is empty"),
+        (vec!["MEM.SUMMARIZE", k, "7", " \n\t "], "summary is empty"),
     ] {
         assert_err(&mut con, &args, needle);
         assert_unchanged(&mut con, k, &before, &format!("{args:?}"));
