@@ -585,6 +585,34 @@ def _require_module(r: "redis.Redis") -> None:
                                       "(--loadmodule libredis_mem.so, or MODULE LOAD) and run again") from None
 
 
+def _require_transactions(r: "redis.Redis") -> None:
+    """--delete-source deletes a source under WATCH and MULTI/EXEC, so one an
+    application wrote meanwhile is kept. redis-py sends MULTI, DEL and EXEC
+    together: for a user who may not run MULTI the DEL would run unguarded
+    and EXEC then fail. Raises, before anything is written, when this user
+    may not run MULTI or EXEC (an empty transaction, on a connection of its
+    own that is closed after: one left inside MULTI would queue every
+    later command)."""
+    pool = r.connection_pool
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py 5 wants a command name
+        conn = pool.get_connection("MULTI")
+    try:
+        for command in ("MULTI", "EXEC"):
+            conn.send_command(command)
+            try:
+                conn.read_response()
+            except (redis.exceptions.NoPermissionError, redis.exceptions.ExecAbortError) as e:
+                raise redis.exceptions.NoPermissionError(
+                    f"--delete-source needs MULTI and EXEC (a source is deleted only if unchanged, under WATCH): "
+                    f"{e}. Grant them (+multi +exec +watch), or run without --delete-source; nothing was written"
+                ) from None
+    finally:
+        conn.disconnect()
+        pool.release(conn)
+
+
 def _same_history(run: _Run, target: bytes, expected: List[Expected]) -> bool:
     """Whether the session at ``target`` holds exactly ``expected``."""
     try:
@@ -617,7 +645,15 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 return True
             res.status, res.reason = SKIPPED, "target key exists (use --replace)"
             return False
-        res.replaced = True
+        # --replace replaces sessions only: a key of another type is an
+        # application's data, or a source of this very run (a target
+        # template whose names match the pattern), never ours to overwrite.
+        kind = _b(r.type(target))
+        if kind != b"redis-mem" and kind != b"none":
+            res.status, res.reason = FAILED, f"target key holds a {_show(kind)}, not a redis-mem session: " \
+                "not replaced (--replace replaces sessions only)"
+            return False
+        res.replaced = kind == b"redis-mem"
     try:
         caps_args, res.caps = _caps(run, len(expected), len(value))
     except ValueError as e:
@@ -768,6 +804,18 @@ def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optio
             return b"" if now is None else _b(now)
 
 
+#: A guarded delete the server refused (NOPERM for WATCH or DEL; EXECABORT
+#: when a queued command was refused): nothing was deleted.
+_REFUSED_DELETE = (redis.exceptions.NoPermissionError, redis.exceptions.ExecAbortError)
+
+
+def _kept_by_acl(res: KeyResult, err: redis.RedisError) -> KeyResult:
+    """The session is in place and verified; the ACL refused WATCH or DEL of
+    the source, which is kept."""
+    res.reason = f"source kept: the ACL refused its guarded delete ({err})"
+    return res
+
+
 def _document(value: bytes, limits: Limits) -> Tuple[bytes, List[Expected], int]:
     try:
         text = value.decode("utf-8")
@@ -811,7 +859,10 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
             return res
         if run.dry_run or not run.delete_source:
             return res
-        now = _delete_if_unchanged(r, source, value)
+        try:
+            now = _delete_if_unchanged(r, source, value)
+        except _REFUSED_DELETE as e:
+            return _kept_by_acl(res, e)
         if now is None:
             res.deleted = True
             return res
@@ -861,6 +912,8 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
                     res.deleted = True
             except redis.WatchError:
                 pass
+            except _REFUSED_DELETE as e:
+                return _kept_by_acl(res, e)
         if not res.deleted:
             res.reason = "source changed during migration; source kept (run again with --replace)"
     return res
@@ -931,7 +984,10 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
         return res
     res.status = MOVED
     if run.delete_source:
-        res.deleted = _delete_if_unchanged(r, source, value) is None
+        try:
+            res.deleted = _delete_if_unchanged(r, source, value) is None
+        except _REFUSED_DELETE as e:
+            return _kept_by_acl(res, e)
         if not res.deleted:
             res.reason = "source changed during migration; source kept"
     return res
@@ -1058,6 +1114,8 @@ def migrate(
         finally:
             raw.close()
     _require_module(r)
+    if delete_source:
+        _require_transactions(r)
     run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r), overflow=overflow,
                summarize_fn=summarize_fn)
     report = Report(dry_run=dry_run)
@@ -1094,7 +1152,11 @@ def migrate(
             # (a hash, a RedisJSON document) is a failure, not skipped in
             # silence; a session of the module (moved already) or a key gone
             # since the scan is not a source.
-            kind = _show(_b(r.type(key)))
+            try:
+                kind = _show(_b(r.type(key)))
+            except redis.exceptions.NoPermissionError as e:
+                work.append((name, _failed(name, "", f"the ACL refused TYPE: {e}")))
+                continue
             if kind in ("redis-mem", "none"):
                 continue
             if kind != "string":
@@ -1130,7 +1192,13 @@ def migrate(
                 res = KeyResult(name, row.get("target", ""), SKIPPED, "finished in an earlier run (--state)",
                                 row.get("messages", 0), row.get("deleted", False))
             else:
-                res = job()
+                try:
+                    res = job()
+                except redis.exceptions.NoPermissionError as e:
+                    # One source's key (or a command) the ACL refuses: that
+                    # source fails, the run goes on. Whatever the job wrote
+                    # is verified or a temporary key it deleted.
+                    res = KeyResult(name, "", FAILED, f"the ACL refused a command the migration needs: {e}")
                 journal.record(res)
             report.results.append(res)
             bar.step(res.status)

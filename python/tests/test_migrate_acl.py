@@ -89,3 +89,45 @@ def test_user_without_rename_does_not_overwrite_a_session_that_appears(clean, ac
     assert [(x.status, x.deleted) for x in rep.results] == [(mig.SKIPPED, False)]
     assert "appeared" in rep.results[0].reason
     assert [e.content for e in RedisMemClient(admin).get("mem:{bob}")] == ["written by the app meanwhile"]
+
+
+def test_delete_source_without_multi_is_refused_before_anything_is_written(clean, acl_user):
+    """Hostile pass 28 F1: without MULTI, redis-py's pipeline sent the DEL
+    outside any transaction (the WATCH guard did nothing), then the run died
+    on 'EXEC without MULTI' with no report."""
+    admin = clean.client()
+    admin.set("user_memory_bob", doc("I am Bob"))
+    for denied in ("-multi", "-exec"):
+        r = acl_user("migrator", "~*", "+@all", denied)
+        for dry in (True, False):
+            with pytest.raises(redis.exceptions.NoPermissionError, match="--delete-source needs MULTI and EXEC"):
+                mig.migrate(r, delete_source=True, dry_run=dry)
+        assert sorted(admin.keys("*")) == ["user_memory_bob"]
+        # The connection that was refused is not left inside a transaction.
+        assert r.ping() and r.get("user_memory_bob") is not None
+    assert mig.main(["--port", str(clean.port), "--delete-source"]) == 0  # the admin may
+
+
+def test_a_user_without_del_keeps_the_source_and_gets_its_session(clean, acl_user):
+    admin = clean.client()
+    admin.set("user_memory_bob", doc("I am Bob"))
+    r = acl_user("migrator", "~*", "+@all", "-del")
+    rep = mig.migrate(r, delete_source=True)
+    res = rep.results[0]
+    assert (res.status, res.deleted) == (mig.MOVED, False) and "ACL refused its guarded delete" in res.reason
+    assert admin.exists("user_memory_bob") and RedisMemClient(admin).get("mem:{bob}")[0].content == "I am Bob"
+
+
+@pytest.mark.parametrize("denied", ["-pttl", "-exists", "-type"])
+def test_a_command_the_acl_refuses_fails_each_source_and_the_run_goes_on(clean, acl_user, denied):
+    """Hostile pass 28 F2: the first NOPERM aborted the whole run."""
+    admin = clean.client()
+    admin.set("user_memory_bob", doc("I am Bob"))
+    admin.set("user_memory_eve", doc("I am Eve"))
+    r = acl_user("migrator", "~*", "+@all", denied)
+    rep = mig.migrate(r, delete_source=True)
+    assert [(x.source, x.status) for x in rep.results] == [
+        ("user_memory_bob", mig.FAILED), ("user_memory_eve", mig.FAILED)]
+    assert all("ACL refused" in x.reason and denied[1:] in x.reason.lower() for x in rep.results), rep.results
+    assert admin.exists("user_memory_bob", "user_memory_eve") == 2
+    assert [k for k in admin.keys("*") if not k.startswith("user_memory_")] == []

@@ -85,6 +85,31 @@ def test_never_overwrites_a_session_it_did_not_create_unless_replace(r):
     assert [m.content for m in mem.get("mem:{carol}")] == ["old history"]
 
 
+def test_replace_never_overwrites_a_key_that_is_not_a_session(r):
+    """Hostile pass 28 F12/F13: --replace overwrote any type (an app's hash,
+    in the dry run's verdict too), and a target template whose names match
+    the pattern renamed one source onto another, unmigrated one."""
+    r.hset("mem:{dora}", mapping={"app": "data"})
+    r.set("user_memory_dora", doc("history"))
+    for dry in (True, False):
+        rep = mig.migrate(r, pattern="user_memory_dora", replace=True, dry_run=dry, delete_source=True)
+        res = rep.results[0]
+        assert res.status == mig.FAILED and "holds a hash, not a redis-mem session" in res.reason, res.reason
+        assert not res.replaced and not res.deleted
+    assert r.hgetall("mem:{dora}") == {"app": "data"} and r.exists("user_memory_dora")
+    # Sources whose targets are other sources of the same run.
+    r.set("user_memory_a", doc("a's history"))
+    r.set("user_memory_a_v2", doc("a_v2's history"))
+    rep = mig.migrate(r, pattern="user_memory_a*", target_template="user_memory_<id>_v2", replace=True)
+    by = {x.source: x for x in rep.results}
+    assert by["user_memory_a"].status == mig.FAILED and "holds a string" in by["user_memory_a"].reason
+    assert by["user_memory_a_v2"].status == mig.MOVED
+    assert json.loads(r.get("user_memory_a"))["conversation_history"][0]["content"] == "a's history"
+    assert json.loads(r.get("user_memory_a_v2"))["conversation_history"][0]["content"] == "a_v2's history"
+    assert RedisMemClient(r).get("user_memory_a_v2_v2")[0].content == "a_v2's history"
+    assert rep.failed  # the command exits 1
+
+
 # -- finding 2: never truncate -----------------------------------------------
 
 def test_a_5000_message_history_is_imported_whole_or_not_at_all(r):
