@@ -460,6 +460,18 @@ def _scratch_key(target: bytes, cluster: bool = False) -> bytes:
     return b"{" + target + b"}" + tail
 
 
+#: The key expiry of a temporary key whose session has none (ms): should the
+#: run die (kill -9) before it is renamed or deleted, it goes by itself.
+SCRATCH_LIFETIME_MS = 86_400_000
+
+
+def _mortal(r: "redis.Redis", scratch: bytes) -> None:
+    """Gives the temporary key an expiry when its session has none (the
+    session's TTL setting is untouched; the target is PERSISTed)."""
+    if int(r.pttl(scratch)) == -1:
+        r.pexpire(scratch, SCRATCH_LIFETIME_MS)
+
+
 def _cluster_enabled(r: "redis.Redis") -> bool:
     try:
         return bool(int(r.info("cluster").get("cluster_enabled", 0)))
@@ -642,6 +654,9 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                                                      and not run.dry_run else "")
                 res.messages = len(expected)
                 run.created[target] = source_name
+                if ttl == 0 and not run.dry_run:
+                    # The earlier run died between its RENAME and its PERSIST.
+                    r.persist(target)
                 return True
             res.status, res.reason = SKIPPED, "target key exists (use --replace)"
             return False
@@ -671,6 +686,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     try:
         try:
             reply = _reply_map(r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args))
+            _mortal(r, scratch)
             if "MAXTOKENS" in caps_args:
                 # The token cap was a bound (bytes + overhead): now that the
                 # module counted them, import again with the cap it needs.
@@ -682,6 +698,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                     else:
                         caps_args[i + 1] = total
                     r.execute_command("MEM.IMPORT", scratch, value, "REPLACE", *args, *caps_args)
+                    _mortal(r, scratch)
                     shown = caps_args[:caps_args.index("MAXAGE")] if "MAXAGE" in caps_args else caps_args
                     res.caps = ("imported whole: " + " ".join(str(a) for a in shown)) if shown else ""
         except redis.ResponseError as e:
@@ -718,6 +735,8 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 return False
             r.unlink(scratch)
         scratch = b""
+        if ttl == 0:
+            r.persist(target)  # the temporary key's expiry (_mortal)
         run.created[target] = source_name
         res.status = MOVED
         return True
@@ -766,6 +785,7 @@ def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], a
     maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
     try:
         r.execute_command("MEM.IMPORT", scratch, _encode(doc), "REPLACE", *args, *maxage)
+        _mortal(r, scratch)
     except redis.ResponseError as e:
         res.status, res.reason = FAILED, f"MEM.IMPORT refused the summarized session: {e}"
         return False

@@ -227,3 +227,40 @@ def test_a_server_without_the_module_is_one_error_not_a_failure_per_key():
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+KILLED_AT = """
+import os, signal, sys
+import redis
+import redis_mem.migrate as mig
+where = sys.argv[1]
+def die(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)
+if where == "verify":  # the session is in its temporary key, not yet renamed
+    mig._verify = die
+else:  # renamed onto the target, its expiry not yet taken off
+    redis.Redis.persist = die
+sys.exit(mig.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["verify", "persist"])
+def test_a_run_killed_mid_session_leaves_nothing_that_outlives_it(r, clean, where):
+    """Hostile pass 28 F3: kill -9 between the import and the rename left the
+    temporary session of a source without expiry, for good."""
+    r.set("user_memory_a", json.dumps(ALICE))
+    args = ["--port", str(clean.port), "--delete-source"]
+    out = subprocess.run([sys.executable, "-c", KILLED_AT, where, *args], capture_output=True, timeout=60)
+    assert out.returncode == -9, out.stderr
+    assert r.exists("user_memory_a")  # the source is deleted only after its session is in place
+    left = [k for k in r.keys("*") if k != "user_memory_a"]
+    assert len(left) == 1
+    assert 0 < r.pttl(left[0]) <= mig.SCRATCH_LIFETIME_MS
+    assert left[0] == ("mem:{a}" if where == "persist" else left[0])
+    # The rerun moves it; the session has no expiry, as its source had none.
+    rep = mig.migrate(r, delete_source=True)
+    assert [(x.status, x.deleted) for x in rep.results] == [
+        (mig.SKIPPED if where == "persist" else mig.MOVED, True)]
+    assert r.pttl("mem:{a}") == -1 and not r.exists("user_memory_a")
+    assert [m.content for m in RedisMemClient(r).get("mem:{a}")] == [
+        m["content"] for m in ALICE["conversation_history"]]
