@@ -117,11 +117,20 @@ def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int
     a unit with an ``error``: never given a made-up id)."""
     p = _b(prefix)
     units, seen = [], set()
-    for key in r.scan_iter(match=pattern, count=count, _type="list"):
+    for key in r.scan_iter(match=pattern, count=count):
         key = _b(key)
         if key in seen:
             continue
         seen.add(key)
+        # Every key asked for is reported: one of another type is a
+        # failure, not skipped in silence; a session of the module (moved
+        # already) or a key gone since the scan is not a source.
+        kind = _b(r.type(key)).decode("utf-8", "backslashreplace")
+        if kind in ("redis-mem", "none"):
+            continue
+        if kind != "list":
+            units.append(Unit("", [key], error=f"a {kind} key, not a LangChain message list: not migrated"))
+            continue
         if not key.startswith(p) or len(key) == len(p):
             units.append(Unit("", [key], error=f"the key does not start with the source prefix {prefix!r} "
                                                 "followed by a session id (see --source-prefix)"))

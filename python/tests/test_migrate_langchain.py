@@ -74,12 +74,16 @@ def test_langchain_lists_dry_run_then_real_run(r):
     write_community(r, "alice", CONVERSATION)
     write_community(r, "bob", [HumanMessage("hi"), AIMessage("hello")])
     r.lpush("message_store:broken", "not json")
+    r.set("message_store:carol", '[{"type": "human", "data": {"content": "a string, not a list"}}]')
     before = snapshot(r)
     dry = mig.migrate(r, source="langchain", target_template="mem:{<session>}", dry_run=True)
     assert snapshot(r) == before
     by = {x.source: x for x in dry.results}
     assert (by["alice"].status, by["alice"].messages) == (mig.WOULD_MOVE, 5)
     assert by["broken"].status == mig.FAILED and "not valid JSON" in by["broken"].reason
+    # A matching key of another type is reported, not skipped in silence (hostile pass 28 F10).
+    assert by["message_store:carol"].status == mig.FAILED
+    assert "a string key, not a LangChain message list" in by["message_store:carol"].reason
 
     report = mig.migrate(r, source="langchain", target_template="mem:{<session>}")
     by = {x.source: x for x in report.results}
