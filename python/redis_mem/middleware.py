@@ -137,7 +137,7 @@ from .messages import SUMMARY_SOURCE, message_from_mem, message_to_mem, msgid_of
 from .messages import clean_json as _clean_json
 from .messages import clean_text as _clean_text
 from .messages import lone_surrogates as _lone_surrogates
-from .summarizing import SUMMARY_PROMPT, summary_prompt
+from .summarizing import SUMMARY_PROMPT, checked_summary, summary_prompt
 
 __all__ = [
     "Budget",
@@ -929,9 +929,8 @@ class RedisMemMiddleware(AgentMiddleware):
             entries = yield ("get", key, None)
             prompt = summary_prompt(entries, begin.upto, self.summary_prompt)
             text = yield ("llm", model, prompt)
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError("the model returned an empty summary")
-            result = yield ("summarize", key, begin.upto, text.strip(), begin.lease)
+            text = checked_summary(text).strip()  # blank or not a str: a failed summary
+            result = yield ("summarize", key, begin.upto, text, begin.lease)
         except UNAVAILABLE as err:
             self._down(key, err)  # the next step finds out whether Redis is back
             return

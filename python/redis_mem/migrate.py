@@ -170,6 +170,9 @@ class Report:
 
     dry_run: bool
     results: List[KeyResult] = field(default_factory=list)
+    #: Temporary keys an interrupted run left without expiry, removed (or,
+    #: in a dry run, found) by this one.
+    leftovers: List[str] = field(default_factory=list)
 
     def _with(self, status: str) -> List[KeyResult]:
         return [r for r in self.results if r.status == status]
@@ -202,6 +205,7 @@ class Report:
             "skipped": len(self.skipped),
             "failed": len(self.failed),
             "replaced": len(self.replaced),
+            "leftovers": list(self.leftovers),
             "keys": [asdict(r) for r in self.results],
         }
 
@@ -227,6 +231,9 @@ class Report:
             if r.reason:
                 line += f": {r.reason}"
             lines.append(line)
+        if self.leftovers:
+            lines.append(f"{'would remove' if self.dry_run else 'removed'} {len(self.leftovers)} temporary "
+                         f"key(s) an interrupted run left: {', '.join(self.leftovers)}")
         verb = "would move" if self.dry_run else "moved"
         lines.append(
             f"{verb} {len(self.moved)}, skipped {len(self.skipped)}, failed {len(self.failed)}"
@@ -472,6 +479,34 @@ def _mortal(r: "redis.Redis", scratch: bytes) -> None:
         r.pexpire(scratch, SCRATCH_LIFETIME_MS)
 
 
+#: The name of a temporary key: the target's, this tail, 32 hex digits.
+_SCRATCH_TAIL = re.compile(rb"~redis-mem-migrate~[0-9a-f]{32}\Z")
+
+#: A temporary key without expiry idle this long (s) is a dead run's: a live
+#: run gives its key an expiry one round trip after making it.
+LEFTOVER_IDLE_S = 60
+
+
+def _leftovers(r: "redis.Redis", dry_run: bool, count: int) -> List[str]:
+    """Removes the temporary keys that a run killed between its import and
+    its PEXPIRE (or its PERSIST and RENAME) left without expiry; the ones
+    with an expiry go by themselves."""
+    found = []
+    for key in r.scan_iter(match=b"*~redis-mem-migrate~*", count=count, _type="redis-mem"):
+        key = _b(key)
+        if not _SCRATCH_TAIL.search(key) or int(r.pttl(key)) != -1:
+            continue
+        try:
+            idle = int(r.object("idletime", key) or 0)
+        except redis.ResponseError:  # an LFU maxmemory-policy has no idle time
+            continue
+        if idle >= LEFTOVER_IDLE_S:
+            found.append(_show(key))
+            if not dry_run:
+                r.unlink(key)
+    return found
+
+
 def _cluster_enabled(r: "redis.Redis") -> bool:
     try:
         return bool(int(r.info("cluster").get("cluster_enabled", 0)))
@@ -686,7 +721,6 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     try:
         try:
             reply = _reply_map(r.execute_command("MEM.IMPORT", scratch, value, *args, *caps_args))
-            _mortal(r, scratch)
             if "MAXTOKENS" in caps_args:
                 # The token cap was a bound (bytes + overhead): now that the
                 # module counted them, import again with the cap it needs.
@@ -698,7 +732,6 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                     else:
                         caps_args[i + 1] = total
                     r.execute_command("MEM.IMPORT", scratch, value, "REPLACE", *args, *caps_args)
-                    _mortal(r, scratch)
                     shown = caps_args[:caps_args.index("MAXAGE")] if "MAXAGE" in caps_args else caps_args
                     res.caps = ("imported whole: " + " ".join(str(a) for a in shown)) if shown else ""
         except redis.ResponseError as e:
@@ -712,6 +745,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                     msg += f" (the run imports into the temporary key {_show(scratch)} first: let the user write it)"
             res.status, res.reason = FAILED, msg
             return False
+        _mortal(r, scratch)
         why = _verify(run, scratch, expected)
         if why:
             res.status, res.reason = FAILED, why
@@ -719,6 +753,10 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         res.messages = len(expected)
         if res.caps and run.overflow == "summarize" and not _fold(run, res, scratch, expected, args):
             return False
+        if ttl == 0:
+            # Off before it becomes the target (a user who may not PERSIST
+            # fails here, with nothing written; the dry run finds it too).
+            r.persist(scratch)
         if run.dry_run:
             res.status = WOULD_MOVE
             run.created[target] = source_name
@@ -735,8 +773,6 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 return False
             r.unlink(scratch)
         scratch = b""
-        if ttl == 0:
-            r.persist(target)  # the temporary key's expiry (_mortal)
         run.created[target] = source_name
         res.status = MOVED
         return True
@@ -785,10 +821,10 @@ def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], a
     maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
     try:
         r.execute_command("MEM.IMPORT", scratch, _encode(doc), "REPLACE", *args, *maxage)
-        _mortal(r, scratch)
     except redis.ResponseError as e:
         res.status, res.reason = FAILED, f"MEM.IMPORT refused the summarized session: {e}"
         return False
+    _mortal(r, scratch)
     why = _verify(run, scratch, expected[len(folded):])
     back = mem.get(scratch)
     if not why and not (back and back[0].is_summary and back[0].content == text):
@@ -1139,6 +1175,7 @@ def migrate(
     run = _Run(r, dry_run, delete_source, replace, model, ttl, maxage, Limits.read(r), overflow=overflow,
                summarize_fn=summarize_fn)
     report = Report(dry_run=dry_run)
+    report.leftovers = _leftovers(r, dry_run, scan_count)
     work: List[Tuple[str, Callable[[], KeyResult]]] = []
     if source in ("user-memory", "external"):
         if source == "user-memory":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -112,6 +113,18 @@ class Summary(str):
         return obj
 
 
+#: Blank fillers: letters by category that show nothing.
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _shows_nothing(text: str) -> bool:
+    """The module's rule (MEM.SUMMARIZE refuses such a summary): only white
+    space, control and format characters (zero-width spaces, joiners, BOM,
+    soft hyphen) and blank fillers."""
+    return all(c.isspace() or c in _FILLERS or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+               for c in text)
+
+
 def checked_summary(text: object) -> str:
     """What a summarize function returned, if it is a summary: a str (a
     subclass may carry token usage) that is not blank and is valid UTF-8.
@@ -119,8 +132,9 @@ def checked_summary(text: object) -> str:
     blank summary would replace the messages with nothing."""
     if not isinstance(text, str):
         raise TypeError(f"the summarize function returned {type(text).__name__}, not str")
-    if not text.strip():
-        raise ValueError("the summarize function returned an empty summary")
+    if _shows_nothing(text):
+        raise ValueError("the summarize function returned an empty summary (only white space or invisible "
+                         "characters)")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:

@@ -236,31 +236,45 @@ import redis_mem.migrate as mig
 where = sys.argv[1]
 def die(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)
-if where == "verify":  # the session is in its temporary key, not yet renamed
+if where == "import":  # imported into its temporary key, no expiry yet
+    mig._mortal = die
+elif where == "verify":  # the session is in its temporary key, not yet renamed
     mig._verify = die
-else:  # renamed onto the target, its expiry not yet taken off
-    redis.Redis.persist = die
+else:  # its expiry taken off, not yet renamed
+    real_persist = redis.Redis.persist
+    def persist_then_die(self, name):
+        real_persist(self, name)
+        die()
+    redis.Redis.persist = persist_then_die
 sys.exit(mig.main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("where", ["verify", "persist"])
-def test_a_run_killed_mid_session_leaves_nothing_that_outlives_it(r, clean, where):
-    """Hostile pass 28 F3: kill -9 between the import and the rename left the
-    temporary session of a source without expiry, for good."""
+@pytest.mark.parametrize("where", ["import", "verify", "persist"])
+def test_a_run_killed_mid_session_leaves_nothing_that_outlives_it(r, clean, where, monkeypatch):
+    """Hostile passes 28 F3, 29 F4: kill -9 between the import and the rename
+    left the temporary session of a source without expiry, for good."""
     r.set("user_memory_a", json.dumps(ALICE))
     args = ["--port", str(clean.port), "--delete-source"]
     out = subprocess.run([sys.executable, "-c", KILLED_AT, where, *args], capture_output=True, timeout=60)
     assert out.returncode == -9, out.stderr
     assert r.exists("user_memory_a")  # the source is deleted only after its session is in place
     left = [k for k in r.keys("*") if k != "user_memory_a"]
-    assert len(left) == 1
-    assert 0 < r.pttl(left[0]) <= mig.SCRATCH_LIFETIME_MS
-    assert left[0] == ("mem:{a}" if where == "persist" else left[0])
+    assert len(left) == 1 and "~redis-mem-migrate~" in left[0]
+    if where == "verify":
+        assert 0 < r.pttl(left[0]) <= mig.SCRATCH_LIFETIME_MS  # goes by itself
+    else:
+        assert r.pttl(left[0]) == -1  # a rerun removes it once it is idle
+    # A rerun while it may still be a live run's leaves it; once idle, removes it.
+    assert mig.migrate(r, dry_run=True).leftovers == []
+    monkeypatch.setattr(mig, "LEFTOVER_IDLE_S", 0)
+    dry = mig.migrate(r, dry_run=True, delete_source=True)
+    assert dry.leftovers == ([] if where == "verify" else left) and r.exists(left[0])
     # The rerun moves it; the session has no expiry, as its source had none.
     rep = mig.migrate(r, delete_source=True)
-    assert [(x.status, x.deleted) for x in rep.results] == [
-        (mig.SKIPPED if where == "persist" else mig.MOVED, True)]
+    assert [(x.status, x.deleted) for x in rep.results] == [(mig.MOVED, True)]
+    assert ("temporary key(s) an interrupted run left" in rep.render()) == (where != "verify")
     assert r.pttl("mem:{a}") == -1 and not r.exists("user_memory_a")
+    assert r.keys("*") == ["mem:{a}"] or (where == "verify" and len(r.keys("*")) == 2)
     assert [m.content for m in RedisMemClient(r).get("mem:{a}")] == [
         m["content"] for m in ALICE["conversation_history"]]

@@ -118,13 +118,15 @@ def test_a_user_without_del_keeps_the_source_and_gets_its_session(clean, acl_use
     assert admin.exists("user_memory_bob") and RedisMemClient(admin).get("mem:{bob}")[0].content == "I am Bob"
 
 
-@pytest.mark.parametrize("denied", ["-pttl", "-exists", "-type"])
+@pytest.mark.parametrize("denied", ["-pttl", "-exists", "-type", "-persist", "-pexpire"])
 def test_a_command_the_acl_refuses_fails_each_source_and_the_run_goes_on(clean, acl_user, denied):
     """Hostile pass 28 F2: the first NOPERM aborted the whole run."""
     admin = clean.client()
     admin.set("user_memory_bob", doc("I am Bob"))
     admin.set("user_memory_eve", doc("I am Eve"))
     r = acl_user("migrator", "~*", "+@all", denied)
+    dry = mig.migrate(r, delete_source=True, dry_run=True)
+    assert [x.status for x in dry.results] == [mig.FAILED, mig.FAILED]  # the dry run predicts it
     rep = mig.migrate(r, delete_source=True)
     assert [(x.source, x.status) for x in rep.results] == [
         ("user_memory_bob", mig.FAILED), ("user_memory_eve", mig.FAILED)]

@@ -175,6 +175,32 @@ pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
     Ok(())
 }
 
+/// Refuses a text that shows nothing: only white space (Unicode's), control
+/// and format characters (zero-width spaces, joiners, BOM, soft hyphen) and
+/// the blank fillers (U+115F, U+1160, U+3164, U+FFA0, U+2800). A summary
+/// like that would replace messages with nothing: an LLM's empty answer.
+/// Invalid UTF-8 is left to the text's own check.
+pub fn check_shows_something(what: &str, bytes: &[u8]) -> Result<(), RedisError> {
+    static BLANK: std::sync::LazyLock<Option<regex_automata::meta::Regex>> =
+        std::sync::LazyLock::new(|| {
+            regex_automata::meta::Regex::new(
+                r"\A[\p{White_Space}\p{Cc}\p{Cf}\x{115F}\x{1160}\x{3164}\x{FFA0}\x{2800}]*\z",
+            )
+            .ok()
+        });
+    // The pattern is fixed: it builds. Without it, ASCII white space only.
+    let blank = match BLANK.as_ref() {
+        Some(re) => re.is_match(bytes),
+        None => bytes.iter().all(u8::is_ascii_whitespace),
+    };
+    if blank {
+        return Err(crate::error::invalid(format!(
+            "{what} is empty: only white space or invisible characters"
+        )));
+    }
+    Ok(())
+}
+
 /// The error of [`check_size`].
 pub fn too_large(what: &str, len: usize, max: u64) -> RedisError {
     crate::error::invalid(format!(

@@ -359,13 +359,9 @@ fn summarize_counted(
     let raw_text = &args[3];
     let cfg = Config::current();
     args::check_size("summary", raw_text.len(), cfg.max_message_bytes)?;
-    // A blank summary would replace the messages with nothing: an LLM's
-    // empty answer, not a summary. (Stops at the first other byte.)
-    if raw_text.as_slice().iter().all(u8::is_ascii_whitespace) {
-        return Err(error::invalid(
-            "summary is empty: it would replace the messages up to upto with nothing",
-        ));
-    }
+    // A blank summary would replace the messages with nothing. (The match
+    // stops at the first visible character.)
+    args::check_shows_something("summary", raw_text.as_slice())?;
 
     let mut key = SessionKey::open(ctx, keyname, true)?;
     let Some(session) = key.session_mut() else {

@@ -414,6 +414,19 @@ fn summarize_errors_change_nothing() {
         // with nothing.
         (vec!["MEM.SUMMARIZE", k, "7", ""], "summary is empty"),
         (vec!["MEM.SUMMARIZE", k, "7", " \n\t "], "summary is empty"),
+        // Unicode's white space, controls, format characters, fillers.
+        (
+            vec!["MEM.SUMMARIZE", k, "7", "\u{b}\u{a0}\u{85}\u{2028}\u{3000}"],
+            "summary is empty",
+        ),
+        (
+            vec!["MEM.SUMMARIZE", k, "7", "\u{200b}\u{feff}\u{2060}\u{ad}"],
+            "summary is empty",
+        ),
+        (
+            vec!["MEM.SUMMARIZE", k, "7", "\0\0 \u{1}\u{3164}\u{2800}"],
+            "summary is empty",
+        ),
     ] {
         assert_err(&mut con, &args, needle);
         assert_unchanged(&mut con, k, &before, &format!("{args:?}"));
@@ -435,6 +448,9 @@ fn summarize_errors_change_nothing() {
     // A missing key: an error, and the key is not created.
     assert_err(&mut con, &["MEM.SUMMARIZE", "missing", "1", "x"], "ERR");
     assert_eq!(int(&mut con, &["EXISTS", "missing"]), 0);
+    // Visible text among invisible characters is a summary.
+    let r = map_reply(&mut con, &["MEM.SUMMARIZE", k, "6", "\u{200b} ok \u{feff}"]);
+    assert_eq!(int_field(&r, "id"), 6);
     // Still works with a valid upto.
     let r = map_reply(&mut con, &["MEM.SUMMARIZE", k, "7", "second"]);
     assert_eq!(int_field(&r, "messages"), 1);
