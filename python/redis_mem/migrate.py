@@ -253,8 +253,7 @@ def _s(v: Any) -> Any:
     return v.decode("utf-8") if isinstance(v, bytes) else v
 
 
-def _show(v: bytes) -> str:
-    return v.decode("utf-8", "backslashreplace")
+_show = lc.show
 
 
 def session_id_of(source: bytes, prefix: str) -> bytes:

@@ -95,6 +95,13 @@ def message_item(lc_type: str, data: Dict[str, Any], ts: Optional[int] = None,
     return item
 
 
+def show(v: bytes) -> str:
+    """A key's bytes as text, one to one (the report, the --state journal):
+    invalid UTF-8 as ``\\xNN``, a backslash doubled, so ``b"\\xff"`` and a
+    name holding a backslash, x, f, f never read the same."""
+    return v.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+
+
 def _b(v: Any) -> bytes:
     return v if isinstance(v, bytes) else str(v).encode("utf-8")
 
@@ -135,7 +142,7 @@ def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int
             units.append(Unit("", [key], error=f"the key does not start with the source prefix {prefix!r} "
                                                 "followed by a session id (see --source-prefix)"))
             continue
-        units.append(Unit(key[len(p):].decode("utf-8", "backslashreplace"), [key], sid=key[len(p):]))
+        units.append(Unit(show(key[len(p):]), [key], sid=key[len(p):]))
     return sorted(units, key=lambda u: u.keys)
 
 
@@ -182,7 +189,7 @@ def find_documents(r: "redis.Redis", prefix: str = DEFAULT_DOC_PREFIX, count: in
         rest = key[len(p):]
         if b":" not in rest:
             continue  # not a message document (e.g. the prefix's own keys)
-        session = rest.rsplit(b":", 1)[0].decode("utf-8", "backslashreplace")
+        session = show(rest.rsplit(b":", 1)[0])
         unit = groups.setdefault(session, Unit(session, [], sid=rest.rsplit(b":", 1)[0]))
         unit.keys.append(key)
         try:
@@ -199,7 +206,7 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
         raise ValueError(unit.error)
     rows = []
     for key in unit.keys:
-        d = _decode(unit.values[key], key.decode("utf-8", "backslashreplace"))
+        d = _decode(unit.values[key], show(key))
         if isinstance(d, list) and len(d) == 1:  # JSON.GET with a $ path
             d = d[0]
         if not isinstance(d, dict) or not isinstance(d.get("type"), str) or not isinstance(d.get("data"), dict):

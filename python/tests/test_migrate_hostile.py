@@ -465,3 +465,19 @@ def test_messages_without_a_timestamp_are_reported_and_null_members_left_out(r):
     assert report.to_dict()["keys"][0]["untimed"] == 2
     got = json.loads(r.execute_command("MEM.GET", "mem:{t}", "FORMAT", "JSON"))["conversation_history"]
     assert [m.get("meta") for m in got] == [None, None, None]
+
+
+def test_a_state_file_tells_a_non_utf8_key_from_one_holding_a_backslash(clean, tmp_path):
+    """Hostile pass 29 F6: b'user_memory_\\xff' and the name with a literal
+    backslash, x, f, f were both journaled as `user_memory_\\xff`, so a rerun
+    skipped the second as finished."""
+    raw = clean.client(decode_responses=False)
+    state = str(tmp_path / "state")
+    raw.set(b"user_memory_\xff", doc("the byte"))
+    first = mig.migrate(raw, state=state, delete_source=True)
+    raw.set(b"user_memory_\\xff", doc("the backslash"))
+    second = mig.migrate(raw, state=state, delete_source=True)
+    assert [(x.source, x.status) for x in first.results] == [("user_memory_\\xff", mig.MOVED)]
+    assert [(x.source, x.status) for x in second.results] == [("user_memory_\\\\xff", mig.MOVED)]
+    assert RedisMemClient(raw).get(b"mem:{\xff}")[0].content == "the byte"
+    assert RedisMemClient(raw).get(b"mem:{\\xff}")[0].content == "the backslash"
