@@ -46,7 +46,37 @@ impl Session {
             len
         };
         let old: Vec<bool> = self.messages.heads().map(|h| h.ts < cutoff).collect();
-        let mut gone = vec![false; len];
+        let young = old.iter().position(|o| !o).unwrap_or(len);
+        if old[young..].iter().all(|o| !o) {
+            return self.aged_prefix(young, spared_from);
+        }
+        self.aged_groups(&old, spared_from)
+    }
+
+    /// [`Session::aged`] when the old messages are the oldest `young` ones
+    /// (the usual case: times in order): the groups wholly before the cut
+    /// go, and only the roles of the tool results at the cut are read
+    /// (reading every old message's role held the main thread 21-31 ms on
+    /// 100,000 messages, a replica's MEM._APPLY up to 102 ms).
+    pub(super) fn aged_prefix(&self, young: usize, spared_from: usize) -> Option<Vec<bool>> {
+        let mut cut = young.min(spared_from);
+        if cut < spared_from {
+            // cut == young < len: the group holding it is not wholly old.
+            while cut > 0 && self.messages.is_tool(cut) {
+                cut -= 1;
+            }
+        }
+        if cut == 0 {
+            return None;
+        }
+        let mut gone = vec![false; self.messages.len()];
+        gone[..cut].fill(true);
+        Some(gone)
+    }
+
+    /// [`Session::aged`] group by group, for times out of order.
+    pub(super) fn aged_groups(&self, old: &[bool], spared_from: usize) -> Option<Vec<bool>> {
+        let mut gone = vec![false; old.len()];
         // Groups start at 0 and at every message that is not a tool result;
         // only a group whose start is old can go, so only old messages are
         // read for their role (each one a lookup in the bytes: every message

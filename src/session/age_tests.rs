@@ -457,3 +457,32 @@ fn the_live_count_is_what_a_read_shows() {
         assert_eq!(s.live_count(NOW), s.live(NOW).message_count(), "{roles:?}");
     }
 }
+
+#[test]
+fn old_messages_first_age_out_as_group_by_group_would() {
+    // The prefix path reads only the roles at the cut; group by group reads
+    // every old message's. They must flag the same messages.
+    let mut rng = StdRng::seed_from_u64(29);
+    for _ in 0..2_000 {
+        let n = rng.gen_range(1..40);
+        let young = rng.gen_range(0..=n);
+        let messages: Vec<(&str, i64)> = (0..n)
+            .map(|i| {
+                let role = ["user", "assistant", "tool", "tool"][rng.gen_range(0..4)];
+                let ts = if i < young { NOW - 8 * DAY_MS } else { NOW };
+                (role, ts)
+            })
+            .collect();
+        let s = session(&messages);
+        let cutoff = s.age_cutoff(NOW).unwrap();
+        let old: Vec<bool> = s.messages.heads().map(|h| h.ts < cutoff).collect();
+        for protect in [false, true] {
+            let spared_from = if protect { n - s.newest_group_len() } else { n };
+            assert_eq!(
+                s.aged_prefix(young, spared_from),
+                s.aged_groups(&old, spared_from),
+                "{messages:?}, protect {protect}"
+            );
+        }
+    }
+}
