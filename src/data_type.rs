@@ -209,13 +209,7 @@ unsafe extern "C" fn copy(
     crate::guard::or(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of our type.
         match unsafe { session_ref(value) } {
-            Some(session) => {
-                // The message segments are shared, copied on write
-                // (session/log.rs): a copy costs the heads, not the bytes.
-                let mut copy = session.clone();
-                copy.messages = session.messages.copy_for_key();
-                into_raw(copy)
-            }
+            Some(session) => into_raw(session.copy_for_key()),
             None => std::ptr::null_mut(),
         }
     })

@@ -673,6 +673,18 @@ impl Session {
         end - i
     }
 
+    /// The session under another key name (COPY): the message segments
+    /// shared, copied on write (log.rs), so a copy costs the heads, not the
+    /// bytes; and no live lease. A lease is one worker's for one key: the
+    /// copy's own workers may begin at once, and the original's token does
+    /// not commit on it. The last token stays, so the copy's are above it.
+    pub fn copy_for_key(&self) -> Session {
+        let mut copy = self.clone();
+        copy.messages = self.messages.copy_for_key();
+        copy.leases.current = None;
+        copy
+    }
+
     /// The messages of the newest tool group: the newest message and, when it
     /// is a tool result, back to its call (1 for a message that is not).
     pub fn newest_group_len(&self) -> usize {

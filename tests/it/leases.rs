@@ -440,7 +440,29 @@ fn leases_survive_debug_reload_aof_and_dump() {
     ok(&mut con, &["DEBUG", "RELOAD"]);
     assert_eq!(digest(&mut con, k), digest_before, "DEBUG RELOAD");
     held(&mut con, k);
-    // DUMP/RESTORE (and so COPY, MIGRATE) carry it.
+    // COPY makes another key: the copy holds no lease (its own workers may
+    // begin; the original's token does not commit there), the original
+    // keeps its own.
+    assert_eq!(int(&mut con, &["COPY", k, "mem:{durable}:copied"]), 1);
+    held(&mut con, k);
+    let e = err(
+        &mut con,
+        &[
+            "MEM.SUMMARIZE",
+            "mem:{durable}:copied",
+            "8",
+            "s",
+            "LEASE",
+            &token.to_string(),
+        ],
+    );
+    assert!(e.contains("not this session's lease"), "{e}");
+    let fresh = int_field(
+        &begin(&mut con, "mem:{durable}:copied", "60000", &["KEEP", "2"]),
+        "lease",
+    );
+    assert!(fresh > token, "{fresh} after {token}");
+    // DUMP/RESTORE (and so MIGRATE) carry it.
     let d: Vec<u8> = redis::cmd("DUMP").arg(k).query(&mut con).unwrap();
     let _: redis::Value = redis::cmd("RESTORE")
         .arg("mem:{durable}:copy")
