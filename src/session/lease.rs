@@ -22,7 +22,18 @@ use super::{Session, SessionError, SummarizeCheck, Thresholds, MAX_ID};
 static ISSUED: AtomicU64 = AtomicU64::new(0);
 
 pub fn note_issued(token: u64) {
-    ISSUED.fetch_max(token, Ordering::Relaxed);
+    // A grant's token is about 32 x its time: one more than a day ahead of
+    // this clock came from a crafted or corrupt payload (RESTORE, a
+    // poisoned AOF), and noting it would exhaust every key's tokens until a
+    // restart. Such a session still loads; only its own key's tokens start
+    // above it. (The process's clock is the server's: RedisModule_
+    // Milliseconds reads the same one.)
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    if token <= lease_floor(now.saturating_add(86_400_000)) {
+        ISSUED.fetch_max(token, Ordering::Relaxed);
+    }
 }
 
 /// `lease` with its token above every token this server issued.

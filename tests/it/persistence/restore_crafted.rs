@@ -482,3 +482,67 @@ fn well_formed_limits_restore_and_behave() {
     assert_eq!(got[0].content, "");
     assert_eq!(string(&mut con, &["PING"]), "PONG");
 }
+
+/// Hostile pass 29 F8: the server notes the greatest lease token it loads,
+/// so that a key name never gets a token again. A payload carrying a token
+/// far ahead of the clock (2^53-1) set it so that MEM.SUMMARIZE_BEGIN of
+/// every key answered "used every lease token", through FLUSHALL, until a
+/// restart. Such a token now binds only its own key.
+#[test]
+fn a_restored_token_far_ahead_of_the_clock_exhausts_no_other_key() {
+    let server = Server::start();
+    let mut con = server.client();
+    ok(&mut con, &["CONFIG", "SET", "rdbcompression", "no"]);
+    let ready = |con: &mut redis::Connection, k: &str| {
+        for i in 0..10 {
+            append(con, k, "user", &format!("message {i}"), &["MAXMSGS", "10"]);
+        }
+    };
+    let begin = |con: &mut redis::Connection, k: &str| -> Result<i64, String> {
+        let r = redis::cmd("MEM.SUMMARIZE_BEGIN")
+            .arg(k)
+            .arg(60_000)
+            .arg("KEEP")
+            .arg(2)
+            .query::<Value>(con)
+            .map_err(|e| e.to_string())?;
+        let map: Vec<(String, Value)> = redis::from_redis_value(&r).unwrap();
+        let v = &map.iter().find(|(f, _)| f == "lease").unwrap().1;
+        Ok(redis::from_redis_value(v).unwrap())
+    };
+    ready(&mut con, "mem:{poison}");
+    let token = begin(&mut con, "mem:{poison}").unwrap() as u64;
+    let dump = session::dump(&mut con, "mem:{poison}");
+    let payload = session::module_payload(&dump);
+    let (mut old, mut new) = (Vec::new(), Vec::new());
+    varint(token, &mut old);
+    varint((1 << 53) - 1, &mut new);
+    let mut crafted = Vec::new();
+    let mut i = 0;
+    let mut replaced = 0;
+    while i < payload.len() {
+        if payload[i..].starts_with(&old) {
+            crafted.extend_from_slice(&new);
+            i += old.len();
+            replaced += 1;
+        } else {
+            crafted.push(payload[i]);
+            i += 1;
+        }
+    }
+    assert_eq!(replaced, 2, "the lease's token and the last token");
+    let r: Value = redis::cmd("RESTORE")
+        .arg("mem:{poison}:crafted")
+        .arg(0)
+        .arg(wrap(&dump, &crafted))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(r, Value::Okay);
+    // Other keys still get leases, after FLUSHALL too.
+    ready(&mut con, "mem:{other}");
+    let fresh = begin(&mut con, "mem:{other}").unwrap();
+    assert!(fresh > token as i64, "{fresh} after {token}");
+    ok(&mut con, &["FLUSHALL"]);
+    ready(&mut con, "mem:{other}");
+    assert!(begin(&mut con, "mem:{other}").unwrap() > fresh);
+}
