@@ -102,7 +102,7 @@ pub fn summarize_begin(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub static SUMMARIZE_BEGIN: CommandDecl = CommandDecl {
     name: "mem.summarize_begin",
     entry: entry!(summarize_begin),
-    flags: "write deny-oom",
+    flags: "write",
     acl: "mem",
     summary: "A summarizer's start: the MEM.SUMMARIZE_CHECK answer plus a time-limited lease, granted to one worker at a time when the session meets its threshold.",
     complexity: "O(N) for N messages.",

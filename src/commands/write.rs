@@ -1,6 +1,6 @@
 //! MEM.APPEND and MEM.SUMMARIZE.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString};
 
 use super::args::{self, Options};
 use std::sync::Arc;
@@ -373,6 +373,14 @@ fn summarize_counted(
         return reply_duplicate(ctx, session, &outcome, &cfg);
     }
     check_summary_allowed(session, lease, upto)?;
+    // Not deny-oom: a summary is how a full server sheds a session's bytes
+    // without losing its history. Out of memory, one that takes more than
+    // it replaces is refused as Redis refuses a growing write. (One counted
+    // on a worker is admitted on return as every resumed write is: not
+    // while out of memory.)
+    if ctx.get_flags().contains(ContextFlags::OOM) && raw_text.len() > session.bytes_up_to(upto) {
+        return Err(error::Error::OutOfMemory.into());
+    }
     let encoding = session.settings.encoding;
     if summary_needs_worker(ctx, raw_text.len(), encoding, resumed, &cfg)? && can_block(ctx) {
         drop(key);
@@ -526,7 +534,7 @@ pub static APPEND: CommandDecl = CommandDecl {
 pub static SUMMARIZE: CommandDecl = CommandDecl {
     name: "mem.summarize",
     entry: entry!(summarize),
-    flags: "write deny-oom",
+    flags: "write",
     acl: "mem",
     summary: "Replaces the summary and every message up to an id with a new summary (refused while another worker's lease is live).",
     complexity: "O(N) in the size of the summary (tokenizing), plus O(M) for M replaced messages.",

@@ -685,6 +685,16 @@ impl Session {
         copy
     }
 
+    /// Bytes a summary up to `upto` would replace: the current summary's
+    /// text and the stored bytes of the messages with `id <= upto`.
+    pub fn bytes_up_to(&self, upto: u64) -> usize {
+        let n = self.messages.after_id(upto);
+        self.summary.as_ref().map_or(0, |s| s.text.len())
+            + (0..n)
+                .map(|i| self.messages.stored_len_of(i))
+                .sum::<usize>()
+    }
+
     /// The messages of the newest tool group: the newest message and, when it
     /// is a tool result, back to its call (1 for a message that is not).
     pub fn newest_group_len(&self) -> usize {

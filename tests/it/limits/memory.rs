@@ -34,11 +34,13 @@ fn writes_under_maxmemory_fail_with_oom_and_change_nothing() {
     );
     let upto = int_field(&map_reply(&mut con, &["MEM.SUMMARIZE_CHECK", key]), "upto").to_string();
     let doc = r#"{"conversation_history":[{"role":"user","content":"x"}]}"#;
+    // A summary longer than the one message it replaces grows the session.
+    let longer = big.repeat(2);
     let mut refused = 0;
     for args in [
         vec!["MEM.APPEND", key, "user", "no room"],
         vec!["MEM.APPEND", "mem:{oom}:new", "user", "no room"],
-        vec!["MEM.SUMMARIZE", key, &upto, "no room for a summary"],
+        vec!["MEM.SUMMARIZE", key, "1", &longer],
         vec!["MEM.EXTSET", key, "dify", "after-oom"],
         vec!["MEM.EXTSET", "mem:{oom}:new", "dify", "x"],
         vec!["MEM.IMPORT", "mem:{oom}:new", doc],
@@ -66,6 +68,24 @@ fn writes_under_maxmemory_fail_with_oom_and_change_nothing() {
         Value::BulkString(b"before-oom".to_vec())
     );
     ok(&mut con, &["MEM.GET", key, "LAST", "2"]);
+    // A summary is how a full server sheds a session's bytes: the lease and
+    // a summary shorter than what it replaces are not refused (hostile pass
+    // 29 F7: both were OOM).
+    let begin = map_reply(&mut con, &["MEM.SUMMARIZE_BEGIN", key, "60000"]);
+    let lease = int_field(&begin, "lease");
+    assert!(lease > 0, "{begin:?}");
+    let r = map_reply(
+        &mut con,
+        &[
+            "MEM.SUMMARIZE",
+            key,
+            &upto,
+            "a short summary",
+            "LEASE",
+            &lease.to_string(),
+        ],
+    );
+    assert_eq!(int_field(&r, "id").to_string(), upto);
     // And writes again once there is room.
     ok(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
     ok(&mut con, &["MEM.APPEND", key, "user", "room again"]);
