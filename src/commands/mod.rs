@@ -46,7 +46,7 @@ pub fn now_ms() -> i64 {
 /// The settings a session created now gets.
 pub fn default_settings(cfg: &Config) -> Settings {
     Settings {
-        model: cfg.default_model.clone(),
+        model: cfg.default_model.as_str().into(),
         encoding: tokenizer::encoding_for_model(&cfg.default_model, cfg.default_encoding),
         ttl: cfg.ttl,
         // Never above the limits a client's MAXTOKENS / MAXMSGS is held to
@@ -186,7 +186,7 @@ impl<'a> SettingsOptions<'a> {
     pub fn merge(&self, session: Option<&Session>, cfg: &Config) -> Settings {
         let mut settings = session.map_or_else(|| default_settings(cfg), |s| s.settings.clone());
         if let Some(model) = self.model.as_deref() {
-            settings.model = model.to_owned();
+            settings.model = model.into();
             settings.encoding = tokenizer::encoding_for_model(model, cfg.default_encoding);
         }
         settings.ttl = self.ttl.unwrap_or(settings.ttl);

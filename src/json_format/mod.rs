@@ -131,7 +131,7 @@ pub fn render<'a>(
     out.extend_from_slice(b",\"model\":");
     push_json(
         &mut out,
-        &session.map_or(default_model, |s| s.settings.model.as_str()),
+        &session.map_or(default_model, |s| &*s.settings.model),
     );
     if let Some(s) = session {
         out.extend_from_slice(b",\"redis_mem\":");

@@ -20,7 +20,7 @@ fn settings_for(caps: (u64, u64), model: Option<&str>) -> Settings {
     let mut s = crate::session::tests::settings();
     (s.max_msgs, s.max_tokens) = caps;
     if let Some(m) = model {
-        s.model = m.to_owned();
+        s.model = m.into();
         s.encoding = encoding_for_model(m, Encoding::O200kBase);
     }
     s

@@ -39,7 +39,8 @@ fn sample() -> Session {
             expires_at: 1_700_000_060_000,
         }),
         last_token: 3,
-    };
+    }
+    .into();
     s.msgids.departed.push_back(Departed {
         msgid: "c-2".into(),
         id: 2,
@@ -84,14 +85,14 @@ fn sample_0_1() -> Session {
         messages: MessageLog::from_messages(messages).unwrap(),
         summary: Some(Box::new(summary)),
         settings: settings(Encoding::Cl100kBase),
-        external,
+        external: external.into(),
         last_id: 8,
         total_tokens,
         created: 1_699_999_999_000,
         updated: 1_700_000_000_007,
         extra: crate::session::Attrs::from_text(Some(r#"{"user_profile":{"name":"Ann"}}"#))
             .unwrap(),
-        leases: Leases::default(),
+        leases: Default::default(),
         msgids: Default::default(),
         history: Default::default(),
     }

@@ -44,7 +44,7 @@ pub fn session(r: &mut Reader) -> Result<Session> {
         messages: MessageLog::from_messages(messages)?,
         summary: summary.map(Box::new),
         settings,
-        external,
+        external: external.into(),
         last_id: r.u64("last_id")?,
         total_tokens: r.u64("total_tokens")?,
         created: r.i64("created")?,
@@ -106,7 +106,7 @@ fn summary(r: &mut Reader) -> Result<Summary> {
 /// `Settings { model, encoding, ttl, max_tokens, max_msgs }`.
 fn settings(r: &mut Reader) -> Result<Settings> {
     Ok(Settings {
-        model: r.string("model")?,
+        model: r.string("model")?.into_boxed_str(),
         encoding: encoding(r)?,
         ttl: r.u64("ttl")?,
         max_tokens: r.u64("max_tokens")?,

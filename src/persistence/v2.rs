@@ -318,13 +318,14 @@ pub(super) fn session_tail(r: &mut Reader, session: &mut Session) -> Result<()> 
         }
         external.insert(system, external_id(r)?);
     }
-    session.external = external;
+    session.external = external.into();
     let extra = r.option("extra", |r| r.str("extra"))?;
     session.extra = Attrs::from_text(extra).map_err(|e| format!("corrupt payload: {e}"))?;
     session.leases = Leases {
         current: r.option("lease", lease)?,
         last_token: r.u64("last lease token")?,
-    };
+    }
+    .into();
     session.msgids = msgids(r)?;
     Ok(())
 }
@@ -416,7 +417,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
 
 fn settings(r: &mut Reader) -> Result<Settings> {
     Ok(Settings {
-        model: r.string("model")?,
+        model: r.string("model")?.into_boxed_str(),
         encoding: encoding_from_code(r.u8("encoding")?)?,
         ttl: r.u64("ttl")?,
         max_tokens: r.u64("max_tokens")?,

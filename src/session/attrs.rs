@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::sparse::Sparse;
 use super::{Outcome, Session, SessionError, JSON_MAX_NESTING};
 
 /// Longest attribute name, in bytes.
@@ -64,7 +65,7 @@ pub struct Attrs {
     /// Name -> expiry (ms) of the attributes set with their own lifetime
     /// (MEM.ATTRSET ... EX): past it they are never read, and the next
     /// write drops them (at its op's `now`, so replicas drop the same).
-    expiry: BTreeMap<String, i64>,
+    expiry: Sparse<BTreeMap<String, i64>>,
 }
 
 type Pair = (Box<str>, Box<str>);
@@ -139,7 +140,7 @@ impl Attrs {
             Some(t) => serde_json::from_str::<Members>(t)
                 .map(|m| Attrs {
                     pairs: Pairs::new(m.0),
-                    expiry: BTreeMap::new(),
+                    expiry: Sparse::default(),
                 })
                 .map_err(|e| format!("imported members are not a JSON object: {e}")),
         }
@@ -149,7 +150,7 @@ impl Attrs {
     pub fn from_raw(pairs: Vec<(Box<str>, Box<str>)>) -> Attrs {
         Attrs {
             pairs: Pairs::new(pairs),
-            expiry: BTreeMap::new(),
+            expiry: Sparse::default(),
         }
     }
 
@@ -169,7 +170,7 @@ impl Attrs {
         if let Some(name) = expiry.keys().find(|n| !names.contains(*n)) {
             return Err(format!("an expiry for '{name}', which is not an attribute"));
         }
-        self.expiry = expiry;
+        self.expiry = expiry.into();
         Ok(())
     }
 
@@ -203,6 +204,7 @@ impl Attrs {
             .make_mut()
             .retain(|(raw, _)| Attrs::name(raw).is_none_or(|n| !gone.contains(&n)));
         self.expiry.retain(|_, at| *at > now);
+        self.expiry.settle();
     }
 
     /// Whether an attribute is live at `now` (what FORMAT JSON writes).
@@ -289,6 +291,7 @@ impl Attrs {
                 .map(|(n, v)| n.len() + v.len())
                 .sum::<usize>()
             + self.expiry.keys().map(|n| n.capacity() + 48).sum::<usize>()
+            + self.expiry.boxed_bytes()
     }
 
     /// The decoded name of a member (a raw name that is not a JSON string
@@ -361,9 +364,15 @@ impl Session {
     /// 3.2 MB value re-parsed held the main thread 10-16 ms.
     pub fn attr_set(&mut self, name: &str, value: Box<str>, expires_at: Option<i64>) {
         match expires_at {
-            Some(at) => self.extra.expiry.insert(name.to_owned(), at),
-            None => self.extra.expiry.remove(name),
-        };
+            Some(at) => {
+                self.extra.expiry.insert(name.to_owned(), at);
+            }
+            None if self.extra.expiry.contains_key(name) => {
+                self.extra.expiry.remove(name);
+                self.extra.expiry.settle();
+            }
+            None => {}
+        }
         let pairs = self.extra.pairs.make_mut();
         let named = |raw: &str| Attrs::name(raw).as_deref() == Some(name);
         match pairs.iter().position(|(raw, _)| named(raw)) {
@@ -389,7 +398,10 @@ impl Session {
 
     /// Removes every member named `name`. Returns whether there was one.
     pub fn attr_del(&mut self, name: &str) -> bool {
-        self.extra.expiry.remove(name);
+        if self.extra.expiry.contains_key(name) {
+            self.extra.expiry.remove(name);
+            self.extra.expiry.settle();
+        }
         let pairs = self.extra.pairs.make_mut();
         let before = pairs.len();
         pairs.retain(|(raw, _)| Attrs::name(raw).as_deref() != Some(name));

@@ -11,6 +11,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::sparse::{Empty, Sparse};
 use super::{Session, SessionError, SummarizeCheck, Thresholds, MAX_ID};
 
 /// The greatest lease token this server granted or applied (from its master
@@ -67,6 +68,16 @@ pub struct Leases {
     pub current: Option<Lease>,
     /// The last token handed out (0: none yet); the next one is above it.
     pub last_token: u64,
+}
+
+impl Empty for Leases {
+    fn empty() -> &'static Leases {
+        static NONE: Leases = Leases {
+            current: None,
+            last_token: 0,
+        };
+        &NONE
+    }
 }
 
 /// Tokens per millisecond of the clock: a token is at least the grant's
@@ -149,10 +160,10 @@ impl Session {
                 last: self.leases.last_token,
             });
         }
-        self.leases = Leases {
+        self.leases = Sparse::new(Leases {
             current: Some(lease),
             last_token: lease.token,
-        };
+        });
         Ok(())
     }
 }

@@ -280,7 +280,7 @@ fn no_lease_without_work() {
     );
     // Nothing to cover: every message kept.
     assert_eq!(s.begin(th, 6, 0, 10).unwrap().1, None);
-    assert_eq!(s.leases, Leases::default());
+    assert_eq!(*s.leases, Leases::default());
 }
 
 #[test]
