@@ -115,14 +115,16 @@ class Summary(str):
 
 #: Blank fillers: letters by category that show nothing.
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+#: Categories that show nothing alone: controls, format, unassigned, white
+#: space, marks without a base (combining accents, variation selectors).
+_INVISIBLE = frozenset(("Cc", "Cf", "Cn", "Zs", "Zl", "Zp", "Mn", "Mc", "Me"))
 
 
 def _shows_nothing(text: str) -> bool:
     """The module's rule (MEM.SUMMARIZE refuses such a summary): only white
-    space, control and format characters (zero-width spaces, joiners, BOM,
-    soft hyphen) and blank fillers."""
-    return all(c.isspace() or c in _FILLERS or unicodedata.category(c) in ("Cc", "Cf", "Zs", "Zl", "Zp")
-               for c in text)
+    space, control, format and unassigned characters, marks without a base
+    and blank fillers."""
+    return all(c.isspace() or c in _FILLERS or unicodedata.category(c) in _INVISIBLE for c in text)
 
 
 def checked_summary(text: object) -> str:

@@ -269,7 +269,7 @@ def test_a_summary_of_a_deleted_conversation_never_lands_on_the_new_one(clean):
     assert KEY in worker._queued
 
 
-@pytest.mark.parametrize("answer", ["", "  \n ", "\u200b\ufeff\x00", "\u3000\u00a0\u2800", None, 42,
+@pytest.mark.parametrize("answer", ["", "  \n ", "\u200b\ufeff\x00", "\u3000\u00a0\u2800", "\ufe0f\u0301", None, 42,
                                     {"summary": "x"}, "bad \udc80 text"])
 def test_a_summarize_fn_answer_that_is_not_a_summary_is_a_failed_call(clean, answer):
     r = clean.client()
@@ -288,7 +288,7 @@ def test_the_module_refuses_a_blank_summary(clean):
     mem = RedisMemClient(clean.client())
     for i in range(1, 4):
         mem.append(KEY, "user", f"m{i}")
-    for blank in ["", " \t\n", "\u200b\u00ad", "\x0b\u0085\u2028"]:
+    for blank in ["", " \t\n", "\u200b\u00ad", "\x0b\u0085\u2028", "\ufe0f\u034f\u0301"]:
         with pytest.raises(redis.ResponseError, match="summary is empty"):
             mem.summarize(KEY, 2, blank)
     assert len(mem.get(KEY)) == 3

@@ -175,16 +175,18 @@ pub fn check_size(what: &str, len: usize, max: u64) -> Result<(), RedisError> {
     Ok(())
 }
 
-/// Refuses a text that shows nothing: only white space (Unicode's), control
-/// and format characters (zero-width spaces, joiners, BOM, soft hyphen) and
-/// the blank fillers (U+115F, U+1160, U+3164, U+FFA0, U+2800). A summary
+/// Refuses a text that shows nothing: only white space (Unicode's), control,
+/// format and unassigned characters (zero-width spaces, joiners, BOM, soft
+/// hyphen), marks without a base (combining accents, variation selectors),
+/// the other default-ignorable code points and the blank fillers (U+115F,
+/// U+1160, U+3164, U+FFA0, U+2800). A summary
 /// like that would replace messages with nothing: an LLM's empty answer.
 /// Invalid UTF-8 is left to the text's own check.
 pub fn check_shows_something(what: &str, bytes: &[u8]) -> Result<(), RedisError> {
     static BLANK: std::sync::LazyLock<Option<regex_automata::meta::Regex>> =
         std::sync::LazyLock::new(|| {
             regex_automata::meta::Regex::new(
-                r"\A[\p{White_Space}\p{Cc}\p{Cf}\x{115F}\x{1160}\x{3164}\x{FFA0}\x{2800}]*\z",
+                r"\A[\p{White_Space}\p{Cc}\p{Cf}\p{Cn}\p{M}\p{Default_Ignorable_Code_Point}\x{115F}\x{1160}\x{3164}\x{FFA0}\x{2800}]*\z",
             )
             .ok()
         });
@@ -212,4 +214,38 @@ pub fn too_large(what: &str, len: usize, max: u64) -> RedisError {
 /// MEM.IMPORT; it is kept as sent.
 pub fn check_meta(meta: &str) -> Result<(), RedisError> {
     crate::session::check_meta(meta).map_err(|e| crate::error::invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_of_invisible_characters_shows_nothing() {
+        for blank in [
+            "",
+            " \t\n",
+            "\u{a0}\u{3000}\u{2028}\u{85}\u{b}",
+            "\u{200b}\u{feff}\u{ad}\u{2060}",
+            "\0\u{1}",
+            "\u{3164}\u{2800}\u{115f}",
+            "\u{fe0f}\u{fe00}\u{e0100}",
+            "\u{34f}\u{180b}",
+            "\u{17b4}\u{2065}",
+            "\u{301}\u{302}\u{303}",
+        ] {
+            assert!(
+                check_shows_something("s", blank.as_bytes()).is_err(),
+                "{blank:?}"
+            );
+        }
+        for shown in ["a", "e\u{301}", " . ", "\u{200b}x", "\u{4e2d}", "\u{1f600}"] {
+            assert!(
+                check_shows_something("s", shown.as_bytes()).is_ok(),
+                "{shown:?}"
+            );
+        }
+        // Invalid UTF-8 is the text check's to refuse, not blank.
+        assert!(check_shows_something("s", b"\xff").is_ok());
+    }
 }

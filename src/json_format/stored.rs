@@ -66,9 +66,12 @@ impl<'a> StoredOut<'a> {
             maxmsgs: s.settings.max_msgs,
             maxage: s.settings.max_age,
             last_id: s.last_id,
+            // An id whose time is up stays until the next write; reads
+            // never show it (as MEM.EXTGET and the attributes).
             external: s
                 .external
                 .iter()
+                .filter(|(_, e)| e.expires_at > now)
                 .map(|(system, e)| {
                     (
                         system.as_str(),
