@@ -207,6 +207,7 @@ pub unsafe fn call(
     let args = redis_module::decode_args(ctx, argv, argc);
     let response = crate::guard::or(Err(crate::error::internal()), || body(&context, args))
         .map_err(crate::error::ascii);
+    crate::offload::pool::free_dropped();
     context.reply(response) as c_int
 }
 

@@ -128,7 +128,9 @@ impl SessionKey {
                 let status =
                     raw::RedisModule_ModuleTypeReplaceValue.unwrap()(k, raw_type, value, &mut old);
                 if status == raw::REDISMODULE_OK as i32 && !old.is_null() {
-                    crate::data_type::free_session(old);
+                    // A large session replaced (IMPORT REPLACE) is freed on
+                    // a worker.
+                    crate::data_type::free_session_later(old);
                 }
                 status
             }

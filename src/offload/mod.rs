@@ -429,6 +429,7 @@ extern "C" fn on_counted(
         resume(&context, args)
     })
     .map_err(crate::error::ascii);
+    pool::free_dropped();
     context.reply(result) as c_int
 }
 

@@ -103,6 +103,23 @@ pub fn gauges() -> (u64, u64) {
     (s.threads as u64, s.queue.len() as u64)
 }
 
+/// Frees `garbage` on a worker (freeing a gigabyte of messages held the
+/// main thread 64-88 ms), or here when no worker can take it.
+pub fn free_later<T: Send + 'static>(garbage: T) {
+    if let Err(job) = submit(Box::new(move || drop(garbage))) {
+        job();
+    }
+}
+
+/// What writes dropped that is large enough to free off the main thread
+/// (session/log.rs), handed to a worker. Called after every command.
+pub fn free_dropped() {
+    let dropped = crate::session::take_dropped();
+    if !dropped.is_empty() {
+        free_later(dropped);
+    }
+}
+
 /// Wakes idle workers so those above a lowered `mem.count-threads` leave.
 pub fn resize() {
     WORK.notify_all();

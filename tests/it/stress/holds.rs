@@ -430,3 +430,67 @@ fn a_hundred_thousand_messages_with_an_aged_one_and_a_lowered_cap() {
         .collect();
     assert_eq!(held, expected);
 }
+
+/// Hostile pass 30 F5: 250 messages of 4 MB evicted, summarized or replaced
+/// at once held the main thread 64-88 ms freeing them. Large segments a
+/// write drops (and a large session IMPORT REPLACE replaces) are freed on a
+/// worker: the memory comes back all the same, and nothing else changes.
+#[test]
+fn large_messages_evicted_summarized_or_replaced_free_their_memory() {
+    let server = Server::start();
+    let mut con = server.client();
+    open_limits(&mut con);
+    let blob = varied_text(2 << 20, 7);
+    let baseline = used_memory(&mut con);
+    for case in ["evicted", "summarized", "replaced"] {
+        let k = format!("mem:{{big}}:{case}");
+        for i in 0..30 {
+            let text = format!("{i:03}{blob}");
+            let args = [
+                "MEM.APPEND",
+                &k,
+                "user",
+                &text,
+                "TOKENS",
+                "10",
+                "MAXMSGS",
+                "1000",
+                "MAXTOKENS",
+                "1000000",
+            ];
+            ok(&mut con, &args);
+        }
+        let full = used_memory(&mut con);
+        assert!(full > baseline + 60_000_000, "{case}: {full}");
+        start_slowlog(&mut con);
+        match case {
+            "evicted" => {
+                ok(
+                    &mut con,
+                    &["MEM.APPEND", &k, "user", "the newest", "MAXMSGS", "1"],
+                );
+            }
+            "summarized" => {
+                ok(&mut con, &["MEM.SUMMARIZE", &k, "29", "a summary"]);
+            }
+            _ => {
+                let doc = r#"{"conversation_history":[{"role":"user","content":"the newest"}]}"#;
+                ok(&mut con, &["MEM.IMPORT", &k, doc, "REPLACE"]);
+            }
+        }
+        report(&mut con, &format!("30 x 2 MB {case}"));
+        let last = json_text(&mut con, &k);
+        assert!(
+            last.contains("the newest") || last.contains("a summary"),
+            "{case}: {last}"
+        );
+        assert!(memory_usage(&mut con, &k) < 9_000_000, "{case}");
+        // Freed on a worker: used_memory comes back.
+        session::wait_until(
+            &format!("{case}: the dropped messages' memory freed"),
+            30,
+            || used_memory(&mut con) < baseline + 10_000_000,
+        );
+        ok(&mut con, &["DEL", &k]);
+    }
+}
