@@ -56,14 +56,25 @@ unsafe fn session_ref<'a>(value: *const c_void) -> Option<&'a Session> {
 /// # Safety
 /// `value` must come from [`into_raw`]; it is freed here.
 pub unsafe extern "C" fn free_session(value: *mut c_void) {
-    if !value.is_null() {
-        LIVE_SESSIONS.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: value is a Box<Session> that Redis hands back exactly once.
-        let session = unsafe { Box::from_raw(value.cast::<Session>()) };
+    // SAFETY: as this function's contract.
+    if let Some(session) = unsafe { take_session(value) } {
         // Redis calls this directly (also on a lazyfree thread): guarded as
         // every other callback, though dropping owned memory cannot panic.
         crate::guard::or((), move || drop(session));
     }
+}
+
+/// The session behind a value handed back to us, no longer counted live.
+///
+/// # Safety
+/// `value` is null or comes from [`into_raw`], handed back exactly once.
+unsafe fn take_session(value: *mut c_void) -> Option<Box<Session>> {
+    if value.is_null() {
+        return None;
+    }
+    LIVE_SESSIONS.fetch_sub(1, Ordering::Relaxed);
+    // SAFETY: value is a Box<Session> whose ownership Redis handed back.
+    Some(unsafe { Box::from_raw(value.cast::<Session>()) })
 }
 
 /// As [`free_session`], on a worker when the session holds 1 MB or more
@@ -72,12 +83,10 @@ pub unsafe extern "C" fn free_session(value: *mut c_void) {
 /// # Safety
 /// As [`free_session`].
 pub unsafe fn free_session_later(value: *mut c_void) {
-    if value.is_null() {
+    // SAFETY: as this function's contract.
+    let Some(session) = (unsafe { take_session(value) }) else {
         return;
-    }
-    LIVE_SESSIONS.fetch_sub(1, Ordering::Relaxed);
-    // SAFETY: value is a Box<Session> whose ownership Redis handed back.
-    let session = unsafe { Box::from_raw(value.cast::<Session>()) };
+    };
     if session.messages.stored_len() >= 1 << 20 {
         crate::offload::pool::free_later(session);
     }

@@ -203,8 +203,7 @@ impl Attrs {
         self.pairs
             .make_mut()
             .retain(|(raw, _)| Attrs::name(raw).is_none_or(|n| !gone.contains(&n)));
-        self.expiry.retain(|_, at| *at > now);
-        self.expiry.settle();
+        self.expiry.shrink(|e| e.retain(|_, at| *at > now));
     }
 
     /// Whether an attribute is live at `now` (what FORMAT JSON writes).
@@ -367,11 +366,9 @@ impl Session {
             Some(at) => {
                 self.extra.expiry.insert(name.to_owned(), at);
             }
-            None if self.extra.expiry.contains_key(name) => {
-                self.extra.expiry.remove(name);
-                self.extra.expiry.settle();
-            }
-            None => {}
+            None => self.extra.expiry.shrink(|e| {
+                e.remove(name);
+            }),
         }
         let pairs = self.extra.pairs.make_mut();
         let named = |raw: &str| Attrs::name(raw).as_deref() == Some(name);
@@ -398,10 +395,9 @@ impl Session {
 
     /// Removes every member named `name`. Returns whether there was one.
     pub fn attr_del(&mut self, name: &str) -> bool {
-        if self.extra.expiry.contains_key(name) {
-            self.extra.expiry.remove(name);
-            self.extra.expiry.settle();
-        }
+        self.extra.expiry.shrink(|e| {
+            e.remove(name);
+        });
         let pairs = self.extra.pairs.make_mut();
         let before = pairs.len();
         pairs.retain(|(raw, _)| Attrs::name(raw).as_deref() != Some(name));

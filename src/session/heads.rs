@@ -179,13 +179,12 @@ impl Heads {
             return false;
         };
         let base = lo + span / 2;
-        let held: Vec<Head> = self.iter().collect();
         let Heads::Narrow { ts_base, slots, .. } = self else {
             return false;
         };
         // Every time is within span / 2 of the base: each fits.
-        for (slot, x) in slots.iter_mut().zip(&held) {
-            slot.ts = (x.ts - base) as i32;
+        for slot in slots.iter_mut() {
+            slot.ts = (*ts_base + i64::from(slot.ts) - base) as i32;
         }
         *ts_base = base;
         slots.push_back(Slot {

@@ -683,9 +683,7 @@ impl Session {
     pub fn copy_for_key(&self) -> Session {
         let mut copy = self.clone();
         copy.messages = self.messages.copy_for_key();
-        if copy.leases.current.is_some() {
-            copy.leases.current = None;
-        }
+        copy.leases.shrink(|l| l.current = None);
         copy
     }
 
@@ -846,9 +844,7 @@ impl Session {
         let (upto, tokens) = (summary.upto, summary.tokens);
         self.set_summary(summary)?; // cannot fail: checked, covered messages gone
                                     // The work a lease was granted for is done: the session is free.
-        if self.leases.current.is_some() {
-            self.leases.current = None;
-        }
+        self.leases.shrink(|l| l.current = None);
         self.updated = now;
         self.purge_external(now);
         Ok(self.outcome(upto, tokens, 0))
@@ -862,10 +858,8 @@ impl Session {
     /// Drops external ids whose time is up. `now` comes from the op, so the
     /// master and its replicas drop the same ones.
     fn purge_external(&mut self, now: i64) {
-        if self.external.values().any(|e| e.expires_at <= now) {
-            self.external.retain(|_, e| e.expires_at > now);
-            self.external.settle();
-        }
+        self.external
+            .shrink(|ext| ext.retain(|_, e| e.expires_at > now));
         self.extra.purge(now);
     }
 

@@ -39,6 +39,16 @@ impl<T: Empty> Sparse<T> {
         self.0.as_ref().map_or(0, |_| std::mem::size_of::<T>())
     }
 
+    /// An edit that can only take things away (remove, retain, clear a
+    /// field): run on what is held, none when nothing is (no box made for
+    /// it), and the box freed if it leaves the value empty.
+    pub fn shrink(&mut self, edit: impl FnOnce(&mut T)) {
+        if let Some(value) = self.0.as_deref_mut() {
+            edit(value);
+            self.settle();
+        }
+    }
+
     /// Frees the box when what it holds is empty.
     pub fn settle(&mut self) {
         if self.0.as_deref().is_some_and(|v| v == T::empty()) {
