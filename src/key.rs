@@ -144,19 +144,6 @@ impl SessionKey {
         }
     }
 
-    /// Sets the key's expiry to an absolute Unix time in ms (None: no expiry).
-    pub fn set_expiry(&self, at_ms: Option<i64>, now_ms: i64) {
-        let Some(k) = self.raw() else { return };
-        let relative = match at_ms {
-            Some(at) => at.saturating_sub(now_ms).max(1),
-            None => raw::REDISMODULE_NO_EXPIRE as i64,
-        };
-        // SAFETY: the key is open for writing and holds a value.
-        unsafe {
-            raw::RedisModule_SetExpire.unwrap()(k, relative);
-        }
-    }
-
     /// Sets the key's expiry to the absolute time `at_ms` (None: none), as
     /// PEXPIREAT does: an op replayed from the AOF later keeps the expiry the
     /// master gave, not one counted from the replay.

@@ -131,7 +131,6 @@ fn store_attr(
         &key,
         Propagate::Op(header, None),
         expiry,
-        now,
         &events,
     );
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -193,7 +192,6 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         &key,
         Propagate::Op(header, None),
         expiry,
-        now,
         &events,
     );
     Ok(RedisValue::Integer(1))

@@ -477,7 +477,7 @@ impl Batch {
         session.settle();
         let expiry = session.key_expiry(now);
         let events = Events::appends(&outcomes);
-        finish_write(ctx, keyname, key, how, expiry, now, &events);
+        finish_write(ctx, keyname, key, how, expiry, &events);
         Ok(outcomes)
     }
 }

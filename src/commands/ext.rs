@@ -58,7 +58,6 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         &key,
         Propagate::Op(header, None),
         expiry,
-        now,
         Events::default().add(Write::ExtSet, outcome.trimmed, false),
     );
     Ok(RedisValue::SimpleStringStatic("OK"))

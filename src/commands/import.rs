@@ -242,7 +242,7 @@ fn store(
     let mut events = Events::default();
     events.add(Write::Import, trimmed, summarize);
     let how = Propagate::Encoded(payload.0);
-    finish_write(ctx, keyname, key, how, expiry, now, &events);
+    finish_write(ctx, keyname, key, how, expiry, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
 

@@ -301,7 +301,6 @@ pub fn finish_write(
     key: &SessionKey,
     how: Propagate,
     expiry: Option<i64>,
-    now: i64,
     events: &Events,
 ) {
     // An append's op carries its expiry (MEM._APPLY sets it): one
@@ -329,7 +328,10 @@ pub fn finish_write(
         }
         Propagate::Encoded(payload) => ctx.replicate("MEM._PUT", &[keyname, &payload]),
     }
-    key.set_expiry(expiry, now);
+    // The absolute time the op (or the PEXPIREAT below) carries: a relative
+    // expiry counted from Redis's clock a millisecond after `now` left the
+    // master 1 ms after its replica and its AOF.
+    key.set_abs_expiry(expiry);
     signal_modified(ctx, keyname);
     match expiry {
         _ if expiry_in_op => {}

@@ -82,7 +82,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     let events = Events::appends(&[(outcome.clone(), summarize)]);
-    finish_write(ctx, keyname, &key, how, expiry, now, &events);
+    finish_write(ctx, keyname, &key, how, expiry, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
 
@@ -421,7 +421,7 @@ fn summarize_counted(
     events.add(Write::Summarize, outcome.trimmed, false);
     // The text travels as the client's own argument (no copy).
     let how = Propagate::Op(header, Some(raw_text));
-    finish_write(ctx, keyname, &key, how, expiry, now, &events);
+    finish_write(ctx, keyname, &key, how, expiry, &events);
     reply_outcome(ctx, &outcome, summarize)
 }
 
