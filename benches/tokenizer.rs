@@ -462,6 +462,14 @@ fn main() {
     // real English corpus (for perf record / whole-process timing).
     if std::env::var("BENCH_PROFILE").is_ok() {
         let real = corpora.iter().find(|c| c.name == "english-real").unwrap();
+        // BENCH_CORPUS=file: NUL-separated messages instead (benches/corpus.py's).
+        let file: Option<Vec<String>> = std::env::var("BENCH_CORPUS").ok().map(|f| {
+            let raw = std::fs::read(f).unwrap_or_default();
+            raw.split(|b| *b == 0)
+                .map(|m| String::from_utf8_lossy(m).into_owned())
+                .collect()
+        });
+        let messages: &[String] = file.as_deref().unwrap_or(&real.messages);
         let bpe = bpe_openai::o200k_base();
         let t = Instant::now();
         let mut n = 0usize;
@@ -474,7 +482,7 @@ fn main() {
         for _ in 0..passes {
             let pass = || {
                 let mut n = 0usize;
-                for m in &real.messages {
+                for m in messages {
                     n += piece_count::count(bpe, Some(Pattern::O200k), 0, m);
                 }
                 n
@@ -484,7 +492,7 @@ fn main() {
             } else {
                 pass()
             };
-            bytes += real.messages.iter().map(String::len).sum::<usize>();
+            bytes += messages.iter().map(String::len).sum::<usize>();
         }
         println!(
             "{n} tokens {:.1} MB/s",
