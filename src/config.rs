@@ -3,8 +3,8 @@
 //! Values are read on the main thread while a command runs; atomics and a
 //! mutex keep them `Sync` for the crate's registration API.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use redis_module::{enum_configuration, RedisString};
@@ -70,8 +70,7 @@ enum_configuration! {
     }
 }
 
-pub static DEFAULT_MODEL_CONFIG: ModelSetting =
-    ModelSetting(Mutex::new(Cow::Borrowed(DEFAULT_MODEL)));
+pub static DEFAULT_MODEL_CONFIG: ModelSetting = ModelSetting(Mutex::new(None));
 /// Its get and set are the crate's (`Mutex<T>`), which unwrap the lock: it
 /// never poisons, as no code holding it can panic (the crate's own get/set
 /// clone or assign a fieldless enum, `Config::current` matches on it).
@@ -187,12 +186,23 @@ impl EncodingsSetting {
     }
 }
 
-/// `mem.default-model`: a string config that refuses names MODEL would refuse.
-pub struct ModelSetting(Mutex<Cow<'static, str>>);
+/// `mem.default-model`: a string config that refuses names MODEL would
+/// refuse. Shared (`Arc`), None while it is the built-in default: every
+/// command reads it ([`Config::current`]), and a copy was an allocation each.
+pub struct ModelSetting(Mutex<Option<Arc<str>>>);
+
+impl ModelSetting {
+    fn current(&self) -> Arc<str> {
+        static BUILT_IN: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+        lock(&self.0)
+            .clone()
+            .unwrap_or_else(|| BUILT_IN.get_or_init(|| Arc::from(DEFAULT_MODEL)).clone())
+    }
+}
 
 impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
     fn get(&self, _: &redis_module::configuration::ConfigurationContext) -> RedisString {
-        config_string(|| lock(&self.0).to_string())
+        config_string(|| self.current().to_string())
     }
 
     fn set(
@@ -206,7 +216,7 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
             // As MODEL takes it: no tab or newline either (mem.models may
             // hold them, as separators).
             crate::session::check_name_chars("mem.default-model", model).map_err(setting_error)?;
-            *lock(&self.0) = Cow::Owned(model.to_owned());
+            *lock(&self.0) = Some(Arc::from(model));
             Ok(())
         })
     }
@@ -244,7 +254,7 @@ fn config_string(value: impl FnOnce() -> String) -> RedisString {
 fn guarded_set(
     set: impl FnOnce() -> Result<(), redis_module::RedisError>,
 ) -> Result<(), redis_module::RedisError> {
-    crate::guard::or(Err(crate::error::internal()), set).map_err(|e| match e {
+    crate::guard::or_else(|| Err(crate::error::internal()), set).map_err(|e| match e {
         redis_module::RedisError::String(s) => setting_error(s),
         other => other,
     })
@@ -287,7 +297,7 @@ pub struct Config {
     pub summarize_fallback_tokens: u64,
     pub summarize_keep: u64,
     pub summarize_headroom: u64,
-    pub default_model: String,
+    pub default_model: Arc<str>,
     pub default_encoding: Encoding,
     pub max_message_bytes: u64,
     pub async_threshold_bytes: u64,
@@ -334,7 +344,7 @@ impl Config {
             summarize_fallback_tokens: get(&SUMMARIZE_FALLBACK_TOKENS),
             summarize_keep: get(&SUMMARIZE_KEEP),
             summarize_headroom: get(&SUMMARIZE_HEADROOM),
-            default_model: lock(&DEFAULT_MODEL_CONFIG.0).to_string(),
+            default_model: DEFAULT_MODEL_CONFIG.current(),
             default_encoding: match *lock(&DEFAULT_ENCODING) {
                 EncodingConfig::o200k_base => Encoding::O200kBase,
                 EncodingConfig::cl100k_base => Encoding::Cl100kBase,

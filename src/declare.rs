@@ -205,7 +205,7 @@ pub unsafe fn call(
 ) -> c_int {
     let context = Context::new(ctx);
     let args = redis_module::decode_args(ctx, argv, argc);
-    let response = crate::guard::or(Err(crate::error::internal()), || body(&context, args))
+    let response = crate::guard::or_else(|| Err(crate::error::internal()), || body(&context, args))
         .map_err(crate::error::ascii);
     crate::offload::pool::free_dropped();
     context.reply(response) as c_int
@@ -230,10 +230,11 @@ impl CommandDecl {
     /// The option taking `given` (upper-cased): its token, and whether a
     /// value follows it. Positional arguments have no token; a token-less
     /// `one_of` holds options of its own.
-    pub fn option(&self, given: &str) -> Option<(&'static str, bool)> {
-        fn find(args: &'static [Arg], given: &str) -> Option<(&'static str, bool)> {
+    /// The option named `given` (any case) and whether it takes a value.
+    pub fn option(&self, given: &[u8]) -> Option<(&'static str, bool)> {
+        fn find(args: &'static [Arg], given: &[u8]) -> Option<(&'static str, bool)> {
             args.iter().find_map(|a| match a.token {
-                Some(token) if token == given => Some((
+                Some(token) if token.as_bytes().eq_ignore_ascii_case(given) => Some((
                     token,
                     a.kind != raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
                 )),

@@ -24,3 +24,9 @@ pub fn log_warning(msg: &str) {
 pub fn or<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
 }
+
+/// [`or`] whose fallback is made only on a panic (an error's message is
+/// two allocations every command made and dropped).
+pub fn or_else<T>(fallback: impl FnOnce() -> T, f: impl FnOnce() -> T) -> T {
+    panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| fallback())
+}

@@ -76,6 +76,8 @@ fn required_api_present() -> bool {
             present!(RedisModule_SubscribeToServerEvent),
             present!(RedisModule_AvoidReplicaTraffic),
             present!(RedisModule_Call),
+            present!(RedisModule_Replicate),
+            present!(RedisModule_NotifyKeyspaceEvent),
             present!(RedisModule_GetContextFlags),
             present!(RedisModule_SignalModifiedKey),
             present!(RedisModule_GetCurrentUserName),

@@ -18,11 +18,12 @@ impl<'a> Options<'a> {
         args: &'a [RedisString],
         command: &CommandDecl,
     ) -> Result<Options<'a>, RedisError> {
-        let mut values: Vec<(&'static str, Option<&'a RedisString>)> = Vec::new();
+        let mut values: Vec<(&'static str, Option<&'a RedisString>)> =
+            Vec::with_capacity(args.len().div_ceil(2));
         let mut i = 0;
         while i < args.len() {
-            let given = String::from_utf8_lossy(args[i].as_slice()).to_ascii_uppercase();
-            let (name, value) = match command.option(&given) {
+            let given = args[i].as_slice();
+            let (name, value) = match command.option(given) {
                 Some((name, true)) => {
                     let value = args.get(i + 1).ok_or_else(|| {
                         crate::error::invalid(format!(
@@ -39,7 +40,7 @@ impl<'a> Options<'a> {
                 None => {
                     return Err(crate::error::invalid(format!(
                         "syntax error, unknown option '{}'",
-                        printable(&given)
+                        printable(&String::from_utf8_lossy(given).to_ascii_uppercase())
                     )))
                 }
             };

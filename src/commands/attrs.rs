@@ -7,7 +7,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
 use super::reply::Reply;
-use super::{finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
+use super::{finish_write, now_ms, Events, OpHeader, Propagate, SettingsOptions, Write};
 use crate::config::Config;
 use crate::declare::{entry, integer, key, option, optional, string, Access::*, CommandDecl};
 use crate::error;
@@ -118,7 +118,7 @@ fn store_attr(
         // At most 100 years (seconds checks): far from overflow.
         expires_at: ex.map(|s| now + s as i64 * 1000),
     };
-    let header = op.header();
+    let header = OpHeader::of(&op);
     let session = key.session_or_create(|| op.new_session())?;
     let outcome = session.apply(op).map_err(error::session)?;
     // Sliding expiry, as every turn of the seed's cache refreshed it.
@@ -181,7 +181,7 @@ pub fn attr_del(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         now,
         name: name.to_owned(),
     };
-    let header = op.header();
+    let header = OpHeader::of(&op);
     let outcome = session.apply(op).map_err(error::session)?;
     let expiry = session.key_expiry(now);
     let mut events = Events::default();

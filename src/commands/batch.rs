@@ -492,7 +492,7 @@ fn wires(ctx: &Context, steps: &mut [Step]) -> Vec<(Vec<u8>, RedisString)> {
                 Some(Wire(s)) => s,
                 None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
             };
-            wires.push((persistence::encode_op(&op.header()), content));
+            wires.push((persistence::encode_op_header(op), content));
         }
     }
     wires

@@ -4,7 +4,7 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
-use super::{arity, finish_write, now_ms, Events, Propagate, SettingsOptions, Write};
+use super::{arity, finish_write, now_ms, Events, OpHeader, Propagate, SettingsOptions, Write};
 use crate::config::Config;
 use crate::declare::{entry, integer, key, option, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
@@ -46,7 +46,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         external,
     };
     let session = key.session_or_create(|| op.new_session())?;
-    let header = op.header();
+    let header = OpHeader::of(&op);
     let outcome = session.apply(op).map_err(crate::error::session)?;
     let expiry = match remaining {
         _ if created => session.key_expiry(now),

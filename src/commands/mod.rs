@@ -16,6 +16,7 @@ pub mod table;
 mod write;
 
 use std::borrow::Cow;
+use std::ffi::CStr;
 
 use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -46,7 +47,7 @@ pub fn now_ms() -> i64 {
 /// The settings a session created now gets.
 pub fn default_settings(cfg: &Config) -> Settings {
     Settings {
-        model: cfg.default_model.as_str().into(),
+        model: (*cfg.default_model).into(),
         encoding: tokenizer::encoding_for_model(&cfg.default_model, cfg.default_encoding),
         ttl: cfg.ttl,
         // Never above the limits a client's MAXTOKENS / MAXMSGS is held to
@@ -209,31 +210,51 @@ pub enum Write {
 }
 
 /// The keyspace events of a write, counted in INFO mem as they are added;
-/// `finish_write` publishes them.
+/// `finish_write` publishes them, in order. Names are C strings and the
+/// first few are held inline: an append allocated three times for its
+/// events (a Vec and a CString per event).
 #[derive(Default)]
-pub struct Events(Vec<&'static str>);
+pub struct Events {
+    first: [Option<&'static CStr>; 3],
+    more: Vec<&'static CStr>,
+}
 
 impl Events {
+    fn push(&mut self, event: &'static CStr) {
+        match self.first.iter_mut().find(|e| e.is_none()) {
+            Some(free) => *free = Some(event),
+            None => self.more.push(event),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &'static CStr> + '_ {
+        self.first
+            .iter()
+            .flatten()
+            .copied()
+            .chain(self.more.iter().copied())
+    }
+
     /// One write that evicted `trimmed` messages and after which the session
     /// meets its threshold (`threshold`).
     pub fn add(&mut self, write: Write, trimmed: u64, threshold: bool) -> &mut Self {
         let (event, counter) = match write {
-            Write::Append => ("mem.append", &stats::APPENDS),
-            Write::Import => ("mem.import", &stats::IMPORTS),
-            Write::Summarize => ("mem.summarize", &stats::SUMMARIES_APPLIED),
-            Write::ExtSet => ("mem.extset", &stats::EXT_SETS),
-            Write::AttrSet => ("mem.attrset", &stats::ATTR_SETS),
-            Write::AttrDel => ("mem.attrdel", &stats::ATTR_DELS),
+            Write::Append => (c"mem.append", &stats::APPENDS),
+            Write::Import => (c"mem.import", &stats::IMPORTS),
+            Write::Summarize => (c"mem.summarize", &stats::SUMMARIES_APPLIED),
+            Write::ExtSet => (c"mem.extset", &stats::EXT_SETS),
+            Write::AttrSet => (c"mem.attrset", &stats::ATTR_SETS),
+            Write::AttrDel => (c"mem.attrdel", &stats::ATTR_DELS),
         };
         stats::add(counter, 1);
-        self.0.push(event);
+        self.push(event);
         if trimmed > 0 {
             stats::add(&stats::MESSAGES_TRIMMED, trimmed);
-            self.0.push("mem.trim");
+            self.push(c"mem.trim");
         }
         if threshold {
             stats::add(&stats::THRESHOLD_EVENTS, 1);
-            self.0.push("mem.threshold");
+            self.push(c"mem.threshold");
         }
         self
     }
@@ -246,6 +267,25 @@ impl Events {
             events.add(Write::Append, outcome.trimmed, *threshold);
         }
         events
+    }
+}
+
+/// `RM_Replicate(ctx, command, "v", args)`: the crate's `Context::replicate`
+/// makes a CString of the name and a Vec of the arguments on every call (two
+/// of an append's allocations).
+pub fn replicate<const N: usize>(ctx: &Context, command: &CStr, args: [&RedisString; N]) {
+    let mut argv = args.map(|arg| arg.inner);
+    // SAFETY: ctx is the command's context; "v" takes an array of N valid
+    // RedisModuleString pointers (the arguments outlive the call, Redis
+    // retains what it keeps) and its length.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            command.as_ptr(),
+            c"v".as_ptr(),
+            argv.as_mut_ptr(),
+            N,
+        );
     }
 }
 
@@ -271,9 +311,10 @@ pub fn settings_thresholds(settings: &Settings, cfg: &Config) -> Thresholds {
 
 /// How a write reaches replicas and the AOF.
 pub enum Propagate<'a> {
-    /// The op (its [`Op::header`]), applied identically downstream, and the
-    /// appended content, if any, as the client's own argument (not copied).
-    Op(Op, Option<&'a RedisString>),
+    /// The op, applied identically downstream: its encoded header
+    /// ([`OpHeader::of`]) and the appended content, if any, as the client's
+    /// own argument (not copied).
+    Op(OpHeader, Option<&'a RedisString>),
     /// Several ops (a batch append): each one's encoded header and its
     /// content's string.
     Ops(Vec<(Vec<u8>, RedisString)>),
@@ -282,6 +323,23 @@ pub enum Propagate<'a> {
     /// The whole session, encoded already as a string (a large import's is
     /// made by the worker that built it: no copy on the main thread).
     Encoded(RedisString),
+}
+
+/// An op's [`Op::header`], encoded before the op is applied (the op moves
+/// into the session).
+pub struct OpHeader {
+    bytes: Vec<u8>,
+    /// An append's op carries the key's expiry.
+    sets_expiry: bool,
+}
+
+impl OpHeader {
+    pub fn of(op: &Op) -> OpHeader {
+        OpHeader {
+            bytes: persistence::encode_op_header(op),
+            sets_expiry: matches!(op, Op::Append { .. }),
+        }
+    }
 }
 
 /// Marks `keyname` modified (WATCH, client-side caching): only writes that
@@ -307,26 +365,26 @@ pub fn finish_write(
     // propagated command instead of two (PEXPIREAT was 10% of an append).
     // A batch's last op sets the batch's.
     let expiry_in_op = match &how {
-        Propagate::Op(Op::Append { .. }, _) => true,
+        Propagate::Op(header, _) => header.sets_expiry,
         Propagate::Ops(ops) => !ops.is_empty(),
         _ => false,
     };
     match how {
-        Propagate::Op(header, content) => replicate_op(ctx, keyname, &header, content),
+        Propagate::Op(header, content) => replicate_header(ctx, keyname, &header.bytes, content),
         Propagate::Ops(ops) => {
             for (header, content) in &ops {
                 let payload = RedisString::create_from_slice(ctx.ctx, header);
-                ctx.replicate("MEM._APPLY", &[keyname, &payload, content]);
+                replicate(ctx, c"MEM._APPLY", [keyname, &payload, content]);
             }
         }
         Propagate::Session => {
             if let Some(s) = key.session() {
                 let payload =
                     RedisString::create_from_slice(ctx.ctx, &persistence::encode_session(s));
-                ctx.replicate("MEM._PUT", &[keyname, &payload]);
+                replicate(ctx, c"MEM._PUT", [keyname, &payload]);
             }
         }
-        Propagate::Encoded(payload) => ctx.replicate("MEM._PUT", &[keyname, &payload]),
+        Propagate::Encoded(payload) => replicate(ctx, c"MEM._PUT", [keyname, &payload]),
     }
     // The absolute time the op (or the PEXPIREAT below) carries: a relative
     // expiry counted from Redis's clock a millisecond after `now` left the
@@ -341,8 +399,17 @@ pub fn finish_write(
         ),
         None => ctx.replicate("PERSIST", &[keyname.as_slice()]),
     }
-    for event in &events.0 {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, keyname);
+    for event in events.iter() {
+        // SAFETY: ctx is the command's context, event a C string, keyname
+        // the command's argument (Redis retains what it keeps).
+        unsafe {
+            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+                ctx.ctx,
+                NotifyEvent::MODULE.bits(),
+                event.as_ptr(),
+                keyname.inner,
+            );
+        }
     }
 }
 
@@ -354,10 +421,24 @@ pub fn replicate_op(
     header: &Op,
     content: Option<&RedisString>,
 ) {
-    let payload = RedisString::create_from_slice(ctx.ctx, &persistence::encode_op(header));
+    replicate_header(
+        ctx,
+        keyname,
+        &persistence::encode_op_header(header),
+        content,
+    );
+}
+
+fn replicate_header(
+    ctx: &Context,
+    keyname: &RedisString,
+    header: &[u8],
+    content: Option<&RedisString>,
+) {
+    let payload = RedisString::create_from_slice(ctx.ctx, header);
     match content {
-        Some(c) => ctx.replicate("MEM._APPLY", &[keyname, &payload, c]),
-        None => ctx.replicate("MEM._APPLY", &[keyname, &payload]),
+        Some(c) => replicate(ctx, c"MEM._APPLY", [keyname, &payload, c]),
+        None => replicate(ctx, c"MEM._APPLY", [keyname, &payload]),
     }
 }
 

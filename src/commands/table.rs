@@ -54,7 +54,7 @@ mod tests {
             }
             tokens(decl.args, &mut seen, decl.name);
             for t in &seen {
-                assert!(decl.option(t).is_some(), "{}: {t}", decl.name);
+                assert!(decl.option(t.as_bytes()).is_some(), "{}: {t}", decl.name);
             }
         }
     }

@@ -9,7 +9,7 @@ use super::attrs::{can_offload_json, MAX_INLINE_JSON_BYTES};
 use super::SETTINGS_OPTIONS;
 use super::{
     arity, finish_write, now_ms, reply_duplicate, reply_outcome, session_thresholds, Events,
-    Propagate, SettingsOptions, Write,
+    OpHeader, Propagate, SettingsOptions, Write,
 };
 use crate::config::Config;
 use crate::declare::{entry, integer, key, option, string, unix_time, Access::*, CommandDecl};
@@ -77,7 +77,7 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     let session = key.session_or_create(|| op.new_session())?;
     // A new tokenizer: the session re-counted first (replicated as an op).
     model_switch::apply(ctx, keyname, session, now, counting, recounted.as_ref())?;
-    let how = Propagate::Op(op.header(), Some(append.raw_content));
+    let how = Propagate::Op(OpHeader::of(&op), Some(append.raw_content));
     let outcome = session.apply(op).map_err(error::session)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
@@ -411,7 +411,7 @@ fn summarize_counted(
         ts: now,
     };
     let op = Op::Summarize { now, summary };
-    let header = op.header();
+    let header = OpHeader::of(&op);
     // The core refuses (changing nothing) a summary over maxtokens, and
     // checks upto again.
     let outcome = session.apply(op).map_err(summary_rejected)?;

@@ -260,8 +260,8 @@ pub fn reply_from_worker(
         // ascii, as commands::run does: the reply is sent from here, not
         // through it, and the crate's error reply truncates each char to a
         // byte (U+0100 becomes a NUL, its CString unwrap a panic).
-        let result =
-            crate::guard::or(Err(crate::error::internal()), work).map_err(crate::error::ascii);
+        let result = crate::guard::or_else(|| Err(crate::error::internal()), work)
+            .map_err(crate::error::ascii);
         pool::job_done();
         // Replying needs no lock; dropping the context unblocks the client.
         ThreadSafeContext::with_blocked_client(blocked).reply(result);
@@ -405,29 +405,32 @@ extern "C" fn on_counted(
     let context = Context::new(ctx);
     // All of it guarded: Redis calls this directly (no crate shim), and a
     // panic here, before or after the resumed command, would abort.
-    let result = crate::guard::or(Err(crate::error::internal()), || {
-        // SAFETY: in a blocked client's reply callback, the private data is
-        // the Pending passed to UnblockClient; it stays alive until
-        // free_pending.
-        let pending = unsafe {
-            raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
-                .cast::<Pending>()
-                .as_mut()
-        };
-        let Some(pending) = pending else {
-            return Err(crate::error::invalid("lost the token count"));
-        };
-        let args = redis_module::decode_args(ctx, argv, argc);
-        let Some(resume) = pending.resume.take() else {
-            return Err(crate::error::invalid("lost the token count"));
-        };
-        let ticket = pending.ticket;
-        if let Err(e) = admission::admit(&context, &args, ticket) {
-            stats::add(&stats::RESUMED_REFUSED, 1);
-            return Err(e);
-        }
-        resume(&context, args)
-    })
+    let result = crate::guard::or_else(
+        || Err(crate::error::internal()),
+        || {
+            // SAFETY: in a blocked client's reply callback, the private data is
+            // the Pending passed to UnblockClient; it stays alive until
+            // free_pending.
+            let pending = unsafe {
+                raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+                    .cast::<Pending>()
+                    .as_mut()
+            };
+            let Some(pending) = pending else {
+                return Err(crate::error::invalid("lost the token count"));
+            };
+            let args = redis_module::decode_args(ctx, argv, argc);
+            let Some(resume) = pending.resume.take() else {
+                return Err(crate::error::invalid("lost the token count"));
+            };
+            let ticket = pending.ticket;
+            if let Err(e) = admission::admit(&context, &args, ticket) {
+                stats::add(&stats::RESUMED_REFUSED, 1);
+                return Err(e);
+            }
+            resume(&context, args)
+        },
+    )
     .map_err(crate::error::ascii);
     pool::free_dropped();
     context.reply(result) as c_int

@@ -70,7 +70,7 @@ pub fn apply(
     let payload = persistence::encode_op(&op);
     session.apply(op).map_err(error::session)?;
     let payload = RedisString::create_from_slice(ctx.ctx, &payload);
-    ctx.replicate("MEM._APPLY", &[keyname, &payload]);
+    crate::commands::replicate(ctx, c"MEM._APPLY", [keyname, &payload]);
     Ok(())
 }
 

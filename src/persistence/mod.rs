@@ -75,6 +75,11 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
     v2::encode_op(op)
 }
 
+/// The encoded [`Op::header`] of `op` (its text travels apart).
+pub fn encode_op_header(op: &Op) -> Vec<u8> {
+    v2::encode_op_header(op)
+}
+
 /// An op of any known format. Not validated here: an append's content may
 /// travel as its own argument, so `MEM._APPLY` validates the op once the
 /// content is back in (`Op::with_content`, then `Op::validate`).

@@ -449,6 +449,8 @@ fn ops_round_trip_with_extreme_values() {
             Op::Summarize { summary, .. } => summary.text.clone(),
             _ => String::new(),
         };
+        // Encoded without the clone the header was (what writes replicate).
+        assert_eq!(encode_op_header(&op), encode_op(&op.header()));
         assert_eq!(
             decode_op(&encode_op(&op.header()))
                 .unwrap()
@@ -633,7 +635,7 @@ fn format_2_refuses_what_its_encoder_never_writes() {
     }
     // External systems out of order or repeated.
     for systems in [["n8n", "dify"], ["dify", "dify"]] {
-        let mut w = wire::Writer::new(2);
+        let mut w = wire::Writer::with_capacity(2, 64);
         let s = bare();
         w.str(&s.settings.model);
         w.u8(1); // o200k_base

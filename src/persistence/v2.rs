@@ -85,7 +85,7 @@ fn encoding_from_code(code: u8) -> Result<Encoding> {
 /// pin its bytes, and to write fixtures).
 #[cfg(test)]
 pub fn encode_session(s: &Session) -> Vec<u8> {
-    let mut w = Writer::new(FORMAT);
+    let mut w = Writer::with_capacity(FORMAT, 256);
     put_session_head(&mut w, s);
     w.length(s.messages.len());
     for m in s.messages.iter() {
@@ -132,24 +132,47 @@ pub(super) fn put_session_tail(w: &mut Writer, s: &Session) {
 /// An op's payload (MEM._APPLY, the AOF): one arm an op, each the format's
 /// field list for it (a table, hence its length).
 pub fn encode_op(op: &Op) -> Vec<u8> {
-    let mut w = Writer::new(FORMAT);
+    encode_op_with(op, true)
+}
+
+/// [`encode_op`] of the op's [`Op::header`] (its appended content or
+/// summary text left empty), without cloning the op first: that clone was
+/// four of an append's allocations.
+pub fn encode_op_header(op: &Op) -> Vec<u8> {
+    encode_op_with(op, false)
+}
+
+fn encode_op_with(op: &Op, with_text: bool) -> Vec<u8> {
+    // An append's header (its content travels apart) fits: one allocation,
+    // not the five a growing Vec took.
+    let mut w = Writer::with_capacity(FORMAT, 128);
     match op {
         Op::Append {
             now,
             settings,
-            message,
+            message: m,
             msgid,
         } => {
             w.u8(OP_APPEND);
             w.i64(*now);
             put_settings(&mut w, settings);
-            put_message(&mut w, message);
+            let content = if with_text { &*m.content } else { "" };
+            put_message_parts(
+                &mut w,
+                m.id,
+                &m.role,
+                content,
+                m.ts,
+                m.tokens,
+                m.meta.as_deref(),
+            );
             w.option(msgid.as_deref(), Writer::str);
         }
         Op::Summarize { now, summary } => {
             w.u8(OP_SUMMARIZE);
             w.i64(*now);
-            put_summary(&mut w, summary);
+            let text = if with_text { summary.text.as_str() } else { "" };
+            put_summary_parts(&mut w, summary, text);
         }
         Op::ExtSet {
             now,
@@ -224,22 +247,14 @@ fn put_settings(w: &mut Writer, s: &Settings) {
 }
 
 fn put_summary(w: &mut Writer, s: &Summary) {
-    w.str(&s.text);
+    put_summary_parts(w, s, &s.text);
+}
+
+fn put_summary_parts(w: &mut Writer, s: &Summary, text: &str) {
+    w.str(text);
     w.u64(s.tokens);
     w.u64(s.upto);
     w.i64(s.ts);
-}
-
-fn put_message(w: &mut Writer, m: &Message) {
-    put_message_parts(
-        w,
-        m.id,
-        &m.role,
-        &m.content,
-        m.ts,
-        m.tokens,
-        m.meta.as_deref(),
-    );
 }
 
 fn put_message_parts(

@@ -25,9 +25,8 @@ const MIN_HEAD_BYTES: usize = 4;
 
 pub fn encode_session(s: &Session) -> Vec<u8> {
     let bytes = s.messages.stored_len();
-    let mut w = Writer::new(FORMAT_4);
     // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes.
-    w.reserve(256 + bytes + s.messages.len() * 12);
+    let mut w = Writer::with_capacity(FORMAT_4, 256 + bytes + s.messages.len() * 12);
     v2::put_session_head(&mut w, s);
     w.length(s.messages.len());
     let (mut prev_id, mut prev_ts) = (0u64, 0i64);

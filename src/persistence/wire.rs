@@ -162,9 +162,12 @@ fn truncated(what: &str) -> String {
 pub struct Writer(Vec<u8>);
 
 impl Writer {
-    /// A payload that starts with its format byte.
-    pub fn new(format: u8) -> Writer {
-        Writer(vec![format])
+    /// A payload that starts with its format byte, with room for `n` bytes
+    /// (one allocation).
+    pub fn with_capacity(format: u8, n: usize) -> Writer {
+        let mut bytes = Vec::with_capacity(n.max(1));
+        bytes.push(format);
+        Writer(bytes)
     }
 
     pub fn into_bytes(self) -> Vec<u8> {
@@ -196,11 +199,6 @@ impl Writer {
     /// Bytes as they are (their length written before, by the caller).
     pub fn raw(&mut self, bytes: &[u8]) {
         self.0.extend_from_slice(bytes);
-    }
-
-    /// Room for `n` more bytes (a payload whose size is known).
-    pub fn reserve(&mut self, n: usize) {
-        self.0.reserve_exact(n);
     }
 
     pub fn option<T: ?Sized>(&mut self, value: Option<&T>, write: impl FnOnce(&mut Self, &T)) {
