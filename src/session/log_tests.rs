@@ -495,3 +495,43 @@ fn retain_in_place_equals_a_rebuild_and_keeps_the_log_writable() {
         assert_eq!(in_place, rebuilt, "round {round}, after more writes");
     }
 }
+
+/// Counts the times an append reallocated the last segment (its capacity
+/// changed: jemalloc copies it to the next class) over `appends` appends of
+/// 600 B, evicting the oldest past `keep` messages when `keep` is set.
+fn tail_moves(appends: u64, keep: Option<usize>) -> (usize, MessageLog) {
+    let mut log = MessageLog::new();
+    let mut moves = 0;
+    let text = "c".repeat(600);
+    for id in 1..=appends {
+        let before = log.segments.back().map(|s| (s.start, s.bytes.capacity()));
+        push(&mut log, id, "user", &text);
+        if keep.is_some_and(|k| log.len() > k) {
+            log.pop_front();
+        }
+        log.settle();
+        let after = log.segments.back().map(|s| (s.start, s.bytes.capacity()));
+        if matches!((before, after), (Some(b), Some(a)) if b.0 == a.0 && b.1 != a.1) {
+            moves += 1;
+        }
+    }
+    (moves, log)
+}
+
+#[test]
+fn a_log_at_its_caps_grows_its_last_segment_with_room_for_one_more_message() {
+    // At the caps every append evicts: the last segment is reallocated at
+    // most every other append (an exact fit: 7 appends in 10).
+    let (moves, log) = tail_moves(300, Some(30));
+    assert!(
+        moves <= 300 / 2,
+        "{moves} reallocations of the last segment in 300 appends"
+    );
+    let tail = log.segments.back().unwrap();
+    assert!(tail.bytes.capacity() - tail.bytes.len() <= size_class(2 * 605));
+    // A log that only grows keeps the exact fit: its last segment holds no
+    // more than its allocator class rounds up to.
+    let (_, log) = tail_moves(30, None);
+    let tail = log.segments.back().unwrap();
+    assert_eq!(tail.bytes.capacity(), size_class(tail.bytes.len()));
+}
