@@ -112,9 +112,9 @@ pub fn free_later<T: Send + 'static>(garbage: T) {
 }
 
 /// What writes dropped that is large enough to free off the main thread
-/// (session/log.rs), handed to a worker. Called after every command.
+/// (session/garbage.rs), handed to a worker. Called after every command.
 pub fn free_dropped() {
-    let dropped = crate::session::take_dropped();
+    let dropped = crate::session::garbage::take();
     if !dropped.is_empty() {
         free_later(dropped);
     }

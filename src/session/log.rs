@@ -135,31 +135,17 @@ pub struct MessageLog {
 }
 
 /// Segments at least this large that a write drops are freed off the main
-/// thread ([`take_dropped`]): 250 messages of 4 MB evicted or summarized at
-/// once held it 64-88 ms freeing them (hostile pass 30 F5).
+/// thread (session/garbage.rs): 250 messages of 4 MB evicted or summarized
+/// at once held it 64-88 ms freeing them (hostile pass 30 F5).
 const FREE_LATER_BYTES: usize = 1 << 20;
 
-/// The large segments dropped since the caller last took them.
-static DROPPED: std::sync::Mutex<Vec<Arc<Vec<u8>>>> = std::sync::Mutex::new(Vec::new());
-
-/// Drops a segment a write no longer holds: a large one is kept for
-/// [`take_dropped`] (unit tests, which no worker serves, free it here).
+/// Drops a segment a write no longer holds: a large one is set aside to be
+/// freed off the main thread (it may still be shared with a copy: the last
+/// holder frees it).
 fn discard(segment: Segment) {
-    if cfg!(not(test)) && segment.bytes.capacity() >= FREE_LATER_BYTES {
-        if let Ok(mut dropped) = DROPPED.lock() {
-            dropped.push(segment.bytes);
-        }
+    if segment.bytes.capacity() >= FREE_LATER_BYTES {
+        super::garbage::discard(segment.bytes);
     }
-}
-
-/// The large segments writes dropped since the last call, for the caller
-/// to free off the main thread (each may still be shared with a copy: the
-/// last holder frees it).
-pub fn take_dropped() -> Vec<Arc<Vec<u8>>> {
-    DROPPED
-        .lock()
-        .map(|mut d| std::mem::take(&mut *d))
-        .unwrap_or_default()
 }
 
 /// The stored bytes of a message: tag, role, meta, content.

@@ -915,6 +915,7 @@ impl Session {
 
 mod age;
 mod attrs;
+pub mod garbage;
 mod heads;
 mod lease;
 mod log;
@@ -926,8 +927,7 @@ mod validate;
 pub use attrs::{check_attr_name, Attrs, MAX_ATTRS, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{above_every_issued_token, note_issued, Lease, Leases, MAX_LEASE_MS};
 pub use log::{
-    decode_data, encode_data, take_dropped, LogError, MessageLog, MessageRef, MAX_LOG_BYTES,
-    MAX_MESSAGE_TOKENS,
+    decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS,
 };
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Coverage, Recounted, Snapshot};

@@ -146,6 +146,11 @@ impl Msgids {
                     _ => kept.push_back((id, msgid)),
                 }
             }
+            // Sized for all that were held: what stays gives the rest back
+            // (20,000 msgids evicted to one kept 480 KB of list).
+            if kept.capacity() > 2 * kept.len() + 8 {
+                kept.shrink_to(kept.len());
+            }
             lists.held = kept;
         }
         if left.is_empty() {
@@ -164,6 +169,11 @@ impl Msgids {
             return;
         }
         let new = left.split_off(left.len().saturating_sub(MAX_DEPARTED));
+        // The rest are forgotten: many are freed off the main thread (an age
+        // cut of 100,000 messages with msgids spent ~5 ms freeing them).
+        if left.len() >= super::garbage::FREE_LATER_MSGIDS {
+            super::garbage::discard(left);
+        }
         let old = std::mem::take(&mut lists.departed);
         let skip = (old.len() + new.len()).saturating_sub(MAX_DEPARTED);
         let mut old = old.into_iter().skip(skip).peekable();

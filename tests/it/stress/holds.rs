@@ -494,3 +494,56 @@ fn large_messages_evicted_summarized_or_replaced_free_their_memory() {
         ok(&mut con, &["DEL", &k]);
     }
 }
+
+/// 20,000 messages with a msgid each leave in one eviction: their msgids are
+/// freed off the main thread (session/garbage.rs), the memory comes back,
+/// and the last 128 that left are still recognised as retries.
+#[test]
+fn many_departed_msgids_are_freed_and_the_last_ones_still_recognised() {
+    let server = Server::start();
+    let mut con = server.client();
+    open_limits(&mut con);
+    let k = "mem:{msgids}";
+    let baseline = used_memory(&mut con);
+    let mut pipe = redis::pipe();
+    for i in 0..20_000 {
+        let msgid = format!("retry-key-of-message-{i:06}-{}", "m".repeat(40));
+        pipe.cmd("MEM.APPEND")
+            .arg(k)
+            .arg("user")
+            .arg(format!("message {i}"))
+            .arg("MSGID")
+            .arg(msgid)
+            .arg("TOKENS")
+            .arg(1)
+            .arg("MAXMSGS")
+            .arg(100_000)
+            .ignore();
+    }
+    let () = pipe.query(&mut con).unwrap();
+    let full = used_memory(&mut con);
+    assert!(full > baseline + 1_000_000, "{full} vs {baseline}");
+    ok(
+        &mut con,
+        &["MEM.APPEND", k, "user", "the newest", "MAXMSGS", "1"],
+    );
+    session::wait_until("the departed msgids' memory freed", 30, || {
+        used_memory(&mut con) < baseline + 200_000
+    });
+    // Nothing sized for the 20,000 stays with the session (its msgid list
+    // kept 480 KB of capacity).
+    assert!(
+        memory_usage(&mut con, k) < 50_000,
+        "{}",
+        memory_usage(&mut con, k)
+    );
+    // The newest departed is a retry: recognised, nothing appended.
+    let last = format!("retry-key-of-message-{:06}-{}", 19_999, "m".repeat(40));
+    let r = append(&mut con, k, "user", "message 19999", &["MSGID", &last]);
+    assert_eq!(int_field(&r, "duplicate"), 1);
+    let text = json_text(&mut con, k);
+    assert!(
+        text.contains("the newest") && !text.contains("message 19999"),
+        "{text}"
+    );
+}
