@@ -192,9 +192,9 @@ macro_rules! not_an_object {
     };
 }
 
-/// The root object: the members the module reads (the last one wins when a
-/// name repeats, as it did with serde_json's map), raw; the others as the
-/// text of their `"name":value` pairs, in order, duplicates included.
+/// The root object: the members the module reads (each at most once), raw;
+/// the others as the text of their `"name":value` pairs, in order,
+/// duplicates included (attributes, kept as written).
 #[derive(Default)]
 struct Root<'a> {
     history: Option<&'a RawValue>,
@@ -286,11 +286,23 @@ impl<'de> Visitor<'de> for RootVisitor {
         let mut root = Root::default();
         while let Some(name) = map.next_key::<&'de RawValue>()? {
             let value: &'de RawValue = map.next_value()?;
+            let read = match member_name(name.get()).as_deref() {
+                Some("conversation_history") => Some(("conversation_history", &mut root.history)),
+                Some("summary") => Some(("summary", &mut root.summary)),
+                Some("model") => Some(("model", &mut root.model)),
+                Some(super::STORED_MEMBER) => Some((super::STORED_MEMBER, &mut root.stored)),
+                _ => None,
+            };
+            // A member the module reads, given twice, is refused (as
+            // MEM.APPENDBATCH's parse refuses it): the last standing
+            // silently dropped a whole first conversation_history.
+            if let Some((name, slot)) = read {
+                if slot.replace(value).is_some() {
+                    return Err(de::Error::duplicate_field(name));
+                }
+                continue;
+            }
             match member_name(name.get()).as_deref() {
-                Some("conversation_history") => root.history = Some(value),
-                Some("summary") => root.summary = Some(value),
-                Some("model") => root.model = Some(value),
-                Some(super::STORED_MEMBER) => root.stored = Some(value),
                 Some(known) if KNOWN.contains(&known) => {}
                 // Kept as written; a name that does not decode (a lone
                 // surrogate) is refused by check_members.
@@ -381,13 +393,12 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
         let mut values = [None; N];
         let mut others = Vec::new();
         while let Some(Key(name)) = map.next_key()? {
-            match self
-                .names
-                .iter()
-                .position(|n| *n == name)
-                .and_then(|i| values.get_mut(i))
-            {
-                Some(slot) => *slot = Some(map.next_value()?),
+            let known = self.names.iter().position(|n| *n == name);
+            match known.and_then(|i| Some((self.names[i], values.get_mut(i)?))) {
+                // Refused, as MEM.APPENDBATCH's parse refuses it: the last
+                // standing silently dropped the first (two `content`s).
+                Some((name, Some(_))) => return Err(de::Error::duplicate_field(name)),
+                Some((_, slot)) => *slot = Some(map.next_value()?),
                 None if self.others => others.push((name, map.next_value()?)),
                 None => {
                     map.next_value::<IgnoredAny>()?;
@@ -404,27 +415,16 @@ impl<'de, const N: usize> Visitor<'de> for Fields<N> {
 /// history's `tool_calls`, `tool_call_id`, `name`) moved into its META, so
 /// an import drops nothing (they were skipped silently). Null members carry
 /// nothing and are left out; a name META also has is refused (which of the
-/// two to keep is the client's call); of a name repeated, the last stands.
+/// two to keep is the client's call), and so is a name repeated.
 fn fold_into_meta(meta: Option<String>, others: Others<'_>) -> Result<Option<String>, String> {
-    let others: Vec<_> = others
-        .into_iter()
-        .filter(|(_, v)| v.get() != "null")
-        .collect();
+    let mut names = std::collections::HashSet::with_capacity(others.len());
+    if let Some((name, _)) = others.iter().find(|(n, _)| !names.insert(&**n)) {
+        return Err(format!("member {name:?} is given twice"));
+    }
+    let others: Vec<_> = others.iter().filter(|(_, v)| v.get() != "null").collect();
     if others.is_empty() {
         return Ok(meta);
     }
-    // Of a name repeated, the last stands (as for the members read).
-    let last: std::collections::HashMap<&str, usize> = others
-        .iter()
-        .enumerate()
-        .map(|(i, (n, _))| (&**n, i))
-        .collect();
-    let others: Vec<_> = others
-        .iter()
-        .enumerate()
-        .filter(|(i, (n, _))| last.get(&**n) == Some(i))
-        .map(|(_, member)| member)
-        .collect();
     let (mut text, held) = match &meta {
         Some(m) => {
             let names: std::collections::HashMap<String, IgnoredAny> =

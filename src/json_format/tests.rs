@@ -595,3 +595,47 @@ fn format_json_tokens_stand_under_the_documents_own_model() {
         .unwrap_err()
         .contains("tokens must be an integer"));
 }
+
+#[test]
+fn a_member_read_or_moved_into_meta_given_twice_is_refused() {
+    // The last standing silently dropped the first: a whole history, or a
+    // message's content or tool_calls (MEM.APPENDBATCH refuses these too).
+    for (doc, says) in [
+        (
+            r#"{"conversation_history":[{"role":"user","content":"a"}],"conversation_history":[]}"#,
+            "not valid JSON: duplicate field `conversation_history` at line 1 column ",
+        ),
+        (
+            r#"{"conversation_history":[],"summary":null,"summary":{"content":"s","upto":1}}"#,
+            "not valid JSON: duplicate field `summary`",
+        ),
+        (
+            r#"{"conversation_history":[],"model":"gpt-4","model":"gpt-4o"}"#,
+            "not valid JSON: duplicate field `model`",
+        ),
+        (
+            r#"{"conversation_history":[],"redis_mem":null,"redis_mem":{}}"#,
+            "not valid JSON: duplicate field `redis_mem`",
+        ),
+        (
+            r#"{"conversation_history":[{"role":"user","content":"a","content":"b"}]}"#,
+            "not valid JSON: duplicate field `content` at line 1 column ",
+        ),
+        (
+            r#"{"conversation_history":[],"summary":{"content":"s","upto":1,"upto":2}}"#,
+            "not valid JSON: duplicate field `upto`",
+        ),
+        (
+            r#"{"conversation_history":[{"role":"user","content":"a"},{"role":"assistant","content":"","tool_calls":[1],"tool_calls":null}]}"#,
+            "conversation_history[1]: member \"tool_calls\" is given twice",
+        ),
+    ] {
+        let e = parse(doc).unwrap_err();
+        assert!(e.starts_with(says), "{doc}: {e}");
+    }
+    // Attributes are kept as written, a repeated name included.
+    let s = parse(r#"{"conversation_history":[],"a":1,"a":2}"#)
+        .unwrap()
+        .session;
+    assert_eq!(s.attr_count(), 2);
+}

@@ -729,12 +729,30 @@ fn import_moves_a_message_s_other_members_into_its_meta() {
         own,
         "a refused import changed the key"
     );
-    // Of a name repeated, the last stands, as for the members read.
+    // A name repeated is refused, as MEM.APPENDBATCH refuses one (the last
+    // standing dropped the first silently), and so is a member the module
+    // reads: two conversation_history arrays lost the first one.
     let doc =
         r#"{"conversation_history":[{"role":"user","content":"x","n":1,"meta":{"a":1},"n":[2]}]}"#;
-    ok(&mut con, &["MEM.IMPORT", "dup", doc]);
-    let e = get(&mut con, &["MEM.GET", "dup"]);
-    assert_eq!(e[0].meta.as_deref(), Some(r#"{"a":1,"n":[2]}"#));
+    let e = err(&mut con, &["MEM.IMPORT", "dup", doc]);
+    assert!(
+        e.contains("conversation_history[0]: member \"n\" is given twice"),
+        "{e}"
+    );
+    for doc in [
+        r#"{"conversation_history":[{"role":"user","content":"first"}],"conversation_history":[]}"#,
+        r#"{"conversation_history":[{"role":"user","content":"x","content":"y"}]}"#,
+    ] {
+        let e = err(&mut con, &["MEM.IMPORT", "oa", doc, "REPLACE"]);
+        assert!(e.contains("duplicate field `"), "{e}");
+    }
+    assert_eq!(
+        json_text(&mut con, "oa"),
+        own,
+        "a refused import changed the key"
+    );
+    let exists: i64 = redis::cmd("EXISTS").arg("dup").query(&mut con).unwrap();
+    assert_eq!(exists, 0);
 }
 
 #[test]
