@@ -106,6 +106,10 @@ impl redis_module::ConfigurationValue<RedisString> for ModelsSetting {
 /// 25-45 MB and 1-2 s; an operator of a shared server lists those its
 /// applications use, and a command that would count under another is
 /// refused. A bit per encoding.
+/// Set once every mem.* setting has its starting value (module load).
+pub static SETTINGS_LOADED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 pub static ENCODINGS_CONFIG: EncodingsSetting = EncodingsSetting(AtomicI64::new(ALL_ENCODINGS));
 
 const ALL_ENCODINGS: i64 = (1 << Encoding::ALL.len()) - 1;
@@ -216,6 +220,20 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
             // As MODEL takes it: no tab or newline either (mem.models may
             // hold them, as separators).
             crate::session::check_name_chars("mem.default-model", model).map_err(setting_error)?;
+            // A default that mem.encodings leaves out refused every append
+            // to a new session; refused here instead, where it was set.
+            // Not while loading (the settings are applied one by one, in an
+            // order the server picks), nor when mem.encodings is narrowed
+            // later: a server started with only `mem.encodings` keeps gpt-4o.
+            let known = crate::tokenizer::models::resolve(model).encoding;
+            if let Some(e) = known.filter(|_| SETTINGS_LOADED.load(Ordering::Relaxed)) {
+                if !ENCODINGS_CONFIG.allows(e) {
+                    return Err(setting_error(format!(
+                        "mem.default-model: {model} counts with {}, which mem.encodings leaves out (CONFIG SET mem.encodings first)",
+                        e.name()
+                    )));
+                }
+            }
             *lock(&self.0) = Some(Arc::from(model));
             Ok(())
         })

@@ -473,6 +473,7 @@ fn load_configs(ctx: &Context) -> Status {
             return Status::Err;
         }
     }
+    config::SETTINGS_LOADED.store(true, std::sync::atomic::Ordering::Relaxed);
     Status::Ok
 }
 

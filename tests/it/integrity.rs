@@ -773,6 +773,16 @@ fn mem_encodings_restricts_what_may_be_built_and_counted() {
         info.contains("encoding_deepseek_v3:state=unloaded"),
         "{info}"
     );
+    // A default that counts with a left-out encoding is refused where it is
+    // set, not at every append to a new session.
+    let e = err(
+        &mut con,
+        &["CONFIG", "SET", "mem.default-model", "deepseek-chat"],
+    );
+    assert!(e.contains("leaves out"), "{e}");
+    assert_eq!(config_get(&mut con, "mem.default-model"), "gpt-4o");
+    ok(&mut con, &["CONFIG", "SET", "mem.default-model", "gpt-4"]);
+    ok(&mut con, &["CONFIG", "SET", "mem.default-model", "gpt-4o"]);
     // Given tokens need no encoding.
     append(
         &mut con,
