@@ -20,6 +20,10 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     args::name_chars("system", system)?;
     let id = args::utf8("conversation_id", &args[3])?;
+    // EXTGET answers nil for no id; an empty one would read as neither.
+    if id.is_empty() {
+        return Err(crate::error::invalid("conversation_id must not be empty"));
+    }
     let opts = Options::parse(&args[4..], &EXT_SET)?;
     let cfg = Config::current();
     args::check_size("system", system.len(), cfg.max_message_bytes)?;

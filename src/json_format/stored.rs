@@ -158,6 +158,9 @@ impl StoredIn {
             }
             check_name_chars("an external system name", &system)
                 .map_err(|e| format!("{STORED_MEMBER}.external: {e}"))?;
+            if e.id.is_empty() {
+                return Err(format!("{STORED_MEMBER}.external.{system}: an empty id"));
+            }
             if e.expires > now {
                 // As MEM.EXTSET's EX allows: at most 100 years ahead.
                 let expires_at = e

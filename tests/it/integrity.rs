@@ -1212,6 +1212,30 @@ fn control_characters_in_names_are_refused_on_every_way_in() {
     assert_eq!(config_get(&mut con, "mem.encodings"), "o200k_base");
 }
 
+/// An empty conversation id is refused on both ways in (EXTSET, IMPORT's
+/// redis_mem member), changing nothing: EXTGET answers nil for no id.
+#[test]
+fn an_empty_external_conversation_id_is_refused() {
+    let server = Server::start();
+    let mut con = server.client();
+    let k = "mem:{ext0}";
+    let e = err(&mut con, &["MEM.EXTSET", k, "dify", ""]);
+    assert!(e.contains("conversation_id must not be empty"), "{e}");
+    assert_eq!(int(&mut con, &["EXISTS", k]), 0, "not created");
+    ok(&mut con, &["MEM.EXTSET", k, "dify", "c1"]);
+    assert!(err(&mut con, &["MEM.EXTSET", k, "dify", ""]).contains("must not be empty"));
+    let id: String = redis::cmd("MEM.EXTGET")
+        .arg(k)
+        .arg("dify")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(id, "c1", "kept");
+    let doc = r#"{"conversation_history":[{"role":"user","content":"x"}],"redis_mem":{"external":{"dify":{"id":"","expires":99999999999999}}}}"#;
+    let e = err(&mut con, &["MEM.IMPORT", "mem:{ext1}", doc]);
+    assert!(e.contains("an empty id"), "{e}");
+    assert_eq!(int(&mut con, &["EXISTS", "mem:{ext1}"]), 0);
+}
+
 /// A redis-server without the module, that MODULE LOAD may load it into.
 struct BareServer(std::process::Child);
 
