@@ -100,8 +100,11 @@ impl<'a> StoredOut<'a> {
     }
 }
 
-/// The member as an import reads it.
+/// The member as an import reads it. A member it does not know (a
+/// misspelt `maxtoken`, a later release's) refuses the document rather than
+/// being dropped unsaid; every member an earlier release wrote is read.
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct StoredIn {
     pub ttl: Option<u64>,
     pub maxtokens: Option<u64>,

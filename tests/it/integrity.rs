@@ -418,6 +418,8 @@ fn an_import_refuses_a_redis_mem_member_it_cannot_keep_and_changes_nothing() {
         r#"{"departed_msgids":[{"msgid":"x","id":2,"tokens":1},{"msgid":"x","id":2,"tokens":1}]}"#,
         r#"{"departed_msgids":[{"msgid":"","id":2,"tokens":1}]}"#,
         r#""not an object""#,
+        r#"{"maxtoken":100}"#,
+        r#"{"ttl":60,"ttl":70}"#,
     ] {
         let doc = format!(r#"{{"conversation_history":{history},"redis_mem":{member}}}"#);
         let e = err(&mut con, &["MEM.IMPORT", "k", &doc, "REPLACE"]);
