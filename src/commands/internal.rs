@@ -46,26 +46,47 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         crate::session::Op::Append { now, .. } => Some(*now),
         _ => None,
     };
+    let event = replica_event(&op);
     let mut key = SessionKey::open(ctx, &args[1], true)?;
-    match key.session_mut() {
-        Some(session) => {
-            // apply fails before changing anything.
-            session.apply(op).map_err(crate::error::session)?;
-        }
+    let outcome = match key.session_mut() {
+        // apply fails before changing anything.
+        Some(session) => session.apply(op).map_err(crate::error::session)?,
         None => {
             let Some(mut fresh) = op.new_session() else {
                 return Err(crate::error::no_such_key());
             };
-            fresh.apply(op).map_err(crate::error::session)?;
+            let outcome = fresh.apply(op).map_err(crate::error::session)?;
             key.put(fresh)?;
+            outcome
         }
-    }
+    };
     if let (Some(now), Some(session)) = (appended_at, key.session()) {
         key.set_abs_expiry(session.key_expiry(now));
     }
     super::signal_modified(ctx, &args[1]);
     ctx.replicate_verbatim();
+    let trimmed = (outcome.trimmed > 0).then_some(c"mem.trim");
+    for event in event.into_iter().chain(trimmed) {
+        super::notify(ctx, event, &args[1]);
+    }
     Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// The keyspace event a replica publishes for an op, as its master did for
+/// the write (INFO's counters stay the master's). Not `mem.threshold`:
+/// whether it was met is the master's settings' call, and summarizers
+/// listen to the master. A whole session (`MEM._PUT`: an import, a model
+/// switch, an AOF rewrite) publishes nothing.
+fn replica_event(op: &crate::session::Op) -> Option<&'static std::ffi::CStr> {
+    use crate::session::Op;
+    match op {
+        Op::Append { .. } => Some(c"mem.append"),
+        Op::Summarize { .. } => Some(c"mem.summarize"),
+        Op::ExtSet { .. } => Some(c"mem.extset"),
+        Op::AttrSet { .. } => Some(c"mem.attrset"),
+        Op::AttrDel { .. } => Some(c"mem.attrdel"),
+        Op::Recount { .. } | Op::Lease { .. } => None,
+    }
 }
 
 /// MEM._PUT key payload

@@ -400,16 +400,21 @@ pub fn finish_write(
         None => ctx.replicate("PERSIST", &[keyname.as_slice()]),
     }
     for event in events.iter() {
-        // SAFETY: ctx is the command's context, event a C string, keyname
-        // the command's argument (Redis retains what it keeps).
-        unsafe {
-            raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
-                ctx.ctx,
-                NotifyEvent::MODULE.bits(),
-                event.as_ptr(),
-                keyname.inner,
-            );
-        }
+        notify(ctx, event, keyname);
+    }
+}
+
+/// Publishes a module keyspace event (`notify-keyspace-events` with `d`).
+pub fn notify(ctx: &Context, event: &CStr, keyname: &RedisString) {
+    // SAFETY: ctx is the command's context, event a C string, keyname
+    // the command's argument (Redis retains what it keeps).
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+            ctx.ctx,
+            NotifyEvent::MODULE.bits(),
+            event.as_ptr(),
+            keyname.inner,
+        );
     }
 }
 

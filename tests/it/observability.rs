@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use redis::Value;
 
-/// The events published for `key`, in order, while `writes` runs.
+/// The events `listen` publishes for `key`, in order, while `writes` runs
+/// on `write` (the same server, or its master).
 fn events_during(
-    server: &Server,
+    listen: &Server,
+    write: &Server,
     key: &str,
     writes: impl FnOnce(&mut redis::Connection),
 ) -> Vec<String> {
-    let mut con = server.client();
-    cmd(&mut con, &["CONFIG", "SET", "notify-keyspace-events", "Kd"]).unwrap();
-    let mut sub = server.client();
+    let mut sub = listen.client();
+    cmd(&mut sub, &["CONFIG", "SET", "notify-keyspace-events", "Kd"]).unwrap();
+    let mut con = write.client();
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe(format!("__keyspace@0__:{key}")).unwrap();
     pubsub
@@ -35,7 +37,7 @@ fn events_during(
 fn every_write_publishes_its_module_event() {
     let server = Server::start();
     let key = "mem:{events}";
-    let events = events_during(&server, key, |con| {
+    let events = events_during(&server, &server, key, |con| {
         // 1: append; 2: append that meets the message threshold (MAXMSGS 2);
         // 3: append that trims (and still meets it); summarize; extset; import.
         cmd(con, &["MEM.APPEND", key, "user", "one", "MAXMSGS", "2"]).unwrap();
@@ -76,6 +78,47 @@ fn every_write_publishes_its_module_event() {
             "mem.import",
             "mem.attrset",
             "mem.attrdel",
+        ],
+    );
+}
+
+/// A replica publishes the events of the ops it applies, as its master did,
+/// but not mem.threshold (the master's settings decide it) nor mem.import (a
+/// whole session travels, as an AOF rewrite's does).
+#[test]
+fn a_replica_publishes_the_events_of_the_writes_it_applies() {
+    let (master, replica) = crate::support::faults::master_and_replica(&[]);
+    let key = "mem:{revents}";
+    let events = events_during(&replica, &master, key, |con| {
+        cmd(con, &["MEM.APPEND", key, "user", "one", "MAXMSGS", "2"]).unwrap();
+        cmd(con, &["MEM.APPEND", key, "user", "two"]).unwrap();
+        cmd(con, &["MEM.APPEND", key, "user", "three"]).unwrap();
+        cmd(con, &["MEM.SUMMARIZE", key, "2", "a summary"]).unwrap();
+        cmd(con, &["MEM.EXTSET", key, "dify", "conv-1"]).unwrap();
+        cmd(con, &["MEM.ATTRSET", key, "user_profile", "{}"]).unwrap();
+        cmd(con, &["MEM.ATTRDEL", key, "user_profile"]).unwrap();
+        let batch = r#"[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]"#;
+        cmd(con, &["MEM.APPENDBATCH", key, batch]).unwrap();
+        let doc = r#"{"conversation_history":[{"role":"user","content":"hi"}]}"#;
+        cmd(con, &["MEM.IMPORT", key, doc, "REPLACE"]).unwrap();
+        let n: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(con).unwrap();
+        assert_eq!(n, 1);
+    });
+    assert_eq!(
+        events,
+        [
+            "mem.append",
+            "mem.append",
+            "mem.append",
+            "mem.trim",
+            "mem.summarize",
+            "mem.extset",
+            "mem.attrset",
+            "mem.attrdel",
+            // The batch: "a" fits beside message 3, "b" evicts it.
+            "mem.append",
+            "mem.append",
+            "mem.trim",
         ],
     );
 }
