@@ -2,13 +2,17 @@
 //! (`INFO mem` field `build`), so the integration tests, compiled from the
 //! same sources, can refuse to run against a stale `target/release` module;
 //! and compiles the open-weight encodings' pre-tokenizer DFAs
-//! (src/tokenizer/split_patterns.rs) into tables the module carries.
+//! (src/tokenizer/split_patterns.rs) into tables the module carries, and
+//! OpenAI's encodings as counting reads them (src/tokenizer/counting_tables.rs).
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 #[path = "src/tokenizer/split_patterns.rs"]
 mod split_patterns;
+
+#[path = "src/tokenizer/counting_tables.rs"]
+mod counting_tables;
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -74,6 +78,38 @@ fn split_tables(out: &Path) {
     }
 }
 
+/// Writes `o200k_base.counting` and `cl100k_base.counting` to OUT_DIR (kept
+/// while Cargo.lock and counting_tables.rs are unchanged: reading
+/// bpe-openai's tables takes a second).
+fn openai_counting_tables(out: &Path) {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        include_str!("src/tokenizer/counting_tables.rs"),
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock")).unwrap_or_default(),
+    )
+        .hash(&mut h);
+    let stamp = out.join("counting.stamp");
+    let key = format!("{:016x}", h.finish());
+    type Tokenizer = fn() -> &'static bpe_openai::Tokenizer;
+    let tables: [(&str, Tokenizer); 2] = [
+        ("o200k_base", bpe_openai::o200k_base),
+        ("cl100k_base", bpe_openai::cl100k_base),
+    ];
+    let current = std::fs::read_to_string(&stamp).is_ok_and(|s| s == key)
+        && tables
+            .iter()
+            .all(|(name, _)| out.join(format!("{name}.counting")).exists());
+    if current {
+        return;
+    }
+    for (name, tokenizer) in tables {
+        let bytes = counting_tables::counting_only(&tokenizer().bpe)
+            .expect("bpe-openai's tables transcode to counting's");
+        write(&out.join(format!("{name}.counting")), &bytes);
+    }
+    write(&stamp, key.as_bytes());
+}
+
 /// Written whole or not at all (a build stopped midway leaves no table).
 fn write(path: &Path, bytes: &[u8]) {
     let partial = path.with_extension("partial");
@@ -82,9 +118,9 @@ fn write(path: &Path, bytes: &[u8]) {
 }
 
 fn main() {
-    split_tables(Path::new(
-        &std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"),
-    ));
+    let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    split_tables(Path::new(&out));
+    openai_counting_tables(Path::new(&out));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut paths = vec![
         root.join("Cargo.toml"),

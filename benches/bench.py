@@ -1043,11 +1043,11 @@ loopback).
    real English prose (Python's pydoc topics, the licence texts of /usr/share/common-licenses,
    this repository's docs) cut at paragraphs into messages of the same sizes. Each counter
    runs over a corpus for {a.tok_secs} s in thread CPU time (best of 5 rounds); "mixed" interleaves
-   the three generated ones. `redis-mem` is the module's counter itself (src/piece_count.rs,
-   included by the bench); "first pass" counts the corpus once on a new thread, its piece
+   the three generated ones. `redis-mem` is the module's counter itself (src/tokenizer/piece_count.rs
+   on the module's own tables, included by the bench); "first pass" counts the corpus once on a new thread, its piece
    cache empty. Counts are checked equal to tiktoken-rs. Diagnostic rows: bpe-openai's
    pre-tokenizer regex alone (`regex-split-only`), the module's hand-written split alone
-   (`pretokenize-only`), the module with the regex split (`redis-mem(regex split)`).
+   (`pretokenize-only`).
 6. A second process appends 1 MB / 4 MB messages to 4 sessions in a loop
    (`mem.max-message-bytes 8mb`) while this process sends a PING every ~1 ms for
    {a.secs6} s and records client-side round-trip times. "async count": default

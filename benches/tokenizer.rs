@@ -26,6 +26,8 @@
 
 // The module's own counting code (the crate is a cdylib whose allocator is
 // Redis's, so it cannot be linked here as a library).
+#[path = "../src/tokenizer/openai_tables.rs"]
+mod openai_tables;
 #[allow(dead_code)] // prepare: the module warms its caches; the bench counts cold and warm itself
 #[path = "../src/tokenizer/piece_count.rs"]
 mod piece_count;
@@ -42,6 +44,24 @@ mod module_memory {
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+
+/// The module's tables of o200k_base and cl100k_base (build.rs's counting
+/// tables, read as the module reads them).
+fn module_tables() -> (
+    &'static bpe_openai::byte_pair_encoding::BytePairEncoding,
+    &'static bpe_openai::byte_pair_encoding::BytePairEncoding,
+) {
+    use bpe_openai::byte_pair_encoding::BytePairEncoding;
+    static TABLES: std::sync::OnceLock<(BytePairEncoding, BytePairEncoding)> =
+        std::sync::OnceLock::new();
+    let (o, c) = TABLES.get_or_init(|| {
+        (
+            openai_tables::read(openai_tables::O200K_BASE).expect("o200k_base's tables"),
+            openai_tables::read(openai_tables::CL100K_BASE).expect("cl100k_base's tables"),
+        )
+    });
+    (o, c)
+}
 
 /// The exact message of the server benchmark (benches/bench.py reads the same file).
 const MESSAGE_600: &str = include_str!("message_600.txt");
@@ -470,7 +490,7 @@ fn main() {
                 .collect()
         });
         let messages: &[String] = file.as_deref().unwrap_or(&real.messages);
-        let bpe = bpe_openai::o200k_base();
+        let bpe = module_tables().0;
         let t = Instant::now();
         let mut n = 0usize;
         let mut bytes = 0usize;
@@ -483,7 +503,7 @@ fn main() {
             let pass = || {
                 let mut n = 0usize;
                 for m in messages {
-                    n += piece_count::count(bpe, Some(Pattern::O200k), 0, m);
+                    n += piece_count::count(bpe, Pattern::O200k, 0, m);
                 }
                 n
             };
@@ -521,17 +541,18 @@ fn main() {
     pretokenize::warm_up();
     let init_classes = t.elapsed();
     let t = Instant::now();
+    let (mem_o200k, mem_cl100k) = module_tables();
     black_box(piece_count::count(
-        bpe_o200k,
-        Some(pretokenize::Pattern::O200k),
+        mem_o200k,
+        pretokenize::Pattern::O200k,
         0,
         "warm up",
     ));
     let init_mem_o200k = t.elapsed();
     let t = Instant::now();
     black_box(piece_count::count(
-        bpe_cl100k,
-        Some(pretokenize::Pattern::Cl100k),
+        mem_cl100k,
+        pretokenize::Pattern::Cl100k,
         1,
         "warm up",
     ));
@@ -583,16 +604,12 @@ fn main() {
     let bpe_o_msg = |t: &str| bpe_o200k.count("user") + bpe_o200k.count(t);
     let tik_o_msg =
         |t: &str| tik_o200k.encode_ordinary("user").len() + tik_o200k.encode_ordinary(t).len();
-    // The module's counter (piece_count::count, as Encoding::count calls it),
-    // and the same with bpe-openai's regex instead of the hand-written split
-    // (the module before the pre-tokenizer): separate caches.
+    // The module's counter (piece_count::count on the module's tables, as
+    // Encoding::count calls it).
     use pretokenize::Pattern;
-    let mem_o = |t: &str| piece_count::count(bpe_o200k, Some(Pattern::O200k), 0, t);
-    let mem_c = |t: &str| piece_count::count(bpe_cl100k, Some(Pattern::Cl100k), 1, t);
-    let memre_o = |t: &str| piece_count::count(bpe_o200k, None, 2, t);
-    let memre_c = |t: &str| piece_count::count(bpe_cl100k, None, 3, t);
+    let mem_o = |t: &str| piece_count::count(mem_o200k, Pattern::O200k, 0, t);
+    let mem_c = |t: &str| piece_count::count(mem_cl100k, Pattern::Cl100k, 1, t);
     let mem_o_msg = |t: &str| mem_o("user") + mem_o(t);
-    let memre_o_msg = |t: &str| memre_o("user") + memre_o(t);
     for c in &corpora {
         for m in &c.messages {
             checked += 2;
@@ -600,16 +617,9 @@ fn main() {
             mismatches += u64::from(mem_c(m) != tik_cl100k.encode_ordinary(m).len());
         }
     }
-    let counters: [(&str, &str, &dyn Fn(&str) -> usize, &dyn Fn(&str) -> usize); 8] = [
+    let counters: [(&str, &str, &dyn Fn(&str) -> usize, &dyn Fn(&str) -> usize); 6] = [
         ("o200k_base", "redis-mem", &mem_o, &mem_o_msg),
-        (
-            "o200k_base",
-            "redis-mem(regex split)",
-            &memre_o,
-            &memre_o_msg,
-        ),
         ("cl100k_base", "redis-mem", &mem_c, &mem_c),
-        ("cl100k_base", "redis-mem(regex split)", &memre_c, &memre_c),
         ("o200k_base", "bpe-openai", &bpe_o, &bpe_o_msg),
         ("o200k_base", "tiktoken-rs", &tik_o, &tik_o_msg),
         ("cl100k_base", "bpe-openai", &bpe_c, &bpe_c),
@@ -644,10 +654,10 @@ fn main() {
     // sees on text it has not counted before). The module's counter only.
     let cold: [(&str, fn(&str) -> usize); 2] = [
         ("o200k_base", |t| {
-            piece_count::count(bpe_openai::o200k_base(), Some(Pattern::O200k), 0, t)
+            piece_count::count(module_tables().0, Pattern::O200k, 0, t)
         }),
         ("cl100k_base", |t| {
-            piece_count::count(bpe_openai::cl100k_base(), Some(Pattern::Cl100k), 1, t)
+            piece_count::count(module_tables().1, Pattern::Cl100k, 1, t)
         }),
     ];
     for (enc, f) in cold {

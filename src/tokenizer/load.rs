@@ -1,7 +1,7 @@
 //! Building an encoding's counter, the first time something needs it.
 //!
-//! OpenAI's two encodings come from bpe-openai (its tables serialized at
-//! build time). The open-weight ones are built here from the vocabularies
+//! OpenAI's two encodings come from bpe-openai's tables, less those counting
+//! never reads (build.rs writes them: `openai_tables`). The open-weight ones are built here from the vocabularies
 //! the `tiktoken` crate (4.x) ships, compressed, inside the module: the
 //! tokens in rank order go to `bpe`'s `BytePairEncoding::from_dictionary`,
 //! the linear-time, panic-free counter bpe-openai is built on, and the
@@ -17,6 +17,8 @@ use bpe_openai::byte_pair_encoding::BytePairEncoding;
 use bpe_openai::{Normalizable, NormalizedString};
 use either::Either;
 
+use super::openai_tables;
+use super::pretokenize::{self, Pattern};
 use super::split::{Splitter, Stage};
 use super::split_patterns as patterns;
 use super::Encoding;
@@ -38,6 +40,11 @@ pub struct Bpe {
 }
 
 impl Bpe {
+    /// bpe's tables (OpenAI's encodings: counting's only, `openai_tables`).
+    pub fn encoding(&self) -> &'static BytePairEncoding {
+        self.encoding
+    }
+
     pub fn count(&self, piece: &[u8]) -> usize {
         if !self.whole.is_empty() && self.whole.contains(piece) {
             return 1;
@@ -47,7 +54,8 @@ impl Bpe {
 }
 
 enum Pre {
-    OpenAi(&'static bpe_openai::Tokenizer),
+    /// OpenAI's encodings: the hand-written pre-tokenizers.
+    OpenAi(Pattern),
     Own(Splitter),
 }
 
@@ -58,7 +66,7 @@ impl Counter {
 
     pub fn split<'a>(&'a self, text: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         match &self.pre {
-            Pre::OpenAi(t) => Either::Left(t.split(text)),
+            Pre::OpenAi(p) => Either::Left(pretokenize::pieces(*p, text).into_iter()),
             Pre::Own(s) => Either::Right(s.split(text)),
         }
     }
@@ -124,25 +132,24 @@ pub fn counter(e: Encoding) -> &'static Counter {
         Some(c) => c,
         // Unreachable in practice (the unit tests build every encoding);
         // commands check `state` first and refuse a failed encoding. Never a
-        // panic inside Redis: o200k_base's tables (bpe-openai's, built in)
-        // count instead.
+        // panic inside Redis: one token a byte counts instead (never fewer
+        // than any encoding's count).
         None => {
             static FALLBACK: OnceLock<Counter> = OnceLock::new();
-            FALLBACK.get_or_init(|| openai_counter(bpe_openai::o200k_base()))
+            FALLBACK.get_or_init(|| {
+                let bytes = (0..=u8::MAX).map(|b| vec![b]);
+                Counter {
+                    bpe: Bpe {
+                        encoding: Box::leak(Box::new(BytePairEncoding::from_dictionary(
+                            bytes, None,
+                        ))),
+                        whole: Default::default(),
+                    },
+                    pre: Pre::OpenAi(Pattern::O200k),
+                    nfc: false,
+                }
+            })
         }
-    }
-}
-
-/// The counter of one of OpenAI's encodings (bpe-openai's tables; every
-/// token of these vocabularies is produced by merging).
-fn openai_counter(t: &'static bpe_openai::Tokenizer) -> Counter {
-    Counter {
-        bpe: Bpe {
-            encoding: &t.bpe,
-            whole: Default::default(),
-        },
-        pre: Pre::OpenAi(t),
-        nfc: false,
     }
 }
 
@@ -200,15 +207,36 @@ pub fn footprint(e: Encoding) -> (u64, u64) {
 
 fn build(e: Encoding) -> Option<Counter> {
     let Some(def) = definition(e) else {
+        let pattern = e.openai_pattern()?;
+        let tables = match e {
+            Encoding::O200kBase => openai_tables::O200K_BASE,
+            _ => openai_tables::CL100K_BASE,
+        };
+        // Lives as long as the process; every token of OpenAI's
+        // vocabularies is produced by merging (no `whole` ones).
+        let encoding: &'static BytePairEncoding = Box::leak(Box::new(openai_tables::read(tables)?));
         // The tables `piece_count` adds (the split's character classes, the
         // set of whole tokens) are built here too, not by a first count.
-        let (tokenizer, _) = e.openai()?;
         super::pretokenize::warm_up();
-        super::piece_count::prepare(tokenizer, e as usize);
-        return Some(openai_counter(tokenizer));
+        super::piece_count::prepare(encoding, e as usize);
+        return Some(Counter {
+            bpe: Bpe {
+                encoding,
+                whole: Default::default(),
+            },
+            pre: Pre::OpenAi(pattern),
+            nfc: false,
+        });
     };
     let (tokens, whole) = reachable(tokens_in_rank_order(&(def.vocabulary)()));
     let bpe = BytePairEncoding::from_dictionary(tokens, Some(def.hash_factor));
+    // Only what counting reads: half the tables (`counting_tables`); the
+    // whole ones if that cannot be had (never expected: the unit tests
+    // build every encoding so).
+    let bpe = super::counting_tables::counting_only(&bpe)
+        .ok()
+        .and_then(|tables| openai_tables::read(&tables))
+        .unwrap_or(bpe);
     let mut stages = Vec::new();
     for patterns in def.stages {
         stages.push(Stage::new(patterns).ok()?);

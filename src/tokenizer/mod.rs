@@ -5,8 +5,10 @@
 //! split.rs pre-tokenizes the open-weight ones), and the counts the commands
 //! make, recorded for `INFO mem` ([`count_message`], [`count_text`]).
 
+mod counting_tables;
 mod load;
 pub mod models;
+mod openai_tables;
 pub mod piece_count;
 pub mod pretokenize;
 mod resident;
@@ -81,12 +83,12 @@ impl Encoding {
         matches!(self, Encoding::O200kBase | Encoding::Cl100kBase)
     }
 
-    /// bpe-openai's tokenizer and the hand-written split of an OpenAI
-    /// encoding (these do not normalize).
-    pub(crate) fn openai(self) -> Option<(&'static bpe_openai::Tokenizer, pretokenize::Pattern)> {
+    /// The hand-written split of an OpenAI encoding (these do not normalize);
+    /// None for the others.
+    pub(crate) fn openai_pattern(self) -> Option<pretokenize::Pattern> {
         match self {
-            Encoding::O200kBase => Some((bpe_openai::o200k_base(), pretokenize::Pattern::O200k)),
-            Encoding::Cl100kBase => Some((bpe_openai::cl100k_base(), pretokenize::Pattern::Cl100k)),
+            Encoding::O200kBase => Some(pretokenize::Pattern::O200k),
+            Encoding::Cl100kBase => Some(pretokenize::Pattern::Cl100k),
             _ => None,
         }
     }
@@ -111,15 +113,11 @@ impl Encoding {
         if text.is_empty() {
             return 0;
         }
-        if self.is_openai() {
-            // Built (and its state recorded, its tables in the module's own
-            // memory) as every encoding is, before its tables are touched.
-            let _ = self.bpe();
-        }
-        if let Some((tokenizer, pattern)) = self.openai() {
-            return piece_count::count(tokenizer, Some(pattern), self as usize, text) as u64;
-        }
         let tokenizer = self.bpe();
+        if let Some(pattern) = self.openai_pattern() {
+            let bpe = tokenizer.bpe.encoding();
+            return piece_count::count(bpe, pattern, self as usize, text) as u64;
+        }
         let text = tokenizer.normalize(text);
         let uncached = |piece: &[u8]| tokenizer.bpe.count(piece);
         let total = PIECE_CACHES.with(|caches| match caches.try_borrow_mut() {
@@ -360,6 +358,19 @@ mod tests {
                     "{} on {t:?}",
                     e.name()
                 );
+            }
+        }
+    }
+
+    /// Every encoding counts with its counting tables only
+    /// (`counting_tables`): each token they hold still encodes to itself.
+    #[test]
+    fn every_encoding_s_counting_tables_count_each_token_as_one() {
+        for e in Encoding::ALL {
+            let bpe = e.bpe().bpe.encoding();
+            assert!(bpe.num_tokens() > 100_000, "{}", e.name());
+            for id in 0..bpe.num_tokens() as u32 {
+                assert_eq!(bpe.count(bpe.token_bytes(id)), 1, "{} token {id}", e.name());
             }
         }
     }

@@ -1,29 +1,25 @@
-//! The counting loop behind `Encoding::count`: split the text into pieces
-//! (the hand-written pre-tokenizer where the encoding's pattern has one, the
-//! encoding's regex otherwise), look each piece up in a per-thread cache of
-//! exact counts, then in the encoding's set of whole tokens (count 1), and
-//! count the rest by BPE.
+//! The counting loop behind `Encoding::count` for OpenAI's encodings: split
+//! the text into pieces (the hand-written pre-tokenizer), look each piece up
+//! in a per-thread cache of exact counts, then in the encoding's set of whole
+//! tokens (count 1), and count the rest by BPE.
 //!
 //! Kept free of Redis types so that benches/tokenizer.rs measures this very
 //! code (it includes the file).
 
+use bpe_openai::byte_pair_encoding::BytePairEncoding;
+
 use super::pretokenize::{self, Pattern};
 
-/// Exact token count of `text` (already normalized for `tokenizer`): the sum
-/// of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
+/// Exact token count of `text` (OpenAI's encodings do not normalize): the
+/// sum of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
 /// `cache` picks the per-thread cache (one per encoding: a count depends on
 /// the piece and the vocabulary).
-pub fn count(
-    tokenizer: &'static bpe_openai::Tokenizer,
-    pattern: Option<Pattern>,
-    cache: usize,
-    text: &str,
-) -> usize {
-    let uncached = |piece: &[u8]| tokenizer.bpe.count(piece);
+pub fn count(bpe: &'static BytePairEncoding, pattern: Pattern, cache: usize, text: &str) -> usize {
+    let uncached = |piece: &[u8]| bpe.count(piece);
     let counted = PIECE_CACHES.try_with(|caches| {
         let Ok(mut caches) = caches.try_borrow_mut() else {
             // Re-entered on this thread (cannot happen today): count uncached.
-            return split_sum(tokenizer, pattern, text, uncached);
+            return split_sum(pattern, text, uncached);
         };
         if caches.len() <= cache {
             crate::module_memory::for_module(|| caches.resize_with(cache + 1, || None));
@@ -32,38 +28,22 @@ pub fn count(
             Some(slot) => {
                 // 512 KB a thread and encoding: the module's own memory.
                 let cache = slot.get_or_insert_with(|| {
-                    crate::module_memory::for_module(|| {
-                        PieceCache::new(token_set(tokenizer, cache))
-                    })
+                    crate::module_memory::for_module(|| PieceCache::new(token_set(bpe, cache)))
                 });
-                split_sum(tokenizer, pattern, text, |piece| {
-                    cache.count(piece, uncached)
-                })
+                split_sum(pattern, text, |piece| cache.count(piece, uncached))
             }
-            None => split_sum(tokenizer, pattern, text, uncached),
+            None => split_sum(pattern, text, uncached),
         }
     });
     // The thread's caches are gone only while the thread exits.
-    counted.unwrap_or_else(|_| split_sum(tokenizer, pattern, text, uncached))
+    counted.unwrap_or_else(|_| split_sum(pattern, text, uncached))
 }
 
 /// Sum of `count_piece` over the pieces of `text`.
 #[inline(always)]
-fn split_sum(
-    tokenizer: &bpe_openai::Tokenizer,
-    pattern: Option<Pattern>,
-    text: &str,
-    mut count_piece: impl FnMut(&[u8]) -> usize,
-) -> usize {
+fn split_sum(pattern: Pattern, text: &str, mut count_piece: impl FnMut(&[u8]) -> usize) -> usize {
     let mut total = 0;
-    match pattern {
-        Some(p) => pretokenize::for_each_piece(p, text, |piece| total += count_piece(piece)),
-        None => {
-            for piece in tokenizer.split(text) {
-                total += count_piece(piece.as_bytes());
-            }
-        }
-    }
+    pretokenize::for_each_piece(pattern, text, |piece| total += count_piece(piece));
     total
 }
 
@@ -237,7 +217,7 @@ fn same(slot: &[u8; CACHED_PIECE_BYTES], piece: &[u8]) -> bool {
 /// looks a piece up whole before merging. Built once per encoding (~20 ms;
 /// 2 MB for o200k_base, 1 MB for cl100k_base), shared by every thread.
 pub struct TokenSet {
-    bpe: Option<&'static bpe_openai::byte_pair_encoding::BytePairEncoding>,
+    bpe: Option<&'static BytePairEncoding>,
     /// `tag << 24 | id`; 0 is empty (tags are never 0).
     entries: Box<[u32]>,
     mask: usize,
@@ -248,7 +228,7 @@ pub struct TokenSet {
 const MAX_ID: usize = 1 << 24;
 
 impl TokenSet {
-    fn build(bpe: &'static bpe_openai::byte_pair_encoding::BytePairEncoding) -> TokenSet {
+    fn build(bpe: &'static BytePairEncoding) -> TokenSet {
         let n = bpe.num_tokens().min(MAX_ID);
         let size = (n * 2).next_power_of_two().max(2);
         let mask = size - 1;
@@ -314,14 +294,14 @@ fn tag(h: u64) -> u32 {
     ((h >> 56) as u32) | 1
 }
 
-/// Builds the token set of `tokenizer` (cache number `index`) now: an
-/// encoding's first count then finds it ready.
-pub fn prepare(tokenizer: &'static bpe_openai::Tokenizer, index: usize) {
-    let _ = token_set(tokenizer, index);
+/// Builds the token set of `bpe` (cache number `index`) now: an encoding's
+/// first count then finds it ready.
+pub fn prepare(bpe: &'static BytePairEncoding, index: usize) {
+    let _ = token_set(bpe, index);
 }
 
-/// The token set of `tokenizer`, built on first use, kept for the process.
-fn token_set(tokenizer: &'static bpe_openai::Tokenizer, index: usize) -> &'static TokenSet {
+/// The token set of `bpe`, built on first use, kept for the process.
+fn token_set(bpe: &'static BytePairEncoding, index: usize) -> &'static TokenSet {
     static SETS: std::sync::Mutex<Vec<Option<&'static TokenSet>>> =
         std::sync::Mutex::new(Vec::new());
     static EMPTY: std::sync::OnceLock<TokenSet> = std::sync::OnceLock::new();
@@ -332,7 +312,6 @@ fn token_set(tokenizer: &'static bpe_openai::Tokenizer, index: usize) -> &'stati
     let Some(slot) = sets.get_mut(index) else {
         return EMPTY.get_or_init(TokenSet::empty);
     };
-    let bpe = &tokenizer.bpe;
     match slot {
         Some(set) => set,
         None => {
@@ -358,21 +337,38 @@ thread_local! {
 
 #[cfg(test)]
 mod tests {
+    use super::super::openai_tables;
     #[allow(unused_imports)]
     // benches/tokenizer.rs includes this file without running its tests
     use super::*;
 
+    /// The module's counting tables of o200k_base and cl100k_base (what
+    /// build.rs wrote), each beside bpe-openai's whole tokenizer.
+    fn tables() -> [(&'static BytePairEncoding, &'static bpe_openai::Tokenizer); 2] {
+        static TABLES: std::sync::OnceLock<(BytePairEncoding, BytePairEncoding)> =
+            std::sync::OnceLock::new();
+        let (o, c) = TABLES.get_or_init(|| {
+            (
+                openai_tables::read(openai_tables::O200K_BASE).expect("o200k_base's tables read"),
+                openai_tables::read(openai_tables::CL100K_BASE).expect("cl100k_base's tables read"),
+            )
+        });
+        [
+            (o, bpe_openai::o200k_base()),
+            (c, bpe_openai::cl100k_base()),
+        ]
+    }
+
     #[test]
     fn every_token_is_in_its_token_set_and_counts_one() {
-        for (i, t) in [bpe_openai::o200k_base(), bpe_openai::cl100k_base()]
-            .into_iter()
-            .enumerate()
-        {
-            let set = token_set(t, 10 + i);
-            for id in 0..t.bpe.num_tokens() as u32 {
-                let bytes = t.bpe.token_bytes(id);
+        for (i, (bpe, whole)) in tables().into_iter().enumerate() {
+            let set = token_set(bpe, 10 + i);
+            assert_eq!(bpe.num_tokens(), whole.bpe.num_tokens());
+            for id in 0..bpe.num_tokens() as u32 {
+                let bytes = bpe.token_bytes(id);
+                assert_eq!(bytes, whole.bpe.token_bytes(id), "token {id}");
                 assert!(set.contains(bytes, hash(bytes)), "token {id} {bytes:?}");
-                assert_eq!(t.bpe.count(bytes), 1, "token {id}");
+                assert_eq!(bpe.count(bytes), 1, "token {id}");
             }
             // Pieces that are not tokens are not found.
             for piece in [
@@ -431,15 +427,16 @@ mod tests {
             "'",
             "'ll",
         ];
+        let [(o200k, _), (cl100k, _)] = tables();
         let pairs = [
             (
-                bpe_openai::o200k_base(),
+                o200k,
                 Pattern::O200k,
                 tiktoken_rs::o200k_base_singleton(),
                 14,
             ),
             (
-                bpe_openai::cl100k_base(),
+                cl100k,
                 Pattern::Cl100k,
                 tiktoken_rs::cl100k_base_singleton(),
                 15,
@@ -463,7 +460,7 @@ mod tests {
             for pass in 0..2 {
                 for t in &texts {
                     assert_eq!(
-                        count(bpe, Some(pattern), slot, t),
+                        count(bpe, pattern, slot, t),
                         tik.encode_ordinary(t).len(),
                         "{pattern:?} pass {pass}: {t:?}"
                     );
@@ -476,8 +473,9 @@ mod tests {
     fn cache_hits_misses_and_evictions_count_exactly() {
         // Far more distinct pieces than the cache holds (evictions in both
         // ways), each counted several times, short and long (the long-piece
-        // cache), against bpe-openai's own count.
-        let t = bpe_openai::o200k_base();
+        // cache), against bpe-openai's own count (its whole tables, its
+        // regex split).
+        let [(bpe, t), _] = tables();
         let mut text = String::new();
         for i in 0..40_000u32 {
             text.push_str(&format!(" w{}q{}", i % 9_973, i % 7));
@@ -489,20 +487,11 @@ mod tests {
         }
         let want = t.count(text.as_str());
         for round in 0..3 {
-            assert_eq!(
-                count(t, Some(Pattern::O200k), 12, &text),
-                want,
-                "round {round}"
-            );
-            assert_eq!(
-                count(t, None, 13, &text),
-                want,
-                "regex split, round {round}"
-            );
+            assert_eq!(count(bpe, Pattern::O200k, 12, &text), want, "round {round}");
         }
         for piece in text.split_inclusive('\n').take(200) {
             assert_eq!(
-                count(t, Some(Pattern::O200k), 12, piece),
+                count(bpe, Pattern::O200k, 12, piece),
                 t.count(piece),
                 "{piece:?}"
             );
