@@ -77,8 +77,7 @@ impl Encoding {
     }
 
     /// Whether this is one of OpenAI's encodings, without touching its
-    /// tables (`openai()` builds them on first use: 17.7 MB for cl100k_base,
-    /// outside the module's own memory if asked from a command's path).
+    /// tables (built on first use: 8.8 MB for cl100k_base).
     pub fn is_openai(self) -> bool {
         matches!(self, Encoding::O200kBase | Encoding::Cl100kBase)
     }

@@ -1,7 +1,8 @@
 //! Gives back the pages of the module's file that an encoding's build read
-//! once. bpe-openai ships o200k_base's tables serialized in the module
-//! (32 MB) and builds heap tables from them; the serialized pages stayed in
-//! the server's RSS (32.4 MB of its 84 MB) though nothing reads them again.
+//! once. The module carries o200k_base's counting tables serialized (14.6
+//! MB; 32 MB when they were bpe-openai's whole ones) and builds heap tables
+//! from them; the serialized pages stayed in the server's RSS (32.4 MB of
+//! its 84 MB then) though nothing reads them again.
 //!
 //! Only read-only private mappings of the module's own file with no
 //! anonymous page are touched: every page there is the file's, unchanged,
