@@ -103,7 +103,7 @@ fn openai_counting_tables(out: &Path) {
         return;
     }
     for (name, tokenizer) in tables {
-        let bytes = counting_tables::counting_only(&tokenizer().bpe)
+        let bytes = counting_tables::counting_only(&tokenizer().bpe, false)
             .expect("bpe-openai's tables transcode to counting's");
         write(&out.join(format!("{name}.counting")), &bytes);
     }

@@ -25,9 +25,12 @@ const UNREAD_AUTOMATA: [&str; 2] = ["overlapping_searcher", "overlapping_searche
 
 /// `encoding`'s tables less those counting never reads, serialized as bpe
 /// serializes them (a MessagePack map of the struct's fields, which its
-/// derived `Deserialize` reads as it reads the array form).
+/// derived `Deserialize` reads as it reads the array form). `keep_index`
+/// keeps the index of tokens by hash: bpe's heap encoder reads it (the
+/// vocabularies whose rank order is broken count short pieces with it).
 pub fn counting_only(
     encoding: &bpe_openai::byte_pair_encoding::BytePairEncoding,
+    keep_index: bool,
 ) -> Result<Vec<u8>, String> {
     let mut named = Vec::new();
     encoding
@@ -36,9 +39,12 @@ pub fn counting_only(
     let mut out = Vec::new();
     let mut de = rmp_serde::Deserializer::from_read_ref(&named);
     let replaced = de
-        .deserialize_map(Fields(&mut out))
+        .deserialize_map(Fields {
+            out: &mut out,
+            keep_index,
+        })
         .map_err(|e| e.to_string())?;
-    if replaced != 3 {
+    if replaced != 3 - usize::from(keep_index) {
         return Err("bpe's BytePairEncoding no longer has the fields counting leaves out".into());
     }
     Ok(out)
@@ -46,7 +52,10 @@ pub fn counting_only(
 
 /// Writes the map of fields to its output, the unread ones emptied; the
 /// value is how many were.
-struct Fields<'o>(&'o mut Vec<u8>);
+struct Fields<'o> {
+    out: &'o mut Vec<u8>,
+    keep_index: bool,
+}
 
 impl<'de> Visitor<'de> for Fields<'_> {
     type Value = usize;
@@ -60,7 +69,7 @@ impl<'de> Visitor<'de> for Fields<'_> {
         let mut replaced = 0;
         while let Some(name) = map.next_key::<String>()? {
             let mut value = Vec::new();
-            if name == UNREAD_MAP {
+            if name == UNREAD_MAP && !self.keep_index {
                 map.next_value::<IgnoredAny>()?;
                 rmp::encode::write_map_len(&mut value, 0).map_err(serde::de::Error::custom)?;
                 replaced += 1;
@@ -79,10 +88,10 @@ impl<'de> Visitor<'de> for Fields<'_> {
             rmp::encode::write_map_len(out, fields.len() as u32)?;
             Ok(())
         };
-        header(self.0).map_err(serde::de::Error::custom)?;
+        header(self.out).map_err(serde::de::Error::custom)?;
         for (name, value) in fields {
-            rmp::encode::write_str(self.0, &name).map_err(serde::de::Error::custom)?;
-            self.0.extend_from_slice(&value);
+            rmp::encode::write_str(self.out, &name).map_err(serde::de::Error::custom)?;
+            self.out.extend_from_slice(&value);
         }
         Ok(replaced)
     }

@@ -37,7 +37,20 @@ pub struct Counter {
 pub struct Bpe {
     encoding: &'static BytePairEncoding,
     whole: rustc_hash::FxHashSet<Box<[u8]>>,
+    /// Some token's last merge joins a part ranked after the token itself
+    /// (Llama 3, GLM-4, GLM-5: tokens added to a vocabulary after its
+    /// training). bpe's backtracking encoder cannot represent that merge
+    /// order (it takes such a token as a base one) and undercounted words
+    /// that hold one (Llama 3 `література`: 2 tokens, tiktoken 4), so these
+    /// vocabularies count pieces up to `RANK_MERGE_BYTES` by plain
+    /// rank-order merging (bpe's heap encoder, exact), longer ones by the
+    /// backtracking encoder (linear time on any input).
+    rank_order_broken: bool,
 }
+
+/// The longest piece counted by rank-order merging where the vocabulary
+/// needs it: its heap encoder scans a bitfield, quadratic on a long piece.
+pub const RANK_MERGE_BYTES: usize = 256;
 
 impl Bpe {
     /// bpe's tables (OpenAI's encodings: counting's only, `openai_tables`).
@@ -48,6 +61,9 @@ impl Bpe {
     pub fn count(&self, piece: &[u8]) -> usize {
         if !self.whole.is_empty() && self.whole.contains(piece) {
             return 1;
+        }
+        if self.rank_order_broken && piece.len() <= RANK_MERGE_BYTES {
+            return self.encoding.encode_via_bitfield(piece).len();
         }
         self.encoding.count(piece)
     }
@@ -144,6 +160,7 @@ pub fn counter(e: Encoding) -> &'static Counter {
                             bytes, None,
                         ))),
                         whole: Default::default(),
+                        rank_order_broken: false,
                     },
                     pre: Pre::OpenAi(Pattern::O200k),
                     nfc: false,
@@ -223,17 +240,23 @@ fn build(e: Encoding) -> Option<Counter> {
             bpe: Bpe {
                 encoding,
                 whole: Default::default(),
+                rank_order_broken: false,
             },
             pre: Pre::OpenAi(pattern),
             nfc: false,
         });
     };
-    let (tokens, whole) = reachable(tokens_in_rank_order(&(def.vocabulary)()));
+    let Reachable {
+        tokens,
+        whole,
+        rank_order_broken,
+    } = reachable(tokens_in_rank_order(&(def.vocabulary)()));
     let bpe = BytePairEncoding::from_dictionary(tokens, Some(def.hash_factor));
-    // Only what counting reads: half the tables (`counting_tables`); the
-    // whole ones if that cannot be had (never expected: the unit tests
-    // build every encoding so).
-    let bpe = super::counting_tables::counting_only(&bpe)
+    // Only what counting reads: half the tables (`counting_tables`; the
+    // heap encoder of a vocabulary whose rank order is broken reads the
+    // index by hash too); the whole ones if that cannot be had (never
+    // expected: the unit tests build every encoding so).
+    let bpe = super::counting_tables::counting_only(&bpe, rank_order_broken)
         .ok()
         .and_then(|tables| openai_tables::read(&tables))
         .unwrap_or(bpe);
@@ -246,7 +269,11 @@ fn build(e: Encoding) -> Option<Counter> {
     let encoding: &'static BytePairEncoding = Box::leak(Box::new(bpe));
     let whole = whole.into_iter().map(Vec::into_boxed_slice).collect();
     Some(Counter {
-        bpe: Bpe { encoding, whole },
+        bpe: Bpe {
+            encoding,
+            whole,
+            rank_order_broken,
+        },
         pre: Pre::Own(splitter),
         nfc: def.nfc,
     })
@@ -367,35 +394,67 @@ fn tokens_in_rank_order(enc: &tiktoken::CoreBpe) -> Vec<Vec<u8>> {
     out
 }
 
+/// A vocabulary split for bpe.
+struct Reachable {
+    /// The tokens byte-pair merging can produce, in rank order.
+    tokens: Vec<Vec<u8>>,
+    /// The others.
+    whole: Vec<Vec<u8>>,
+    /// Whether some token's last merge joins a part ranked after it.
+    rank_order_broken: bool,
+}
+
 /// The tokens byte-pair merging can produce, and the others. A token that
 /// merging its own bytes does not yield is never produced inside a longer
 /// piece either (merges inside its span would run the same way): `bpe`
 /// cannot hold it (it checks every token encodes to itself), and it counts
 /// only as a whole piece ([`Bpe::count`]).
-fn reachable(tokens: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+fn reachable(tokens: Vec<Vec<u8>>) -> Reachable {
     let ranks: HashMap<&[u8], usize> = tokens
         .iter()
         .enumerate()
         .map(|(i, t)| (t.as_slice(), i))
         .collect();
-    let keep: Vec<bool> = tokens.iter().map(|t| merges_to_itself(t, &ranks)).collect();
+    let merges: Vec<Option<(usize, usize)>> =
+        tokens.iter().map(|t| last_merge(t, &ranks)).collect();
     drop(ranks);
-    let (kept, dropped): (Vec<_>, Vec<_>) = tokens.into_iter().zip(keep).partition(|(_, k)| *k);
-    (
-        kept.into_iter().map(|(t, _)| t).collect(),
-        dropped.into_iter().map(|(t, _)| t).collect(),
-    )
+    let rank_order_broken = merges
+        .iter()
+        .enumerate()
+        .any(|(rank, m)| m.is_some_and(|(a, b)| a > rank || b > rank));
+    let (kept, dropped): (Vec<_>, Vec<_>) = tokens
+        .into_iter()
+        .zip(merges)
+        .partition(|(_, m)| m.is_some());
+    Reachable {
+        tokens: kept.into_iter().map(|(t, _)| t).collect(),
+        whole: dropped.into_iter().map(|(t, _)| t).collect(),
+        rank_order_broken,
+    }
 }
 
 /// Plain byte-pair merging of `token`'s bytes (lowest rank first, leftmost
-/// on ties): whether it ends as the one token.
-fn merges_to_itself(token: &[u8], ranks: &HashMap<&[u8], usize>) -> bool {
+/// on ties): if it ends as the one token, the ranks of the two parts its last
+/// merge joined (a single byte: its own rank twice).
+fn last_merge(token: &[u8], ranks: &HashMap<&[u8], usize>) -> Option<(usize, usize)> {
     if token.len() <= 1 {
-        return true;
+        let rank = ranks.get(token).copied().unwrap_or(0);
+        return Some((rank, rank));
     }
     // Boundaries between the current parts.
     let mut cuts: Vec<usize> = (0..=token.len()).collect();
     loop {
+        if cuts.len() == 3 {
+            let part = |a: usize, b: usize| {
+                cuts.get(a)
+                    .zip(cuts.get(b))
+                    .and_then(|(&x, &y)| token.get(x..y))
+                    .and_then(|p| ranks.get(p).copied())
+            };
+            // The last merge, if the whole is a token: its parts' ranks.
+            let whole = token.get(..).and_then(|t| ranks.get(t));
+            return whole.map(|_| (part(0, 1).unwrap_or(0), part(1, 2).unwrap_or(0)));
+        }
         let mut best: Option<(usize, usize)> = None;
         for i in 0..cuts.len().saturating_sub(2) {
             let pair = cuts
@@ -412,7 +471,7 @@ fn merges_to_itself(token: &[u8], ranks: &HashMap<&[u8], usize>) -> bool {
             Some((_, i)) => {
                 cuts.remove(i + 1);
             }
-            None => return cuts.len() == 2,
+            None => return None,
         }
     }
 }

@@ -726,8 +726,9 @@ fn building_encodings_never_evicts_a_key_nor_fails_a_write() {
         .unwrap();
     assert_eq!(evicted, 0, "building encodings evicted keys");
     assert_eq!(int(&mut con, &["DBSIZE"]), 301);
+    // o200k_base and four open-weight encodings' counting tables: ~70 MB.
     assert!(
-        info_mem(&mut con, "module_memory_bytes") > 100 << 20,
+        info_mem(&mut con, "module_memory_bytes") > 48 << 20,
         "the tables are reported as the module's"
     );
     assert!(used(&mut con) < 8 << 20, "used_memory {}", used(&mut con));
