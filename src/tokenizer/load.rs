@@ -475,3 +475,22 @@ fn last_merge(token: &[u8], ranks: &HashMap<&[u8], usize>) -> Option<(usize, usi
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// OpenAI's counting tables count every piece by the backtracking
+    /// encoder, exact only while no token's last merge joins a part ranked
+    /// after it, and every token is reachable by merging (`Reachable`).
+    #[test]
+    fn openai_vocabularies_keep_their_rank_order() {
+        for t in [bpe_openai::o200k_base(), bpe_openai::cl100k_base()] {
+            let tokens: Vec<Vec<u8>> = (0..t.bpe.num_tokens() as u32)
+                .map(|i| t.bpe.token_bytes(i).to_vec())
+                .collect();
+            let r = super::reachable(tokens);
+            assert_eq!(r.tokens.len(), t.bpe.num_tokens());
+            assert!(r.whole.is_empty());
+            assert!(!r.rank_order_broken);
+        }
+    }
+}
