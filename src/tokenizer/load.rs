@@ -381,9 +381,11 @@ fn tokens_in_rank_order(enc: &tiktoken::CoreBpe) -> Vec<Vec<u8>> {
             continue;
         }
         // A special token decodes too; it is one that only the special
-        // matcher yields.
-        if let (Some(b'<' | b'[' | b']'), Ok(s)) = (bytes.first(), std::str::from_utf8(&bytes)) {
-            if enc.encode_with_special_tokens(s) == [id] && enc.encode(s) != [id] {
+        // matcher yields. Not only `<|...|>` and `[...]`: GLM's `/nothink`
+        // is one (it was counted as one ordinary token when a piece was
+        // exactly it; tiktoken's encode_ordinary gives 2).
+        if let Ok(s) = std::str::from_utf8(&bytes) {
+            if enc.encode(s) != [id] && enc.encode_with_special_tokens(s) == [id] {
                 continue;
             }
         }
