@@ -84,11 +84,8 @@ impl<'de> Visitor<'de> for Fields<'_> {
             }
             fields.push((name, value));
         }
-        let header = |out: &mut Vec<u8>| -> Result<(), rmp::encode::ValueWriteError> {
-            rmp::encode::write_map_len(out, fields.len() as u32)?;
-            Ok(())
-        };
-        header(self.out).map_err(serde::de::Error::custom)?;
+        rmp::encode::write_map_len(self.out, fields.len() as u32)
+            .map_err(serde::de::Error::custom)?;
         for (name, value) in fields {
             rmp::encode::write_str(self.out, &name).map_err(serde::de::Error::custom)?;
             self.out.extend_from_slice(&value);

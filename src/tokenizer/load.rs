@@ -152,21 +152,31 @@ pub fn counter(e: Encoding) -> &'static Counter {
         // than any encoding's count).
         None => {
             static FALLBACK: OnceLock<Counter> = OnceLock::new();
-            FALLBACK.get_or_init(|| {
-                let bytes = (0..=u8::MAX).map(|b| vec![b]);
-                Counter {
-                    bpe: Bpe {
-                        encoding: Box::leak(Box::new(BytePairEncoding::from_dictionary(
-                            bytes, None,
-                        ))),
-                        whole: Default::default(),
-                        rank_order_broken: false,
-                    },
-                    pre: Pre::OpenAi(Pattern::O200k),
-                    nfc: false,
-                }
-            })
+            FALLBACK.get_or_init(byte_counter)
         }
+    }
+}
+
+/// One token a byte, split as o200k_base: what counts if an encoding's
+/// build failed.
+fn byte_counter() -> Counter {
+    let bytes = (0..=u8::MAX).map(|b| vec![b]);
+    let encoding = BytePairEncoding::from_dictionary(bytes, None);
+    openai_counter(Box::leak(Box::new(encoding)), Pattern::O200k)
+}
+
+/// The counter of one of OpenAI's encodings: its tables, its hand-written
+/// split; no normalization, every token produced by merging (no `whole`
+/// ones), the rank order kept (`openai_vocabularies_keep_their_rank_order`).
+fn openai_counter(encoding: &'static BytePairEncoding, pattern: Pattern) -> Counter {
+    Counter {
+        bpe: Bpe {
+            encoding,
+            whole: Default::default(),
+            rank_order_broken: false,
+        },
+        pre: Pre::OpenAi(pattern),
+        nfc: false,
     }
 }
 
@@ -229,22 +239,13 @@ fn build(e: Encoding) -> Option<Counter> {
             Encoding::O200kBase => openai_tables::O200K_BASE,
             _ => openai_tables::CL100K_BASE,
         };
-        // Lives as long as the process; every token of OpenAI's
-        // vocabularies is produced by merging (no `whole` ones).
+        // Lives as long as the process.
         let encoding: &'static BytePairEncoding = Box::leak(Box::new(openai_tables::read(tables)?));
         // The tables `piece_count` adds (the split's character classes, the
         // set of whole tokens) are built here too, not by a first count.
         super::pretokenize::warm_up();
         super::piece_count::prepare(encoding, e as usize);
-        return Some(Counter {
-            bpe: Bpe {
-                encoding,
-                whole: Default::default(),
-                rank_order_broken: false,
-            },
-            pre: Pre::OpenAi(pattern),
-            nfc: false,
-        });
+        return Some(openai_counter(encoding, pattern));
     };
     let Reachable {
         tokens,
@@ -454,8 +455,9 @@ fn last_merge(token: &[u8], ranks: &HashMap<&[u8], usize>) -> Option<(usize, usi
                     .and_then(|p| ranks.get(p).copied())
             };
             // The last merge, if the whole is a token: its parts' ranks.
-            let whole = token.get(..).and_then(|t| ranks.get(t));
-            return whole.map(|_| (part(0, 1).unwrap_or(0), part(1, 2).unwrap_or(0)));
+            return ranks
+                .get(token)
+                .map(|_| (part(0, 1).unwrap_or(0), part(1, 2).unwrap_or(0)));
         }
         let mut best: Option<(usize, usize)> = None;
         for i in 0..cuts.len().saturating_sub(2) {
@@ -480,6 +482,14 @@ fn last_merge(token: &[u8], ranks: &HashMap<&[u8], usize>) -> Option<(usize, usi
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_fallback_counts_one_token_a_byte() {
+        let c = super::byte_counter();
+        for text in ["hello world", "我们在 Redis 里", "🎉 x\n\n  "] {
+            assert_eq!(c.count(text), text.len(), "{text:?}");
+        }
+    }
+
     /// OpenAI's counting tables count every piece by the backtracking
     /// encoder, exact only while no token's last merge joins a part ranked
     /// after it, and every token is reachable by merging (`Reachable`).

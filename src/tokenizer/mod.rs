@@ -420,6 +420,16 @@ mod tests {
             for id in 0..bpe.num_tokens() as u32 {
                 assert_eq!(bpe.count(bpe.token_bytes(id)), 1, "{} token {id}", e.name());
             }
+            // Every byte UTF-8 text can hold is a token of its own: bpe's
+            // heap encoder (`Bpe::count` where the rank order is broken)
+            // looks each part it ends with up and panics on a missing one.
+            let singles: std::collections::HashSet<&[u8]> = (0..bpe.num_tokens() as u32)
+                .map(|id| bpe.token_bytes(id))
+                .filter(|t| t.len() == 1)
+                .collect();
+            for b in (0..=0xF4u8).filter(|b| !matches!(b, 0xC0 | 0xC1)) {
+                assert!(singles.contains(&[b][..]), "{} byte {b:#x}", e.name());
+            }
         }
     }
 
