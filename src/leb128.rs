@@ -31,7 +31,20 @@ pub fn width(v: u64) -> usize {
 }
 
 /// The value at the front of `bytes`, and what follows it.
+#[inline]
 pub fn take(bytes: &[u8]) -> Result<(u64, &[u8]), Bad> {
+    // One or two bytes: most heads' fields (a load reads four a message;
+    // a second apart is two).
+    match bytes {
+        [b, rest @ ..] if *b < 0x80 => Ok((u64::from(*b), rest)),
+        [b0, b1, rest @ ..] if *b1 < 0x80 && *b1 != 0 => {
+            Ok((u64::from(b0 & 0x7f) | u64::from(*b1) << 7, rest))
+        }
+        _ => take_long(bytes),
+    }
+}
+
+fn take_long(bytes: &[u8]) -> Result<(u64, &[u8]), Bad> {
     let mut out = 0u64;
     for i in 0..10 {
         let &b = bytes.get(i).ok_or(Bad::Truncated)?;

@@ -12,7 +12,7 @@
 
 use super::v2;
 use super::wire::{Reader, Result, Writer};
-use crate::session::{History, MessageLog, Session};
+use crate::session::{History, Session, StoredLog};
 
 pub const FORMAT: u8 = 3;
 /// Format 3 and, after its tail, the attributes' own expiries (a count of
@@ -54,10 +54,11 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
     w.into_bytes()
 }
 
+/// Formats 3 and 4.
 pub fn session(r: &mut Reader) -> Result<Session> {
     let mut session = v2::session_head(r)?;
     let count = r.count(MIN_HEAD_BYTES, "messages")?;
-    let mut heads = Vec::with_capacity(count);
+    let mut log = StoredLog::with_capacity(count);
     let (mut id, mut ts) = (0u64, 0i64);
     for _ in 0..count {
         let delta = r.u64("message id")?;
@@ -69,13 +70,10 @@ pub fn session(r: &mut Reader) -> Result<Session> {
             .ok_or("corrupt payload: message id overflows")?;
         ts = ts.wrapping_add(r.i64("message ts")?);
         let tokens = r.u64("message tokens")?;
-        let len = usize::try_from(r.u64("message length")?)
-            .map_err(|_| "corrupt payload: message length")?;
-        heads.push((id, ts, tokens, len));
+        log.head(id, ts, tokens, r.u64("message length")?)?;
     }
     let total = r.u64("message bytes")?;
-    let bytes = r.take(total, "message bytes")?;
-    session.messages = MessageLog::from_stored(heads, bytes)?;
+    session.messages = log.finish(r.take(total, "message bytes")?)?;
     v2::session_tail(r, &mut session)?;
     if r.format() >= FORMAT_4 {
         // Two bytes at least: an empty name and a one-byte time.

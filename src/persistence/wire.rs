@@ -56,6 +56,7 @@ impl<'a> Reader<'a> {
     }
 
     /// An unsigned 64-bit varint, under the rules of the payload's format.
+    #[inline]
     pub fn u64(&mut self, what: &str) -> Result<u64> {
         if self.format >= FIRST_CANONICAL_FORMAT {
             self.leb128_canonical(what)
@@ -140,6 +141,7 @@ impl<'a> Reader<'a> {
     }
 
     /// LEB128 in its shortest form only, at most 64 bits.
+    #[inline]
     fn leb128_canonical(&mut self, what: &str) -> Result<u64> {
         match crate::leb128::take(self.rest) {
             Ok((v, rest)) => {

@@ -191,16 +191,50 @@ fn stored_form_round_trips_and_refuses_corruption() {
     let bytes: Vec<u8> = log.stored_bytes().flatten().copied().collect();
     let heads: Vec<_> = log
         .stored()
-        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len()))
+        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len() as u64))
         .collect();
-    let back = MessageLog::from_stored(heads.clone(), &bytes).unwrap();
+    let back = MessageLog::from_stored(heads.clone().into_iter(), &bytes).unwrap();
     assert_eq!(back, log);
     let mut short = heads.clone();
     short[0].3 += 1;
-    assert!(MessageLog::from_stored(short, &bytes).is_err());
+    assert!(MessageLog::from_stored(short.into_iter(), &bytes).is_err());
     let mut bad = bytes.clone();
     bad[0] = 0xff;
-    assert!(MessageLog::from_stored(heads, &bad).is_err());
+    assert!(MessageLog::from_stored(heads.clone().into_iter(), &bad).is_err());
+    let mut over = heads.clone();
+    over[1].2 = MAX_MESSAGE_TOKENS + 1;
+    assert!(MessageLog::from_stored(over.into_iter(), &bytes).is_err());
+    let mut longer = bytes.clone();
+    longer.push(b'x');
+    assert!(MessageLog::from_stored(heads.into_iter(), &longer).is_err());
+}
+
+/// A log loaded from its stored form is laid out as writes lay it out: runs
+/// of whole messages of at most a segment each (one larger message alone).
+#[test]
+fn a_stored_log_loads_into_segments_of_whole_messages() {
+    let mut log = MessageLog::new();
+    for id in 1..=40 {
+        let len = if id == 20 {
+            3 * SEGMENT_BYTES
+        } else {
+            700 + id as usize
+        };
+        push(&mut log, id, "user", &"y".repeat(len));
+    }
+    let bytes: Vec<u8> = log.stored_bytes().flatten().copied().collect();
+    let heads: Vec<_> = log
+        .stored()
+        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len() as u64))
+        .collect();
+    let loaded = MessageLog::from_stored(heads.into_iter(), &bytes).unwrap();
+    assert_eq!(loaded, log);
+    assert!(loaded.segments.len() > 4);
+    for s in &loaded.segments {
+        assert!(s.bytes.len() <= SEGMENT_BYTES || s.bytes.len() > 3 * SEGMENT_BYTES);
+        assert_eq!(s.bytes.capacity(), size_class(s.bytes.len()));
+    }
+    assert!(loaded.iter().eq(log.iter()));
 }
 
 /// Random pushes, evictions from both ends, filters, re-counts and
@@ -297,9 +331,12 @@ fn random_operations_agree_with_a_plain_deque() {
         let bytes: Vec<u8> = log.stored_bytes().flatten().copied().collect();
         let heads: Vec<_> = log
             .stored()
-            .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len()))
+            .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len() as u64))
             .collect();
-        assert_eq!(MessageLog::from_stored(heads, &bytes).unwrap(), log);
+        assert_eq!(
+            MessageLog::from_stored(heads.into_iter(), &bytes).unwrap(),
+            log
+        );
     }
 }
 
@@ -388,11 +425,11 @@ fn positions_wrap_past_four_gib_of_appends() {
     let held = held.unwrap();
     assert!(held.iter().all(|m| m.content == text(m.id)));
     let bytes: Vec<u8> = log.stored_bytes().flatten().copied().collect();
-    let heads: Vec<(u64, i64, u64, usize)> = log
+    let heads: Vec<(u64, i64, u64, u64)> = log
         .stored()
-        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len()))
+        .map(|(h, d)| (h.id, h.ts, u64::from(h.tokens), d.len() as u64))
         .collect();
-    let loaded = MessageLog::from_stored(heads, &bytes).unwrap();
+    let loaded = MessageLog::from_stored(heads.into_iter(), &bytes).unwrap();
     assert_eq!(loaded, log);
 }
 

@@ -927,7 +927,8 @@ mod validate;
 pub use attrs::{check_attr_name, Attrs, MAX_ATTRS, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{above_every_issued_token, note_issued, Lease, Leases, MAX_LEASE_MS};
 pub use log::{
-    decode_data, encode_data, LogError, MessageLog, MessageRef, MAX_LOG_BYTES, MAX_MESSAGE_TOKENS,
+    decode_data, encode_data, LogError, MessageLog, MessageRef, StoredLog, MAX_LOG_BYTES,
+    MAX_MESSAGE_TOKENS,
 };
 pub use read::{Selection, SummarizeCheck, Thresholds};
 pub use recount::{Coverage, Recounted, Snapshot};

@@ -208,28 +208,32 @@ impl Message {
 
 impl MessageRef<'_> {
     pub fn validate(&self) -> Result<(), String> {
-        check_id("message id", self.id)?;
+        check_head(self.id, self.ts, self.tokens)?;
         if self.role.is_empty() || self.role.len() > MAX_ROLE_BYTES {
             return Err(format!("bad role at id {}", self.id));
-        }
-        if !(0..=MAX_TS).contains(&self.ts) {
-            return Err(format!("bad ts at id {}", self.id));
-        }
-        // A message's tokens may be the client's (TOKENS n: a provider's
-        // count, for any text); they are stored in 32 bits.
-        if self.tokens > super::MAX_MESSAGE_TOKENS {
-            return Err(format!(
-                "token count {} above {} at id {}",
-                self.tokens,
-                super::MAX_MESSAGE_TOKENS,
-                self.id
-            ));
         }
         match self.meta {
             Some(meta) => check_stored_object("meta", meta),
             None => Ok(()),
         }
     }
+}
+
+/// What a message's head must hold.
+fn check_head(id: u64, ts: i64, tokens: u64) -> Result<(), String> {
+    check_id("message id", id)?;
+    if !(0..=MAX_TS).contains(&ts) {
+        return Err(format!("bad ts at id {id}"));
+    }
+    // A message's tokens may be the client's (TOKENS n: a provider's
+    // count, for any text); they are stored in 32 bits.
+    if tokens > super::MAX_MESSAGE_TOKENS {
+        return Err(format!(
+            "token count {tokens} above {} at id {id}",
+            super::MAX_MESSAGE_TOKENS
+        ));
+    }
+    Ok(())
 }
 
 impl Summary {
@@ -351,13 +355,19 @@ impl Session {
             prev = s.upto;
             total = s.tokens;
         }
-        for m in self.messages.iter() {
-            if m.id <= prev {
-                return Err(format!("message ids not increasing at id {}", m.id));
+        // Most messages are a common role and content: their heads are
+        // checked without decoding them (a fifth of a load's module time).
+        for (h, message) in self.messages.checkable() {
+            if h.id <= prev {
+                return Err(format!("message ids not increasing at id {}", h.id));
             }
-            m.validate()?;
-            prev = m.id;
-            total += m.tokens; // bounded by the content sizes: cannot overflow
+            let tokens = u64::from(h.tokens);
+            match message {
+                Some(m) => m.validate()?,
+                None => check_head(h.id, h.ts, tokens)?,
+            }
+            prev = h.id;
+            total += tokens; // at most 2^32 a message: cannot overflow
         }
         if prev > self.last_id {
             return Err("last id below a message id".to_owned());
