@@ -170,7 +170,7 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     crate::guard::or((), || {
         // SAFETY: Redis passes a value of our type.
         if let Some(session) = unsafe { session_ref(value) } {
-            raw::save_slice(rdb, &persistence::encode_session(session));
+            persistence::with_encoded(session, |payload| raw::save_slice(rdb, payload));
         }
     })
 }
@@ -185,19 +185,21 @@ unsafe extern "C" fn aof_rewrite(
         let Some(session) = (unsafe { session_ref(value) }) else {
             return;
         };
-        let payload = persistence::encode_session(session);
-        // SAFETY: "sb" = a RedisModuleString then a buffer with its length;
-        // both outlive the call. The key's TTL is emitted by Redis itself.
-        unsafe {
-            raw::RedisModule_EmitAOF.unwrap()(
-                aof,
-                c"MEM._PUT".as_ptr(),
-                c"sb".as_ptr(),
-                key,
-                payload.as_ptr().cast::<c_char>(),
-                payload.len(),
-            );
-        }
+        persistence::with_encoded(session, |payload| {
+            // SAFETY: "sb" = a RedisModuleString then a buffer with its
+            // length; both outlive the call. The key's TTL is emitted by
+            // Redis itself.
+            unsafe {
+                raw::RedisModule_EmitAOF.unwrap()(
+                    aof,
+                    c"MEM._PUT".as_ptr(),
+                    c"sb".as_ptr(),
+                    key,
+                    payload.as_ptr().cast::<c_char>(),
+                    payload.len(),
+                );
+            }
+        });
     })
 }
 
@@ -214,16 +216,18 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         let Some(session) = (unsafe { session_ref(value) }) else {
             return;
         };
-        let payload = persistence::encode_session(session);
-        // SAFETY: md is the digest handle of this call; the buffer outlives it.
-        unsafe {
-            raw::RedisModule_DigestAddStringBuffer.unwrap()(
-                md,
-                payload.as_ptr().cast::<c_char>(),
-                payload.len(),
-            );
-            raw::RedisModule_DigestEndSequence.unwrap()(md);
-        }
+        persistence::with_encoded(session, |payload| {
+            // SAFETY: md is the digest handle of this call; the buffer
+            // outlives it.
+            unsafe {
+                raw::RedisModule_DigestAddStringBuffer.unwrap()(
+                    md,
+                    payload.as_ptr().cast::<c_char>(),
+                    payload.len(),
+                );
+                raw::RedisModule_DigestEndSequence.unwrap()(md);
+            }
+        });
     })
 }
 

@@ -895,3 +895,34 @@ fn msgid_named_twice_is_corrupt() {
     assert!(err.contains("still held"), "{err}");
     assert!(decode_session(&encode_session(&sample())).is_ok());
 }
+
+/// The kept buffer gives each session its own payload, whatever was written
+/// into it before (a longer one, a nested call), and keeps no large buffer.
+#[test]
+fn payloads_written_into_the_kept_buffer_are_each_session_s_own() {
+    let mut large = sample();
+    large.settings.max_msgs = 1000;
+    for id in 9..200 {
+        let op = Op::Append {
+            now: 1_700_000_001_000 + id as i64,
+            settings: large.settings.clone(),
+            message: message(id, "user", &"z".repeat(500), None),
+            msgid: None,
+        };
+        large.apply(op).unwrap();
+    }
+    for s in [lived_in(), sample(), bare(), lived_in()] {
+        let nested = with_encoded(&s, |outer| {
+            assert_eq!(outer, &encode_session(&s)[..]);
+            with_encoded(&large, |inner| inner.to_vec())
+        });
+        assert_eq!(nested, encode_session(&large));
+        with_encoded(&s, |again| assert_eq!(again, &encode_session(&s)[..]));
+    }
+    with_encoded(&large, |_| ());
+    assert_eq!(
+        BUFFER.with(|b| b.take()).capacity(),
+        0,
+        "a 95 KB buffer kept"
+    );
+}

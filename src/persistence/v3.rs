@@ -24,9 +24,14 @@ pub const FORMAT_4: u8 = 4;
 const MIN_HEAD_BYTES: usize = 4;
 
 pub fn encode_session(s: &Session) -> Vec<u8> {
+    encode_session_into(s, Vec::new())
+}
+
+/// [`encode_session`] written into `out` (emptied first).
+pub fn encode_session_into(s: &Session, out: Vec<u8>) -> Vec<u8> {
     let bytes = s.messages.stored_len();
     // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes.
-    let mut w = Writer::with_capacity(FORMAT_4, 256 + bytes + s.messages.len() * 12);
+    let mut w = Writer::reusing(out, FORMAT_4, 256 + bytes + s.messages.len() * 12);
     v2::put_session_head(&mut w, s);
     w.length(s.messages.len());
     let (mut prev_id, mut prev_ts) = (0u64, 0i64);

@@ -172,6 +172,15 @@ impl Writer {
         Writer(bytes)
     }
 
+    /// [`with_capacity`](Writer::with_capacity) into `bytes`, emptied first
+    /// (a buffer kept for the next payload).
+    pub fn reusing(mut bytes: Vec<u8>, format: u8, n: usize) -> Writer {
+        bytes.clear();
+        bytes.reserve(n.max(1));
+        bytes.push(format);
+        Writer(bytes)
+    }
+
     pub fn into_bytes(self) -> Vec<u8> {
         self.0
     }
