@@ -247,6 +247,19 @@ fn decode_with<'a>(
     Some((role, meta, text(rest)?))
 }
 
+/// The message of head `h` and its stored bytes.
+fn message(h: Head, data: &[u8]) -> MessageRef<'_> {
+    let (role, meta, content) = decode_stored(data);
+    MessageRef {
+        id: h.id,
+        ts: h.ts,
+        tokens: u64::from(h.tokens),
+        role,
+        content,
+        meta,
+    }
+}
+
 /// Stored bytes must be what [`encode_data`] writes for what they decode
 /// to: a role with a code is never written out (the tool rule reads only
 /// the code), lengths in their shortest form.
@@ -430,16 +443,7 @@ impl MessageLog {
     }
 
     pub fn get(&self, i: usize) -> Option<MessageRef<'_>> {
-        let h = self.heads.get(i)?;
-        let (role, meta, content) = decode_stored(self.data(i));
-        Some(MessageRef {
-            id: h.id,
-            ts: h.ts,
-            tokens: u64::from(h.tokens),
-            role,
-            content,
-            meta,
-        })
+        Some(message(self.heads.get(i)?, self.data(i)))
     }
 
     pub fn front(&self) -> Option<MessageRef<'_>> {
@@ -952,18 +956,7 @@ impl MessageLog {
             let plain = data
                 .first()
                 .is_some_and(|tag| tag & ROLE_MASK != ROLE_INLINE && tag & HAS_META == 0);
-            let message = (!plain).then(|| {
-                let (role, meta, content) = decode_stored(data);
-                MessageRef {
-                    id: h.id,
-                    ts: h.ts,
-                    tokens: u64::from(h.tokens),
-                    role,
-                    content,
-                    meta,
-                }
-            });
-            (h, message)
+            (h, (!plain).then(|| message(h, data)))
         })
     }
 
