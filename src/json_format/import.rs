@@ -140,8 +140,12 @@ pub fn import<E>(
     builder.stream(history)?;
     builder.finish();
     let mut session = builder.session;
+    // A session holds a tool result first only after a summary covered its
+    // call: the module's own document keeps one only where that is so (a
+    // document that merely carries the member does not keep an orphan).
+    let held_as_is = session_summarized(&session, &stored);
     let trimmed = builder.trimmed
-        + if written_by_us {
+        + if written_by_us && held_as_is {
             session.trim_imported_own(builder.trimmed)
         } else {
             session.trim_imported()
@@ -153,6 +157,11 @@ pub fn import<E>(
         trimmed,
         most_held: builder.most_held,
     })
+}
+
+/// Whether the imported session has, or had, a summary.
+fn session_summarized(session: &Session, stored: &StoredIn) -> bool {
+    session.summary.is_some() || stored.dropped_a_summary()
 }
 
 /// Members the module reads; everything else is kept verbatim.

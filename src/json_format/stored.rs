@@ -125,6 +125,15 @@ pub struct StoredIn {
     summaries_dropped: u64,
 }
 
+impl StoredIn {
+    /// Whether the session had a summary the caps dropped: the only way a
+    /// session without a summary held a tool result first (its call was
+    /// summarized, then the summary went).
+    pub fn dropped_a_summary(&self) -> bool {
+        self.summaries_dropped > 0
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExternalIn {

@@ -639,3 +639,27 @@ fn a_member_read_or_moved_into_meta_given_twice_is_refused() {
         .session;
     assert_eq!(s.attr_count(), 2);
 }
+
+/// A tool result first is kept only as a summarized session held it:
+/// the module's own member alone does not keep an orphan (hostile pass 33 F1).
+#[test]
+fn an_orphan_tool_result_first_goes_unless_a_summary_covered_its_call() {
+    let history = r#""conversation_history":[{"id":2,"role":"tool","content":"r","ts":1700000000000},{"id":3,"role":"user","content":"q","ts":1700000000000}]"#;
+    for (doc, kept) in [
+        (format!(r#"{{{history},"redis_mem":{{"ttl":0}}}}"#), false),
+        (format!(r#"{{{history}}}"#), false),
+        (
+            format!(r#"{{{history},"redis_mem":{{"ttl":0,"summaries_dropped":1}}}}"#),
+            true,
+        ),
+        (
+            format!(r#"{{"summary":{{"text":"s","upto":1}},{history},"redis_mem":{{"ttl":0}}}}"#),
+            true,
+        ),
+    ] {
+        let imported = parse(&doc).unwrap();
+        let first = imported.session.messages.front().unwrap();
+        assert_eq!(first.role == "tool", kept, "{doc}");
+        assert_eq!(imported.trimmed, u64::from(!kept), "{doc}");
+    }
+}
