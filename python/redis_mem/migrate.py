@@ -10,7 +10,8 @@ Sources (--from):
   external         the seed's orchestrator conversation ids,
                    `external:<system>:conversation:<id>` (dify, n8n, ...):
                    each becomes the session's external id (MEM.EXTSET) with
-                   the source's remaining lifetime as its EX
+                   the source's remaining lifetime as its EX (100 years, the
+                   longest, when the source has no expiry)
 The LangChain sources become one session per session id, messages in order,
 each with its LangChain type and fields in META and its id as MSGID (see
 redis_mem.migrate_lc).
@@ -974,6 +975,10 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
     return res
 
 
+#: MEM.EXTSET's longest EX (100 years).
+EXT_TTL_MAX_S = 3_153_600_000
+
+
 def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> KeyResult:
     """One ``external:<system>:conversation:<id>`` key into the session's
     external ids (MEM.EXTSET target system value EX <remaining lifetime>)."""
@@ -1000,10 +1005,12 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
     if ttl is None:
         res.status, res.reason = SKIPPED, "source key disappeared"
         return res
-    ex: List[Any] = ["EX", ttl] if ttl else []  # no expiry at the source: mem.ext-ttl
+    # No expiry at the source: the longest MEM.EXTSET keeps (mem.ext-ttl, a
+    # day by default, would drop an id the source kept for good).
+    ex: List[Any] = ["EX", ttl or EXT_TTL_MAX_S]
     res.ttl = ttl
     if not ttl:
-        res.reason = "the source had no expiry: the id gets mem.ext-ttl"
+        res.reason = "the source had no expiry: the id expires in 100 years, the longest MEM.EXTSET keeps"
     key_exists = bool(r.exists(target))
     if key_exists:
         try:

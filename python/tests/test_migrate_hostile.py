@@ -275,6 +275,12 @@ def test_external_ids_move_into_the_session_with_their_lifetime(clean):
     assert r.exists("external:other:conversation:carol", "external:dify:conversation:bin") == 2
     time.sleep(2.2)  # the 1.5 s the source had left were carried as EX
     assert mem.extget("mem:{bob}", "n8n") is None
+    # No expiry at the source: the longest EX, not mem.ext-ttl's day (hostile pass 33 F4).
+    r.set("external:dify:conversation:dan", "dify-forever")
+    kept = mig.migrate(r, source="external", pattern="external:dify:conversation:dan", delete_source=True)
+    assert kept.results[0].status == mig.MOVED and "100 years" in kept.results[0].reason
+    info = mem.info("mem:{dan}")
+    assert info.external_ttl is not None and info.external_ttl["dify"] > 3_153_000_000_000
     # Another id already there: kept unless --replace.
     r.set("external:dify:conversation:alice", "dify-conv-2", ex=100)
     again = mig.migrate(r, source="external", pattern="external:dify:conversation:alice")
