@@ -167,9 +167,7 @@ impl Writer {
     /// A payload that starts with its format byte, with room for `n` bytes
     /// (one allocation).
     pub fn with_capacity(format: u8, n: usize) -> Writer {
-        let mut bytes = Vec::with_capacity(n.max(1));
-        bytes.push(format);
-        Writer(bytes)
+        Writer::reusing(Vec::new(), format, n)
     }
 
     /// [`with_capacity`](Writer::with_capacity) into `bytes`, emptied first

@@ -115,11 +115,9 @@ impl Segment {
 
     /// A segment holding `bytes`, sized to the allocator's class for them.
     fn copied(start: u32, bytes: &[u8]) -> Segment {
-        let mut buf = Vec::with_capacity(size_class(bytes.len()));
-        buf.extend_from_slice(bytes);
         Segment {
             start,
-            bytes: Arc::new(buf),
+            bytes: Arc::new(fitted(bytes)),
         }
     }
 }
@@ -268,6 +266,13 @@ fn check_data(data: &[u8]) -> Result<(), String> {
         Some((role, meta, content)) if data_len(role, meta, content) == data.len() => Ok(()),
         _ => Err("corrupt payload: malformed message bytes".to_owned()),
     }
+}
+
+/// A copy of `bytes` in an allocation of their size class.
+fn fitted(bytes: &[u8]) -> Vec<u8> {
+    let mut copy = Vec::with_capacity(size_class(bytes.len()));
+    copy.extend_from_slice(bytes);
+    copy
 }
 
 /// The allocator's size class for `n` bytes (jemalloc's: 16-byte steps to
@@ -767,11 +772,6 @@ impl MessageLog {
         // Kept bytes copied once, into an allocation of their class when
         // that is smaller (drain then shrink moved them twice: at a 600 B
         // session's caps the front's compaction was 12% of an append).
-        let fitted = |keep: &[u8]| {
-            let mut bytes = Vec::with_capacity(size_class(keep.len()));
-            bytes.extend_from_slice(keep);
-            bytes
-        };
         let keep_len = segment.bytes.len().saturating_sub(dead);
         let smaller = shrink && size_class(keep_len) < segment.bytes.capacity();
         match Arc::get_mut(&mut segment.bytes) {
@@ -995,7 +995,9 @@ impl MessageLog {
     }
 
     /// A log from RDB format 3: heads as stored (each message's length in
-    /// bytes instead of its position) and the concatenated bytes.
+    /// bytes instead of its position) and the concatenated bytes (tests:
+    /// the decoder drives [`StoredLog`] itself).
+    #[cfg(test)]
     pub fn from_stored(
         heads: impl ExactSizeIterator<Item = (u64, i64, u64, u64)>,
         bytes: &[u8],
