@@ -39,6 +39,9 @@ What it guarantees:
   the oldest messages are folded into the session summary by an LLM
   (OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL, --langchain-model, or
   --extractive) so that the rest fits the default caps; the report says so.
+* An assistant turn that only calls tools (`"content": null` with
+  `tool_calls`, OpenAI's shape) is kept with content "", as LangChain and
+  MEM.APPEND hold it; any other null content fails the session.
 * Message members MEM.IMPORT does not read (`tool_calls`, `tool_call_id`,
   `name` of OpenAI-shaped histories, any other) move into the message's
   META (refused when META has the same name), which the module keeps, reads
@@ -384,6 +387,10 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
         if not isinstance(m, dict):
             raise ValueError(f"conversation_history[{i}] is not an object")
         role, content = m.get("role"), m.get("content")
+        if content is None and _calls_tools(m):
+            # OpenAI's shape of a turn that only calls tools: content null.
+            # Kept as "" (what LangChain and MEM.APPEND give such a turn).
+            content = m["content"] = ""
         if not isinstance(role, str) or not role:
             raise ValueError(f"conversation_history[{i}].role is not a non-empty string")
         if not isinstance(content, str):
@@ -426,6 +433,12 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
             raise ValueError(f"conversation_history[{i}]: {e}") from None
         expected.append((role, content, m.get("meta") or None))
     return expected
+
+
+def _calls_tools(message: Dict[str, Any]) -> bool:
+    """Whether the message carries tool calls, as a member or in its META."""
+    meta = message.get("meta")
+    return bool(message.get("tool_calls")) or (isinstance(meta, dict) and bool(meta.get("tool_calls")))
 
 
 def _encode(doc: Dict[str, Any]) -> bytes:

@@ -457,6 +457,30 @@ def test_a_message_s_members_the_module_does_not_read_move_into_its_meta(r):
     assert r.exists("user_memory_c") and not r.exists("mem:{c}")
 
 
+def test_a_turn_that_only_calls_tools_with_null_content_is_moved(r):
+    """Hostile pass 33, F5: OpenAI's shape of a tool-calling turn
+    (content null, tool_calls) failed the whole session. It is kept with
+    content "", its calls in META; other null content still fails."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    r.set("user_memory_n", json.dumps({"conversation_history": [
+        {"role": "user", "content": "go", "timestamp": 1735725600},
+        {"role": "assistant", "content": None, "tool_calls": [call], "timestamp": 1735725601},
+        {"role": "tool", "content": "done", "tool_call_id": "c1", "timestamp": 1735725602},
+        {"role": "assistant", "content": None, "meta": {"tool_calls": [call]}, "timestamp": 1735725603},
+        {"role": "tool", "content": "again", "meta": {"tool_call_id": "c1"}, "timestamp": 1735725604}]}))
+    report = mig.migrate(r, pattern="user_memory_n", delete_source=True)
+    assert [x.status for x in report.results] == [mig.MOVED], report.render()
+    got = json.loads(r.execute_command("MEM.GET", "mem:{n}", "FORMAT", "JSON"))["conversation_history"]
+    assert [(m["role"], m["content"], m.get("meta")) for m in got] == [
+        ("user", "go", None), ("assistant", "", {"tool_calls": [call]}), ("tool", "done", {"tool_call_id": "c1"}),
+        ("assistant", "", {"tool_calls": [call]}), ("tool", "again", {"tool_call_id": "c1"})]
+    assert not r.exists("user_memory_n")
+    r.set("user_memory_u", json.dumps({"conversation_history": [{"role": "user", "content": None}]}))
+    report = mig.migrate(r, pattern="user_memory_u", delete_source=True)
+    assert [(x.status, "content is not a string" in x.reason) for x in report.results] == [(mig.FAILED, True)]
+    assert r.exists("user_memory_u") and not r.exists("mem:{u}")
+
+
 def test_messages_without_a_timestamp_are_reported_and_null_members_left_out(r):
     """Hostile pass 25 (low): a message without a timestamp got the
     migration's time silently; a null member of an OpenAI-shaped message
