@@ -438,7 +438,7 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
 def _calls_tools(message: Dict[str, Any]) -> bool:
     """Whether the message carries tool calls, as a member or in its META."""
     meta = message.get("meta")
-    return bool(message.get("tool_calls")) or (isinstance(meta, dict) and bool(meta.get("tool_calls")))
+    return message.get("tool_calls") is not None or (isinstance(meta, dict) and meta.get("tool_calls") is not None)
 
 
 def _encode(doc: Dict[str, Any]) -> bytes:

@@ -465,6 +465,18 @@ fn fold_into_meta(meta: Option<String>, others: Others<'_>) -> Result<Option<Str
     Ok(Some(text))
 }
 
+/// Whether META (a checked object) holds non-null `tool_calls`.
+fn calls_tools(meta: Option<&str>) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Calls<'a> {
+        #[serde(borrow)]
+        tool_calls: Option<&'a serde_json::value::RawValue>,
+    }
+    meta.and_then(|m| serde_json::from_str::<Calls<'_>>(m).ok())
+        .and_then(|c| c.tool_calls)
+        .is_some_and(|c| c.get() != "null")
+}
+
 const MESSAGE_FIELDS: [&str; 8] = [
     "role",
     "content",
@@ -642,6 +654,9 @@ struct ImportedMessage {
     id: Option<u64>,
     role: String,
     content: String,
+    /// `"content": null`, read as "": allowed only on a turn that calls
+    /// tools (OpenAI's shape), which the caller checks once META is whole.
+    content_null: bool,
     ts: Option<i64>,
     meta: Option<String>,
     msgid: Option<String>,
@@ -658,8 +673,10 @@ fn parse_message(doc: &str, fields: Raw<'_, 8>) -> Result<ImportedMessage, Bad> 
         .filter(|r| !r.is_empty() && r.len() <= MAX_ROLE_BYTES)
         .ok_or_else(|| format!("role must be a string of 1 to {MAX_ROLE_BYTES} bytes"))?;
     check_name_chars("role", &role)?;
-    let content = match content {
+    let content_null = content.is_some_and(|c| c.get() == "null");
+    let content = match content.filter(|_| !content_null) {
         Some(c) => string(doc, c)?,
+        None if content_null => Some(String::new()),
         None => None,
     };
     let content = content.ok_or_else(|| "content must be a string".to_owned())?;
@@ -684,6 +701,7 @@ fn parse_message(doc: &str, fields: Raw<'_, 8>) -> Result<ImportedMessage, Bad> 
         id: optional_id("id", id)?,
         role,
         content,
+        content_null,
         ts: time_of(doc, ts, timestamp)?,
         meta,
         msgid,
@@ -774,6 +792,11 @@ impl<C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Builder<'_, C, E> {
             fields.ok_or_else(|| at(Bad::Shape("a message must be an object".to_owned())))?;
         let mut m = parse_message(self.doc, fields).map_err(at)?;
         m.meta = fold_into_meta(m.meta, others).map_err(|e| at(Bad::Shape(e)))?;
+        if m.content_null && !calls_tools(m.meta.as_deref()) {
+            return Err(at(Bad::Shape(
+                "content must be a string (null only with tool_calls)".to_owned(),
+            )));
+        }
         if m.content.len() as u64 > self.max_message_bytes {
             return Err(ImportError::TooLarge(m.content.len()));
         }

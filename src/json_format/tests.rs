@@ -663,3 +663,37 @@ fn an_orphan_tool_result_first_goes_unless_a_summary_covered_its_call() {
         assert_eq!(imported.trimmed, u64::from(!kept), "{doc}");
     }
 }
+
+/// OpenAI's shape of a turn that only calls tools, `"content": null` with
+/// `tool_calls` (a member, moved into META, or in META), imports with
+/// content ""; null content on any other message is refused as before.
+#[test]
+fn null_content_is_empty_only_on_a_turn_that_calls_tools() {
+    let call = r#"[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]"#;
+    for doc in [
+        format!(
+            r#"{{"conversation_history":[{{"role":"user","content":"go"}},{{"role":"assistant","content":null,"tool_calls":{call}}}]}}"#
+        ),
+        format!(
+            r#"{{"conversation_history":[{{"role":"user","content":"go"}},{{"role":"assistant","content":null,"meta":{{"tool_calls":{call}}}}}]}}"#
+        ),
+    ] {
+        let s = parse(&doc).unwrap().session;
+        let m = s.messages.get(1).unwrap();
+        assert_eq!((m.role, m.content), ("assistant", ""), "{doc}");
+        assert_eq!(
+            m.meta,
+            Some(&*format!(r#"{{"tool_calls":{call}}}"#)),
+            "{doc}"
+        );
+    }
+    for doc in [
+        r#"{"conversation_history":[{"role":"user","content":null}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":null}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"meta":{"x":1}}]}"#,
+        r#"{"conversation_history":[{"role":"assistant"}]}"#,
+    ] {
+        let e = parse(doc).unwrap_err();
+        assert!(e.contains("content must be a string"), "{doc}: {e}");
+    }
+}
