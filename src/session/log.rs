@@ -275,6 +275,25 @@ fn fitted(bytes: &[u8]) -> Vec<u8> {
     copy
 }
 
+/// The runs of whole messages a log lays out as one segment each, in
+/// order, given the messages' ends (logical positions after `start`): as
+/// many messages as fit in [`SEGMENT_BYTES`], at least one. `run` gets each
+/// run's first and past-the-end positions and its number of messages.
+fn for_each_run(start: u32, ends: impl Iterator<Item = u32>, mut run: impl FnMut(u32, u32, usize)) {
+    let (mut from, mut at, mut n) = (start, start, 0usize);
+    for end in ends {
+        if n > 0 && end.wrapping_sub(from) as usize > SEGMENT_BYTES {
+            run(from, at, n);
+            (from, n) = (at, 0);
+        }
+        at = end;
+        n += 1;
+    }
+    if n > 0 {
+        run(from, at, n);
+    }
+}
+
 /// The allocator's size class for `n` bytes (jemalloc's: 16-byte steps to
 /// 128, then four per doubling), so a buffer asks for what it will get.
 fn size_class(n: usize) -> usize {
@@ -863,22 +882,16 @@ impl MessageLog {
             first,
             ..MessageLog::default()
         };
-        let mut at = first;
+        let ends = messages.iter().scan(first, |at, (_, data)| {
+            *at = at.wrapping_add(data.len() as u32);
+            Some(*at)
+        });
         let mut rest = messages;
-        while !rest.is_empty() {
-            // As many messages as fit in a segment, at least one.
-            let mut bytes = 0usize;
-            let mut n = 0;
-            for (_, data) in rest {
-                if n > 0 && bytes + data.len() > SEGMENT_BYTES {
-                    break;
-                }
-                bytes += data.len();
-                n += 1;
-            }
+        for_each_run(first, ends, |from, to, n| {
             let (group, after) = rest.split_at(n.min(rest.len()));
-            let mut segment = Segment::owned(at, size_class(bytes));
+            let mut segment = Segment::owned(from, size_class(to.wrapping_sub(from) as usize));
             let buf = Arc::make_mut(&mut segment.bytes);
+            let mut at = from;
             for (head, data) in group {
                 buf.extend_from_slice(data);
                 at = at.wrapping_add(data.len() as u32);
@@ -886,7 +899,7 @@ impl MessageLog {
             }
             log.segments.push_back(segment);
             rest = after;
-        }
+        });
         log.segments.shrink_to_fit();
         log
     }
@@ -1050,21 +1063,12 @@ impl StoredLog {
     /// The log, given every message's bytes back to back.
     pub fn finish(self, bytes: &[u8]) -> Result<MessageLog, String> {
         let heads = self.checked(bytes)?;
-        // Within `bytes`: every head's range was checked against it.
-        let run = |from: u32, to: u32| bytes.get(from as usize..to as usize).unwrap_or_default();
         let mut segments = VecDeque::with_capacity(bytes.len().div_ceil(SEGMENT_BYTES).max(1));
-        // A run of whole messages, from `start` up to `at`, per segment.
-        let (mut start, mut at) = (0u32, 0u32);
-        for h in heads.iter() {
-            if at > start && h.end.saturating_sub(start) as usize > SEGMENT_BYTES {
-                segments.push_back(Segment::copied(start, run(start, at)));
-                start = at;
-            }
-            at = h.end;
-        }
-        if at > start {
-            segments.push_back(Segment::copied(start, run(start, at)));
-        }
+        for_each_run(0, heads.iter().map(|h| h.end), |from, to, _| {
+            // Within `bytes`: every head's range was checked against it.
+            let run = bytes.get(from as usize..to as usize).unwrap_or_default();
+            segments.push_back(Segment::copied(from, run));
+        });
         segments.shrink_to_fit();
         Ok(MessageLog::loaded(heads, segments))
     }
