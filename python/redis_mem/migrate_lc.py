@@ -58,6 +58,21 @@ def _msgid(mid: Any) -> Optional[str]:
     return text
 
 
+def _msgids_once(items: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """A history that repeats a message id (the same message added twice)
+    imports whole: a MSGID names one message of a session, so only the
+    first keeps it (it failed the whole session). A LangChain message's own
+    ``id`` is in its META as well, where LangChain reads it back from."""
+    seen = set()
+    for item in items:
+        mid = item.get("msgid")
+        if mid in seen:
+            del item["msgid"]
+        elif mid is not None:
+            seen.add(mid)
+    return items
+
+
 def _empty(v: Any) -> bool:
     return v is None or v == {} or v == []
 
@@ -156,7 +171,7 @@ def read_list(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes,
         if not isinstance(d, dict) or not isinstance(d.get("type"), str):
             raise ValueError(f"item {len(raw) - 1 - i} is not a message_to_dict object")
         items.append(message_item(d["type"], d.get("data") or {}))
-    return {"conversation_history": items}, {key: raw}
+    return {"conversation_history": _msgids_once(items)}, {key: raw}
 
 
 # -- langchain-redis: <prefix><session>:<ulid> JSON documents ----------------------
@@ -221,7 +236,7 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
     # Unix seconds (langchain-redis writes time.time()), or ms when >= 10^11.
     items = [message_item(d["type"], d["data"], ts=int(round(ts * 1000 if ts < 1e11 else ts)), msgid=mid)
              for ts, mid, d in rows]
-    return {"conversation_history": items}, dict(unit.values)
+    return {"conversation_history": _msgids_once(items)}, dict(unit.values)
 
 
 def unchanged(r: "redis.Redis", snapshot: Dict[bytes, Any]) -> bool:

@@ -100,6 +100,30 @@ def test_langchain_lists_dry_run_then_real_run(r):
     assert r.llen("message_store:alice") == 5 and r.lrange("message_store:broken", 0, -1) == ["not json"]
 
 
+def test_a_history_repeating_a_message_id_moves_whole(r):
+    """Hostile pass 33, F5: a LangChain history holding one message id twice
+    (the same message added twice) failed the whole session: a MSGID names
+    one message. Both move; the first keeps the MSGID, and LangChain reads
+    the id of both back."""
+    twice = [HumanMessage("hi", id="h1"), AIMessage("hello", id="a1"), HumanMessage("hi", id="h1")]
+    write_community(r, "dup", twice)
+    for key in write_langchain_redis(r, "dup2", [HumanMessage("x"), AIMessage("y")]):
+        doc = json.loads(r.get(key))
+        doc["message_id"] = "same"
+        r.set(key, json.dumps(doc))
+    for source, session in (("langchain", "dup"), ("langchain-redis", "dup2")):
+        r.delete(f"mem:{{{session}}}")
+        report = mig.migrate(r, source=source, target_template="mem:{<session>}", pattern=None)
+        by = {x.source: x for x in report.results}
+        assert by[session].status == mig.MOVED, report.render()
+    entries = RedisMemClient(r).get("mem:{dup}")
+    assert [e.msgid for e in entries] == ["h1", "a1", None]
+    assert [(type(m), m.content, m.id) for m in map(message_from_mem, entries)] == [
+        (type(m), m.content, m.id) for m in twice]
+    entries = RedisMemClient(r).get("mem:{dup2}")
+    assert [(e.content, e.msgid) for e in entries] == [("x", "same"), ("y", None)]
+
+
 def test_langchain_redis_documents_grouped_by_session_in_time_order(r):
     keys = write_langchain_redis(r, "user:42", CONVERSATION)  # a session id with ':'
     write_langchain_redis(r, "bob", [HumanMessage("hi"), AIMessage("hello")], t0=1_700_000_100.0)
