@@ -49,9 +49,10 @@ What it guarantees:
 * Timestamps: numbers are Unix time, seconds below 10^11 (fractions
   allowed), milliseconds otherwise; ISO 8601 strings (UTC when they carry no
   zone); all converted client-side to integer milliseconds (`ts`).
-* Lifetimes: each session gets the source's remaining TTL (PTTL, rounded up
-  to seconds; a source without expiry gives a session without one), or
-  --ttl for all.
+* Lifetimes: each session's key expires when its source would have (PTTL,
+  rounded up to seconds), once; the session's TTL setting (what each later
+  write refreshes) is the server's mem.ttl, or that lifetime when longer. A
+  source without expiry gives a session without one; --ttl sets both.
 * --dry-run runs exactly the real run's path (validation, the import, the
   read-back) into a temporary key beside the target, deleted at once:
   sources and targets are left as they are and its report predicts the
@@ -65,7 +66,9 @@ What it guarantees:
   and read back).
 * --delete-source deletes a source only after its session was verified,
   and only if the source did not change meanwhile (WATCH; a changed source
-  is imported again).
+  is imported again, over the session only while that still holds what
+  the run placed: an application may already write to it; otherwise both
+  are kept and the source is reported failed).
 * Resumable: --state FILE journals each finished source; a rerun skips
   what it lists as moved (and, with --delete-source, deleted); skipped and
   failed sources are looked at again. A target that already holds exactly
@@ -341,6 +344,7 @@ class Limits:
     max_tokens_limit: int = 10000000
     max_age: int = 0
     max_message_bytes: int = 4194304
+    ttl: int = 86400
 
     @classmethod
     def read(cls, r: "redis.Redis") -> "Limits":
@@ -352,7 +356,7 @@ class Limits:
             return out
         conf = {_s(k): _s(v) for k, v in got.items()}
         for name in ("max_messages", "max_tokens", "max_messages_limit", "max_tokens_limit",
-                     "max_age", "max_message_bytes"):
+                     "max_age", "max_message_bytes", "ttl"):
             val = conf.get("mem." + name.replace("_", "-"))
             if val is not None:
                 try:
@@ -586,6 +590,9 @@ class _Run:
     maxage: Optional[int]
     limits: Limits
     created: Dict[bytes, str] = field(default_factory=dict)
+    #: What each target this run placed held then (its FORMAT JSON): a
+    #: source that changed is imported again over it only while it still does.
+    placed: Dict[bytes, bytes] = field(default_factory=dict)
     #: "whole" (raise the caps) or "summarize" (fold what is over the
     #: default caps into the session summary with ``summarize_fn``).
     overflow: str = "whole"
@@ -702,6 +709,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                                                      and not run.dry_run else "")
                 res.messages = len(expected)
                 run.created[target] = source_name
+                run.placed[target] = _b(r.execute_command("MEM.GET", target, "FORMAT", "JSON"))
                 if ttl == 0 and not run.dry_run:
                     # The earlier run died between its RENAME and its PERSIST.
                     r.persist(target)
@@ -725,8 +733,19 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
     args: List[Any] = []
     if run.model:
         args += ["MODEL", run.model]
+    expire_s = 0
     if ttl is not None:
-        args += ["TTL", ttl]
+        if run.ttl is not None or ttl == 0:
+            args += ["TTL", ttl]  # --ttl, or no expiry at the source: the session's setting
+        else:
+            # The source's remaining lifetime is when it would have expired,
+            # not how long each later write keeps the session: the key gets
+            # it once, and the session's TTL setting is the server's
+            # (mem.ttl), or that lifetime when longer (it became each
+            # write's TTL: 60 s left made a session expire a minute after
+            # every turn).
+            args += ["TTL", max(ttl, run.limits.ttl)]
+            expire_s = ttl
         res.ttl = ttl
     if run.cluster is None:
         run.cluster = _cluster_enabled(r)
@@ -770,28 +789,67 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             # Off before it becomes the target (a user who may not PERSIST
             # fails here, with nothing written; the dry run finds it too).
             r.persist(scratch)
+        elif expire_s:
+            r.pexpire(scratch, expire_s * 1000)  # RENAME keeps it
         if run.dry_run:
             res.status = WOULD_MOVE
             run.created[target] = source_name
             return True
+        placing = _b(r.execute_command("MEM.GET", scratch, "FORMAT", "JSON"))
         try:
-            if res.replaced or ours:
+            if ours:
+                if not _replace_placed(run, res, scratch, target):
+                    return False
+            elif res.replaced:
                 r.rename(scratch, target)
             elif not r.renamenx(scratch, target):
                 res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
                 return False
         except redis.exceptions.NoPermissionError:
-            # ACL without RENAME / RENAMENX: import the verified copy again.
-            if not _copy_onto(run, res, scratch, target, args, res.replaced or ours):
+            # ACL without RENAME / RENAMENX: import the verified copy again
+            # (not over a session already placed: that needs the guarded RENAME).
+            if ours:
+                res.status, res.reason = FAILED, _BOTH_CHANGED + " (replacing it needs RENAME)"
                 return False
+            if not _copy_onto(run, res, scratch, target, args, res.replaced):
+                return False
+            if expire_s:
+                r.pexpire(target, expire_s * 1000)
             r.unlink(scratch)
         scratch = b""
         run.created[target] = source_name
+        run.placed[target] = placing
         res.status = MOVED
         return True
     finally:
         if scratch:
             r.unlink(scratch)
+
+
+_BOTH_CHANGED = ("the source changed after this run moved it, and so did the session (an application wrote to it): "
+                 "both kept as they are, the source's change not imported")
+
+
+def _replace_placed(run: _Run, res: KeyResult, scratch: bytes, target: bytes) -> bool:
+    """Renames ``scratch`` onto the session this run placed at ``target``
+    (its source changed after the move) only while the target holds exactly
+    what the run placed, under WATCH: an application may already write to
+    the new session, and a plain RENAME dropped what it wrote."""
+    placed = run.placed.get(target)
+    with run.r.pipeline(transaction=True) as pipe:
+        try:
+            pipe.watch(target)
+            now = pipe.execute_command("MEM.GET", target, "FORMAT", "JSON")
+            if placed is None or now is None or _b(now) != placed:
+                res.status, res.reason = FAILED, _BOTH_CHANGED
+                return False
+            pipe.multi()
+            pipe.rename(scratch, target)
+            pipe.execute()
+        except redis.WatchError:
+            res.status, res.reason = FAILED, _BOTH_CHANGED
+            return False
+    return True
 
 
 def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], args: List[Any]) -> bool:
@@ -939,8 +997,12 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
             res.reason = "source vanished or changed type after import; nothing deleted"
             return res
         # The application wrote to the source meanwhile: import the new value
-        # over the session this run just created, then try the delete again.
+        # over the session this run just created (while no one wrote to
+        # that: _replace_placed), then try the delete again.
         value = now
+        if run.ttl is None:
+            now_ttl = ttl_of(r, [source])
+            ttl = ttl if now_ttl is None else now_ttl
     res.reason = "source kept changing during migration; source kept, session holds a recent copy"
     return res
 

@@ -202,6 +202,25 @@ def test_the_source_ttl_is_carried_or_the_explicit_ttl(r):
     assert RedisMemClient(r).info("mem:{given}").ttl == 3600 and r.ttl("mem:{given}") > 3000
 
 
+def test_a_source_s_remaining_lifetime_expires_the_key_once_not_every_write(r):
+    """Hostile pass 34, F2: a source with 60 s left became a session whose
+    TTL setting was 60 s, so it expired a minute after every later turn.
+    The key now gets the remaining lifetime once; the session's setting is
+    the server's mem.ttl, or that lifetime when longer."""
+    default = int(r.config_get("mem.ttl")["mem.ttl"])
+    r.set("user_memory_soon", doc("a"), ex=60)
+    r.set("user_memory_later", doc("b"), ex=default * 3)
+    mig.migrate(r, pattern="user_memory_soon")
+    mig.migrate(r, pattern="user_memory_later")
+    c = RedisMemClient(r)
+    assert 55 <= r.ttl("mem:{soon}") <= 60
+    assert c.info("mem:{soon}").ttl == default
+    assert default * 3 - 10 <= r.ttl("mem:{later}") <= default * 3
+    assert default * 3 - 10 <= c.info("mem:{later}").ttl <= default * 3
+    c.append("mem:{soon}", "user", "next turn")
+    assert default - 10 <= r.ttl("mem:{soon}") <= default
+
+
 HOSTILE = {
     "user_memory_notjson": b"{not json",
     "user_memory_binary": b'{"conversation_history":[{"role":"user","content":"\xff\xfe"}]}',
@@ -511,3 +530,44 @@ def test_a_state_file_tells_a_non_utf8_key_from_one_holding_a_backslash(clean, t
     assert [(x.source, x.status) for x in second.results] == [("user_memory_\\\\xff", mig.MOVED)]
     assert RedisMemClient(raw).get(b"mem:{\xff}")[0].content == "the byte"
     assert RedisMemClient(raw).get(b"mem:{\\xff}")[0].content == "the backslash"
+
+
+class _WritesAfterTheMove(redis.Redis):
+    """A client that, right after the run's RENAMENX, lets an old
+    application instance rewrite the source and (``append``) a new one
+    append to the migrated session."""
+
+    def __init__(self, r: redis.Redis, append: bool) -> None:
+        # Bytes, as the run reads sources (a decoding client is swapped for one).
+        kw = {**r.connection_pool.connection_kwargs, "decode_responses": False}
+        super().__init__(connection_pool=redis.ConnectionPool(**kw))
+        self.side, self.append, self.fired = r, append, False
+
+    def execute_command(self, *args, **kw):
+        out = super().execute_command(*args, **kw)
+        if not self.fired and str(args[0]).upper() == "RENAMENX":
+            self.fired = True
+            if self.append:
+                self.side.execute_command("MEM.APPEND", "mem:{race}", "user", "new app's turn")
+            self.side.set("user_memory_race", doc("old", "old app's reply"))
+        return out
+
+
+def test_a_source_changed_after_the_move_never_overwrites_what_the_new_session_got(r):
+    """Hostile pass 34, F1: with --delete-source, a source rewritten after
+    its session was placed was imported again with a plain RENAME over the
+    session, dropping a turn a new application instance had appended to it
+    meanwhile; the source was then deleted and the report said moved."""
+    r.set("user_memory_race", doc("old"))
+    report = mig.migrate(_WritesAfterTheMove(r, append=True), pattern="user_memory_race", delete_source=True)
+    assert [(x.status, "both kept" in x.reason) for x in report.results] == [(mig.FAILED, True)]
+    got = RedisMemClient(r).get("mem:{race}")
+    assert [e.content for e in got] == ["old", "new app's turn"]
+    assert r.exists("user_memory_race")
+    # Without a write to the session, the changed source is imported again and deleted.
+    r.delete("mem:{race}")
+    r.set("user_memory_race", doc("old"))
+    report = mig.migrate(_WritesAfterTheMove(r, append=False), pattern="user_memory_race", delete_source=True)
+    assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)]
+    assert [e.content for e in RedisMemClient(r).get("mem:{race}")] == ["old", "old app's reply"]
+    assert not r.exists("user_memory_race")
