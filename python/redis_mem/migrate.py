@@ -440,9 +440,13 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
 
 
 def _calls_tools(message: Dict[str, Any]) -> bool:
-    """Whether the message carries tool calls, as a member or in its META."""
+    """Whether the message carries tool calls (a non-empty ``tool_calls``
+    list), as a member or in its META: MEM.IMPORT's rule."""
     meta = message.get("meta")
-    return message.get("tool_calls") is not None or (isinstance(meta, dict) and meta.get("tool_calls") is not None)
+    calls = message.get("tool_calls")
+    if calls is None and isinstance(meta, dict):
+        calls = meta.get("tool_calls")
+    return isinstance(calls, list) and len(calls) > 0
 
 
 def _encode(doc: Dict[str, Any]) -> bytes:

@@ -36,7 +36,10 @@ pub const MAX_BATCH: usize = 1000;
 #[serde(deny_unknown_fields)]
 struct Item<'a> {
     role: String,
-    content: String,
+    /// None: missing; Some(None): null, allowed on a turn that only calls
+    /// tools (META's `tool_calls`), as MEM.IMPORT allows it.
+    #[serde(default, deserialize_with = "present")]
+    content: Option<Option<String>>,
     #[serde(default)]
     ts: Option<u64>,
     #[serde(default, borrow)]
@@ -112,6 +115,11 @@ fn parse(bytes: &[u8], counting: Counting, limits: Limits, on_worker: bool) -> P
     }
 }
 
+/// A member that is there, null or not (a missing one stays None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
 fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "messages is not valid UTF-8".to_owned())?;
     let items: Vec<Item> = serde_json::from_str(text).map_err(|e| {
@@ -139,12 +147,6 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
         return Err(format!("role must be 1 to {MAX_ROLE_BYTES} bytes"));
     }
     crate::session::check_name_chars("role", &item.role)?;
-    if item.content.len() as u64 > max_message_bytes {
-        return Err(format!(
-            "content is {} bytes, above mem.max-message-bytes ({max_message_bytes})",
-            item.content.len()
-        ));
-    }
     let ts = match item.ts {
         Some(t) if t > MAX_TS as u64 => {
             return Err(format!("ts must be at most {MAX_TS} (9999-12-31)"))
@@ -162,13 +164,29 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
         }
         None => None,
     };
+    let content = match item.content {
+        Some(Some(content)) => content,
+        Some(None) if crate::session::meta_calls_tools(meta.as_deref()) => String::new(),
+        Some(None) => {
+            return Err(
+                "content must be a string (null only on a message with tool calls)".to_owned(),
+            )
+        }
+        None => return Err("missing field `content`".to_owned()),
+    };
+    if content.len() as u64 > max_message_bytes {
+        return Err(format!(
+            "content is {} bytes, above mem.max-message-bytes ({max_message_bytes})",
+            content.len()
+        ));
+    }
     if let Some(msgid) = &item.msgid {
         crate::session::check_msgid(msgid)?;
         crate::session::check_name_chars("msgid", msgid)?;
     }
     Ok(Counted {
         role: item.role,
-        content: Arc::from(item.content),
+        content: Arc::from(content),
         ts,
         meta,
         msgid: item.msgid,

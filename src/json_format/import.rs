@@ -465,18 +465,6 @@ fn fold_into_meta(meta: Option<String>, others: Others<'_>) -> Result<Option<Str
     Ok(Some(text))
 }
 
-/// Whether META (a checked object) holds non-null `tool_calls`.
-fn calls_tools(meta: Option<&str>) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Calls<'a> {
-        #[serde(borrow)]
-        tool_calls: Option<&'a serde_json::value::RawValue>,
-    }
-    meta.and_then(|m| serde_json::from_str::<Calls<'_>>(m).ok())
-        .and_then(|c| c.tool_calls)
-        .is_some_and(|c| c.get() != "null")
-}
-
 const MESSAGE_FIELDS: [&str; 8] = [
     "role",
     "content",
@@ -792,9 +780,9 @@ impl<C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Builder<'_, C, E> {
             fields.ok_or_else(|| at(Bad::Shape("a message must be an object".to_owned())))?;
         let mut m = parse_message(self.doc, fields).map_err(at)?;
         m.meta = fold_into_meta(m.meta, others).map_err(|e| at(Bad::Shape(e)))?;
-        if m.content_null && !calls_tools(m.meta.as_deref()) {
+        if m.content_null && !crate::session::meta_calls_tools(m.meta.as_deref()) {
             return Err(at(Bad::Shape(
-                "content must be a string (null only with tool_calls)".to_owned(),
+                "content must be a string (null only on a message with tool calls)".to_owned(),
             )));
         }
         if m.content.len() as u64 > self.max_message_bytes {

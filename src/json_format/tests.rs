@@ -690,6 +690,9 @@ fn null_content_is_empty_only_on_a_turn_that_calls_tools() {
     for doc in [
         r#"{"conversation_history":[{"role":"user","content":null}]}"#,
         r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":null}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":[]}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":{"id":1}}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"meta":{"tool_calls":"x"}}]}"#,
         r#"{"conversation_history":[{"role":"assistant","content":null,"meta":{"x":1}}]}"#,
         r#"{"conversation_history":[{"role":"assistant"}]}"#,
     ] {

@@ -935,7 +935,8 @@ pub use recount::{Coverage, Recounted, Snapshot};
 pub use retry::{check_msgid, Departed, Msgids, MAX_DEPARTED, MAX_MSGID_BYTES};
 pub use sparse::Sparse;
 pub use validate::{
-    check_attr_value, check_members, check_meta, MAX_MEMBERS_DEPTH, MAX_META_DEPTH,
+    check_attr_value, check_members, check_meta, meta_calls_tools, MAX_MEMBERS_DEPTH,
+    MAX_META_DEPTH,
 };
 
 #[cfg(test)]

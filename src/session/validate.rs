@@ -34,6 +34,21 @@ pub fn check_meta(text: &str) -> Result<(), String> {
     check_json_object("META", text, MAX_META_DEPTH)
 }
 
+/// Whether META (a checked object) holds a tool call: a non-empty array
+/// `tool_calls`. A message with one may have `"content": null` (OpenAI's
+/// shape of a turn that only calls tools), read as "" by MEM.IMPORT and
+/// MEM.APPENDBATCH.
+pub fn meta_calls_tools(meta: Option<&str>) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Calls {
+        // IgnoredAny is zero-sized: the vector counts, allocating nothing.
+        tool_calls: Option<Vec<serde::de::IgnoredAny>>,
+    }
+    meta.and_then(|m| serde_json::from_str::<Calls>(m).ok())
+        .and_then(|c| c.tool_calls)
+        .is_some_and(|calls| !calls.is_empty())
+}
+
 /// Imported top-level members, as one JSON object (see [`check_meta`]).
 pub fn check_members(text: &str) -> Result<(), String> {
     check_json_object("imported members", text, MAX_MEMBERS_DEPTH)

@@ -104,7 +104,19 @@ fn a_bad_message_refuses_the_whole_batch() {
             json!([good, {"role": "", "content": "x"}]).to_string(),
             "messages[1]: role",
         ),
-        (json!([good, {"role": "user"}]).to_string(), "JSON array"),
+        (
+            json!([good, {"role": "user"}]).to_string(),
+            "messages[1]: missing field `content`",
+        ),
+        (
+            json!([good, {"role": "user", "content": null}]).to_string(),
+            "messages[1]: content must be a string (null only on a message with tool calls)",
+        ),
+        (
+            json!([good, {"role": "assistant", "content": null, "meta": {"tool_calls": []}}])
+                .to_string(),
+            "null only on a message with tool calls",
+        ),
         (
             json!([good, {"role": "user", "content": "x", "meta": [1]}]).to_string(),
             "META must be a JSON object",
@@ -194,5 +206,54 @@ fn a_large_batch_is_counted_on_the_pool_and_replicates_identically() {
             session::json_text(&mut rcon, key),
             "{key}"
         );
+    }
+}
+
+/// OpenAI's shape of a turn that only calls tools, `"content": null`, is
+/// read as "" when META holds tool calls, by MEM.APPENDBATCH as by
+/// MEM.IMPORT (hostile pass 34 F3: IMPORT took it, APPENDBATCH refused
+/// it; IMPORT took it with `tool_calls` of `[]`, `{}` or `"x"` too).
+#[test]
+fn null_content_of_a_tool_calling_turn_is_empty_in_a_batch_and_an_import() {
+    let server = Server::start();
+    let mut con = server.client();
+    let calls =
+        json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
+    let messages = json!([
+        {"role": "user", "content": "go", "ts": 1_700_000_000_000i64},
+        {"role": "assistant", "content": null, "ts": 1_700_000_001_000i64, "meta": {"tool_calls": calls}},
+        {"role": "tool", "content": "done", "ts": 1_700_000_002_000i64, "meta": {"tool_call_id": "c1"}}
+    ]);
+    batch(&mut con, "mem:{b}", &messages, &["TTL", "0"]);
+    let doc = json!({"conversation_history": messages});
+    ok(
+        &mut con,
+        &["MEM.IMPORT", "mem:{i}", &doc.to_string(), "TTL", "0"],
+    );
+    let (b, i) = (history(&mut con, "mem:{b}"), history(&mut con, "mem:{i}"));
+    assert_eq!(b, i);
+    assert_eq!(b[1]["content"], "");
+    assert_eq!(b[1]["meta"]["tool_calls"], calls);
+    for calls in [
+        json!([]),
+        json!({}),
+        json!("x"),
+        json!(0),
+        json!(false),
+        json!(null),
+    ] {
+        let one = json!([{"role": "assistant", "content": null, "meta": {"tool_calls": calls}}]);
+        assert_err(
+            &mut con,
+            &["MEM.APPENDBATCH", "mem:{none}", &one.to_string()],
+            "null only on a message with tool calls",
+        );
+        let doc = json!({"conversation_history": [{"role": "assistant", "content": null, "tool_calls": calls}]});
+        assert_err(
+            &mut con,
+            &["MEM.IMPORT", "mem:{none}", &doc.to_string()],
+            "content must be a string",
+        );
+        assert_eq!(int(&mut con, &["EXISTS", "mem:{none}"]), 0);
     }
 }
