@@ -316,7 +316,7 @@ def check_document(text: str) -> Dict[str, Any]:
     """Parses and checks the client-side memory shape; raises ValueError
     with the reason. (The import, read back, is the authority.)"""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=lc.unique_members)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON: {e}") from None
     except RecursionError:

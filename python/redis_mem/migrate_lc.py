@@ -121,13 +121,27 @@ def _b(v: Any) -> bytes:
     return v if isinstance(v, bytes) else str(v).encode("utf-8")
 
 
+def unique_members(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """A JSON object whose member names are unique (json.loads kept the
+    last of a repeated name: the document re-encoded for MEM.IMPORT lost the
+    others, and the source was deleted)."""
+    out: Dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise ValueError(f"member {name!r} is given twice: which to keep is the application's call")
+        out[name] = value
+    return out
+
+
 def _decode(raw: bytes, what: str) -> Any:
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=unique_members)
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{what} is not valid JSON: {e}") from None
+    except ValueError as e:  # a member given twice
+        raise ValueError(f"{what}: {e}") from None
 
 
 # -- langchain-community: message_store:<session> lists --------------------------

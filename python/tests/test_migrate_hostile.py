@@ -571,3 +571,21 @@ def test_a_source_changed_after_the_move_never_overwrites_what_the_new_session_g
     assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)]
     assert [e.content for e in RedisMemClient(r).get("mem:{race}")] == ["old", "old app's reply"]
     assert not r.exists("user_memory_race")
+
+
+def test_a_member_given_twice_fails_the_source_and_keeps_it(r):
+    """Hostile pass 34, F5: json.loads keeps the last of a repeated name,
+    so a message's first content (or any member) was dropped from the
+    re-encoded document and the source deleted; MEM.IMPORT itself refuses
+    such a document. The source now fails, kept."""
+    r.set("user_memory_twice", '{"conversation_history":[{"role":"user","content":"first","content":"second"}]}')
+    r.set("user_memory_twice2", '{"conversation_history":[],"user_profile":{"a":1},"user_profile":{"a":2}}')
+    r.lpush("message_store:twice", '{"type":"human","data":{"content":"a","content":"b"}}')
+    for source, names in (("user-memory", ["user_memory_twice", "user_memory_twice2"]), ("langchain", ["twice"])):
+        report = mig.migrate(r, source=source, pattern=None if source == "langchain" else "user_memory_twice*",
+                             delete_source=True)
+        by = {x.source: x for x in report.results}
+        for name in names:
+            assert by[name].status == mig.FAILED and "is given twice" in by[name].reason, report.render()
+    assert r.exists("user_memory_twice", "user_memory_twice2", "message_store:twice") == 3
+    assert not r.exists("mem:{twice}", "mem:{twice2}")
