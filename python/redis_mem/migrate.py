@@ -440,13 +440,13 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
 
 
 def _calls_tools(message: Dict[str, Any]) -> bool:
-    """Whether the message carries tool calls (a non-empty ``tool_calls``
-    list), as a member or in its META: MEM.IMPORT's rule."""
+    """Whether the message carries tool calls (``tool_calls``, a non-empty
+    list of objects), as a member or in its META: MEM.IMPORT's rule."""
     meta = message.get("meta")
     calls = message.get("tool_calls")
     if calls is None and isinstance(meta, dict):
         calls = meta.get("tool_calls")
-    return isinstance(calls, list) and len(calls) > 0
+    return isinstance(calls, list) and len(calls) > 0 and all(isinstance(c, dict) for c in calls)
 
 
 def _encode(doc: Dict[str, Any]) -> bytes:
@@ -557,10 +557,9 @@ def _copy_onto(run: "_Run", res: "KeyResult", scratch: bytes, target: bytes, arg
             res.status, res.reason = FAILED, f"MEM.IMPORT into the target refused it (no RENAME permission): {e}"
         return False
     if _history(r, target) != _history(r, scratch):
-        if not replace:
-            r.unlink(target)
-        res.status, res.reason = FAILED, "the target reads back different from the verified import" + (
-            "" if replace else "; nothing written")
+        # Left as it is: an application may have written to it already.
+        res.status, res.reason = FAILED, "the target reads back different from the verified import (an " \
+            "application may have written to it since): left as it is, the source kept"
         return False
     return True
 
@@ -596,7 +595,7 @@ class _Run:
     created: Dict[bytes, str] = field(default_factory=dict)
     #: What each target this run placed held then (its FORMAT JSON): a
     #: source that changed is imported again over it only while it still does.
-    placed: Dict[bytes, bytes] = field(default_factory=dict)
+    placed: Dict[bytes, Optional[Tuple[bytes, int]]] = field(default_factory=dict)
     #: "whole" (raise the caps) or "summarize" (fold what is over the
     #: default caps into the session summary with ``summarize_fn``).
     overflow: str = "whole"
@@ -684,14 +683,6 @@ def _require_transactions(r: "redis.Redis") -> None:
         pool.release(conn)
 
 
-def _same_history(run: _Run, target: bytes, expected: List[Expected]) -> bool:
-    """Whether the session at ``target`` holds exactly ``expected``."""
-    try:
-        return _verify(run, target, expected) == ""
-    except (redis.ResponseError, ValueError, AttributeError):  # not a session, unreadable
-        return False
-
-
 def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: bytes,
            expected: List[Expected], ttl: Optional[int]) -> bool:
     """Imports ``value`` into a temporary key, verifies it, then (real run)
@@ -703,32 +694,22 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         res.status, res.reason = FAILED, f"{_show(target)} is already the target of {owner} in this run"
         return False
     ours = owner == source_name
+    # An existing target is compared, once the source is imported, with
+    # what the import made: only the very same session is taken as moved.
+    existing = False
     if not ours and r.exists(target):
         if not run.replace:
-            if _same_history(run, target, expected):
-                # An earlier run (interrupted between its RENAME and its
-                # delete, or a concurrent one) moved this very history.
-                res.status, res.reason = SKIPPED, "the target already holds exactly this history (an earlier " \
-                    "or concurrent run moved it)" + ("; --delete-source deletes the source" if run.delete_source
-                                                     and not run.dry_run else "")
-                res.messages = len(expected)
-                run.created[target] = source_name
-                run.placed[target] = _b(r.execute_command("MEM.GET", target, "FORMAT", "JSON"))
-                if ttl == 0 and not run.dry_run:
-                    # The earlier run died between its RENAME and its PERSIST.
-                    r.persist(target)
-                return True
-            res.status, res.reason = SKIPPED, "target key exists (use --replace)"
-            return False
-        # --replace replaces sessions only: a key of another type is an
-        # application's data, or a source of this very run (a target
-        # template whose names match the pattern), never ours to overwrite.
-        kind = _b(r.type(target))
-        if kind != b"redis-mem" and kind != b"none":
-            res.status, res.reason = FAILED, f"target key holds a {_show(kind)}, not a redis-mem session: " \
-                "not replaced (--replace replaces sessions only)"
-            return False
-        res.replaced = kind == b"redis-mem"
+            existing = True
+        else:
+            # --replace replaces sessions only: a key of another type is an
+            # application's data, or a source of this very run (a target
+            # template whose names match the pattern), never ours to overwrite.
+            kind = _b(r.type(target))
+            if kind != b"redis-mem" and kind != b"none":
+                res.status, res.reason = FAILED, f"target key holds a {_show(kind)}, not a redis-mem session: " \
+                    "not replaced (--replace replaces sessions only)"
+                return False
+            res.replaced = kind == b"redis-mem"
     try:
         caps_args, res.caps = _caps(run, len(expected), len(value))
     except ValueError as e:
@@ -744,12 +725,11 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         else:
             # The source's remaining lifetime is when it would have expired,
             # not how long each later write keeps the session: the key gets
-            # it once, and the session's TTL setting is the server's
-            # (mem.ttl), or that lifetime when longer (it became each
-            # write's TTL: 60 s left made a session expire a minute after
-            # every turn).
-            args += ["TTL", max(ttl, run.limits.ttl)]
-            expire_s = ttl
+            # it once (below), and the session's TTL setting is what the
+            # import gives it (the server's mem.ttl, or the document's own),
+            # or that lifetime when longer (it became each write's TTL: 60 s
+            # left made a session expire a minute after every turn).
+            expire_s = min(ttl, MAX_TTL_S)
         res.ttl = ttl
     if run.cluster is None:
         run.cluster = _cluster_enabled(r)
@@ -770,6 +750,12 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                     r.execute_command("MEM.IMPORT", scratch, value, "REPLACE", *args, *caps_args)
                     shown = caps_args[:caps_args.index("MAXAGE")] if "MAXAGE" in caps_args else caps_args
                     res.caps = ("imported whole: " + " ".join(str(a) for a in shown)) if shown else ""
+            if expire_s:
+                setting = int(_reply_map(r.execute_command("MEM.INFO", scratch)).get("ttl") or 0)
+                if setting and expire_s > setting:
+                    setting = expire_s
+                    r.execute_command("MEM.IMPORT", scratch, value, "REPLACE", *args, "TTL", setting, *caps_args)
+                args += ["TTL", setting]  # what later imports of this session keep
         except redis.ResponseError as e:
             msg = str(e)
             if "unknown option" in msg and res.caps:
@@ -789,6 +775,21 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         res.messages = len(expected)
         if res.caps and run.overflow == "summarize" and not _fold(run, res, scratch, expected, args):
             return False
+        if existing:
+            if not _same_session(r, scratch, target, res.untimed > 0):
+                res.status, res.reason = SKIPPED, "target key exists (use --replace)"
+                return False
+            # An earlier run (interrupted between its RENAME and its delete,
+            # or a concurrent one) moved this very session.
+            res.status, res.reason = SKIPPED, "the target already holds exactly this session (an earlier " \
+                "or concurrent run moved it)" + ("; --delete-source deletes the source" if run.delete_source
+                                                 and not run.dry_run else "")
+            run.created[target] = source_name
+            run.placed[target] = _placed(r, target)
+            if ttl == 0 and not run.dry_run:
+                # The earlier run died between its RENAME and its PERSIST.
+                r.persist(target)
+            return True
         if ttl == 0:
             # Off before it becomes the target (a user who may not PERSIST
             # fails here, with nothing written; the dry run finds it too).
@@ -799,8 +800,10 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status = WOULD_MOVE
             run.created[target] = source_name
             return True
-        placing = _b(r.execute_command("MEM.GET", scratch, "FORMAT", "JSON"))
+        placing = _placed(r, scratch)
         try:
+            if placing is None:
+                raise redis.ResponseError("no such key")
             if ours:
                 if not _replace_placed(run, res, scratch, target):
                     return False
@@ -813,13 +816,22 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             # ACL without RENAME / RENAMENX: import the verified copy again
             # (not over a session already placed: that needs the guarded RENAME).
             if ours:
-                res.status, res.reason = FAILED, _BOTH_CHANGED + " (replacing it needs RENAME)"
+                res.status, res.reason = FAILED, "the source changed after this run moved it; importing it " \
+                    "again over the session needs RENAME: both kept as they are"
                 return False
             if not _copy_onto(run, res, scratch, target, args, res.replaced):
                 return False
             if expire_s:
                 r.pexpire(target, expire_s * 1000)
             r.unlink(scratch)
+            placing = _placed(r, target)
+        except redis.ResponseError as e:
+            if "no such key" not in str(e).lower():
+                raise
+            # The source's last moments passed while it was moved: the
+            # session expired with them, as the source did.
+            res.status, res.reason = SKIPPED, "the source's lifetime ended during the migration (so did its session)"
+            return False
         scratch = b""
         run.created[target] = source_name
         run.placed[target] = placing
@@ -830,8 +842,43 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             r.unlink(scratch)
 
 
-_BOTH_CHANGED = ("the source changed after this run moved it, and so did the session (an application wrote to it): "
-                 "both kept as they are, the source's change not imported")
+_BOTH_CHANGED = ("the source changed after this run moved it, and so did the session (an application wrote to it, "
+                 "or changed its expiry): both kept as they are, the source's change not imported; merge them "
+                 "by hand (--replace would overwrite what the application wrote)")
+
+#: The longest TTL a session takes (MEM.IMPORT's TTL: 100 years).
+MAX_TTL_S = 3_153_600_000
+
+
+def _placed(r: "redis.Redis", key: bytes) -> Optional[Tuple[bytes, int]]:
+    """What a session is, to tell later whether anyone changed it: its
+    FORMAT JSON and its expiry (an absolute time, -1 for none); None when
+    the key is gone."""
+    doc = r.execute_command("MEM.GET", key, "FORMAT", "JSON")
+    if doc is None:
+        return None
+    return _b(doc), int(r.execute_command("PEXPIRETIME", key))
+
+
+def _same_session(r: "redis.Redis", a: bytes, b: bytes, untimed: bool) -> bool:
+    """Whether two keys hold the same session: FORMAT JSON equal but for
+    what each run makes up: the TTL setting (a later run sees less of the
+    source's lifetime left) and, when the source left messages untimed,
+    the messages' times (each import stamps them with its own)."""
+    def doc(key: bytes) -> Any:
+        try:
+            d = json.loads(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON")))
+        except (redis.ResponseError, ValueError, TypeError):  # not a session, gone
+            return None
+        if isinstance(d, dict) and isinstance(d.get("redis_mem"), dict):
+            d["redis_mem"].pop("ttl", None)
+        for m in (d.get("conversation_history") or []) if untimed and isinstance(d, dict) else []:
+            if isinstance(m, dict):
+                m.pop("ts", None)
+                m.pop("timestamp", None)
+        return d
+    first = doc(a)
+    return first is not None and first == doc(b)
 
 
 def _replace_placed(run: _Run, res: KeyResult, scratch: bytes, target: bytes) -> bool:
@@ -843,8 +890,12 @@ def _replace_placed(run: _Run, res: KeyResult, scratch: bytes, target: bytes) ->
     with run.r.pipeline(transaction=True) as pipe:
         try:
             pipe.watch(target)
-            now = pipe.execute_command("MEM.GET", target, "FORMAT", "JSON")
-            if placed is None or now is None or _b(now) != placed:
+            now = _placed(pipe, target)
+            if now is None:
+                res.status, res.reason = FAILED, "the source changed after this run moved it, and the session " \
+                    "is gone (deleted or expired since): the source kept, not imported again"
+                return False
+            if now != placed:
                 res.status, res.reason = FAILED, _BOTH_CHANGED
                 return False
             pipe.multi()

@@ -127,7 +127,7 @@ def test_sources_kept_without_delete_and_rerun_skips(clean):
     # session is this very history; once the session has changed, that it exists.
     again = mig.migrate(r)
     assert [(x.status, x.reason) for x in again.results] == [
-        (mig.SKIPPED, "the target already holds exactly this history (an earlier or concurrent run moved it)")]
+        (mig.SKIPPED, "the target already holds exactly this session (an earlier or concurrent run moved it)")]
     RedisMemClient(r).append("mem:{alice}", "user", "new turn")
     assert [(x.status, x.reason) for x in mig.migrate(r).results] == [
         (mig.SKIPPED, "target key exists (use --replace)")]

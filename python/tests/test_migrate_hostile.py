@@ -404,7 +404,7 @@ def test_ctrl_c_mid_run_then_a_rerun_finishes_and_deletes(clean, tmp_path):
     r.set("user_memory_w", doc("in the window"))
     assert mig.migrate(r, pattern="user_memory_w").results[0].status == mig.MOVED
     w = mig.migrate(r, pattern="user_memory_w", delete_source=True).results[0]
-    assert (w.status, w.deleted) == (mig.SKIPPED, True) and "already holds exactly this history" in w.reason
+    assert (w.status, w.deleted) == (mig.SKIPPED, True) and "already holds exactly this session" in w.reason
     assert not r.exists("user_memory_w") and r.exists("mem:{w}")
     script = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
               "from redis_mem.migrate import main\nsys.exit(main())\n")
@@ -534,21 +534,21 @@ def test_a_state_file_tells_a_non_utf8_key_from_one_holding_a_backslash(clean, t
 
 class _WritesAfterTheMove(redis.Redis):
     """A client that, right after the run's RENAMENX, lets an old
-    application instance rewrite the source and (``append``) a new one
-    append to the migrated session."""
+    application instance rewrite the source and a new one do ``app`` to
+    the migrated session (a command, or nothing)."""
 
-    def __init__(self, r: redis.Redis, append: bool) -> None:
+    def __init__(self, r: redis.Redis, app=None) -> None:
         # Bytes, as the run reads sources (a decoding client is swapped for one).
         kw = {**r.connection_pool.connection_kwargs, "decode_responses": False}
         super().__init__(connection_pool=redis.ConnectionPool(**kw))
-        self.side, self.append, self.fired = r, append, False
+        self.side, self.app, self.fired = r, app, False
 
     def execute_command(self, *args, **kw):
         out = super().execute_command(*args, **kw)
         if not self.fired and str(args[0]).upper() == "RENAMENX":
             self.fired = True
-            if self.append:
-                self.side.execute_command("MEM.APPEND", "mem:{race}", "user", "new app's turn")
+            if self.app:
+                self.side.execute_command(*self.app)
             self.side.set("user_memory_race", doc("old", "old app's reply"))
         return out
 
@@ -559,15 +559,24 @@ def test_a_source_changed_after_the_move_never_overwrites_what_the_new_session_g
     session, dropping a turn a new application instance had appended to it
     meanwhile; the source was then deleted and the report said moved."""
     r.set("user_memory_race", doc("old"))
-    report = mig.migrate(_WritesAfterTheMove(r, append=True), pattern="user_memory_race", delete_source=True)
+    append = ("MEM.APPEND", "mem:{race}", "user", "new app's turn")
+    report = mig.migrate(_WritesAfterTheMove(r, append), pattern="user_memory_race", delete_source=True)
     assert [(x.status, "both kept" in x.reason) for x in report.results] == [(mig.FAILED, True)]
     got = RedisMemClient(r).get("mem:{race}")
     assert [e.content for e in got] == ["old", "new app's turn"]
     assert r.exists("user_memory_race")
+    # Pass 35: a change of the session's expiry alone (PERSIST, EXPIRE) is a write too.
+    for app, pttl_ok in ((("PERSIST", "mem:{race}"), lambda p: p == -1),
+                         (("PEXPIRE", "mem:{race}", 5_000_000), lambda p: 4_900_000 < p <= 5_000_000)):
+        r.delete("mem:{race}")
+        r.set("user_memory_race", doc("old"), ex=100)
+        report = mig.migrate(_WritesAfterTheMove(r, app), pattern="user_memory_race", delete_source=True)
+        assert [(x.status, "both kept" in x.reason) for x in report.results] == [(mig.FAILED, True)], app
+        assert pttl_ok(r.pttl("mem:{race}")) and r.exists("user_memory_race"), app
     # Without a write to the session, the changed source is imported again and deleted.
     r.delete("mem:{race}")
     r.set("user_memory_race", doc("old"))
-    report = mig.migrate(_WritesAfterTheMove(r, append=False), pattern="user_memory_race", delete_source=True)
+    report = mig.migrate(_WritesAfterTheMove(r), pattern="user_memory_race", delete_source=True)
     assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)]
     assert [e.content for e in RedisMemClient(r).get("mem:{race}")] == ["old", "old app's reply"]
     assert not r.exists("user_memory_race")
@@ -589,3 +598,51 @@ def test_a_member_given_twice_fails_the_source_and_keeps_it(r):
             assert by[name].status == mig.FAILED and "is given twice" in by[name].reason, report.render()
     assert r.exists("user_memory_twice", "user_memory_twice2", "message_store:twice") == 3
     assert not r.exists("mem:{twice}", "mem:{twice2}")
+
+
+def test_a_target_with_the_same_turns_but_less_is_not_taken_as_moved(r):
+    """Hostile pass 35, F1: a target holding the same roles, contents and
+    metas (an application writing both stores, or --from external run
+    first) was taken as "moved by an earlier run", and --delete-source
+    deleted a source whose profile, context, times and msgids the session
+    lacked. The whole session must be the same."""
+    r.set("user_memory_same", json.dumps({
+        "conversation_history": [
+            {"role": "user", "content": "hi", "timestamp": "2025-01-01T10:00:00Z", "msgid": "m1"},
+            {"role": "assistant", "content": "hello", "timestamp": "2025-01-01T10:00:01Z"}],
+        "user_profile": {"name": "Ann"}, "context": {"k": 1}}))
+    c = RedisMemClient(r)
+    c.append("mem:{same}", "user", "hi")
+    c.append("mem:{same}", "assistant", "hello")
+    r.set("user_memory_carol", json.dumps({"user_profile": {"name": "Carol"}}))
+    r.execute_command("MEM.EXTSET", "mem:{carol}", "dify", "conv-1")
+    report = mig.migrate(r, pattern="user_memory_[sc]*", delete_source=True)
+    assert {x.source: (x.status, x.reason, x.deleted) for x in report.results} == {
+        "user_memory_same": (mig.SKIPPED, "target key exists (use --replace)", False),
+        "user_memory_carol": (mig.SKIPPED, "target key exists (use --replace)", False)}
+    assert r.exists("user_memory_same", "user_memory_carol") == 2
+    # The session an interrupted run did move is recognized, and the source deleted.
+    r.delete("mem:{same}")
+    first = mig.migrate(r, pattern="user_memory_same")
+    assert [x.status for x in first.results] == [mig.MOVED]
+    again = mig.migrate(r, pattern="user_memory_same", delete_source=True)
+    assert [(x.status, x.deleted) for x in again.results] == [(mig.SKIPPED, True)]
+    assert c.attrget("mem:{same}", "user_profile") == {"name": "Ann"}
+
+
+def test_a_server_without_session_ttl_keeps_none_after_the_source_s_lifetime(r):
+    """Hostile pass 35, F5: with mem.ttl 0 (sessions never expire) a source
+    with 60 s left made the session's TTL setting 60 s again. The setting
+    is the server's (none), the key expires once when the source would
+    have; a later write makes it persistent, as the server's own sessions."""
+    old = r.config_get("mem.ttl")["mem.ttl"]
+    r.config_set("mem.ttl", 0)
+    try:
+        r.set("user_memory_z", doc("a"), ex=60)
+        mig.migrate(r, pattern="user_memory_z")
+        assert RedisMemClient(r).info("mem:{z}").ttl == 0
+        assert 55 <= r.ttl("mem:{z}") <= 60
+        RedisMemClient(r).append("mem:{z}", "user", "next")
+        assert r.ttl("mem:{z}") == -1
+    finally:
+        r.config_set("mem.ttl", old)

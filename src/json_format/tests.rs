@@ -693,6 +693,9 @@ fn null_content_is_empty_only_on_a_turn_that_calls_tools() {
         r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":[]}]}"#,
         r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":{"id":1}}]}"#,
         r#"{"conversation_history":[{"role":"assistant","content":null,"meta":{"tool_calls":"x"}}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":[null]}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1"},0]}]}"#,
+        r#"{"conversation_history":[{"role":"assistant","content":null,"meta":{"tool_calls":[[]]}}]}"#,
         r#"{"conversation_history":[{"role":"assistant","content":null,"meta":{"x":1}}]}"#,
         r#"{"conversation_history":[{"role":"assistant"}]}"#,
     ] {

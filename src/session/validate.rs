@@ -34,19 +34,42 @@ pub fn check_meta(text: &str) -> Result<(), String> {
     check_json_object("META", text, MAX_META_DEPTH)
 }
 
-/// Whether META (a checked object) holds a tool call: a non-empty array
-/// `tool_calls`. A message with one may have `"content": null` (OpenAI's
-/// shape of a turn that only calls tools), read as "" by MEM.IMPORT and
-/// MEM.APPENDBATCH.
+/// Whether META (a checked object) holds tool calls: `tool_calls`, a
+/// non-empty array of objects. A message with them may have `"content":
+/// null` (OpenAI's shape of a turn that only calls tools), read as "" by
+/// MEM.IMPORT and MEM.APPENDBATCH.
 pub fn meta_calls_tools(meta: Option<&str>) -> bool {
     #[derive(serde::Deserialize)]
     struct Calls {
-        // IgnoredAny is zero-sized: the vector counts, allocating nothing.
-        tool_calls: Option<Vec<serde::de::IgnoredAny>>,
+        tool_calls: Option<Vec<AnObject>>,
     }
     meta.and_then(|m| serde_json::from_str::<Calls>(m).ok())
         .and_then(|c| c.tool_calls)
         .is_some_and(|calls| !calls.is_empty())
+}
+
+/// A JSON object, its members skipped (zero-sized: a vector of them
+/// allocates nothing); any other value is an error.
+struct AnObject;
+
+impl<'de> serde::Deserialize<'de> for AnObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AnObject, D::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = AnObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnObject, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(AnObject)
+            }
+        }
+        d.deserialize_map(Members)
+    }
 }
 
 /// Imported top-level members, as one JSON object (see [`check_meta`]).

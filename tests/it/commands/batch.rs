@@ -212,7 +212,8 @@ fn a_large_batch_is_counted_on_the_pool_and_replicates_identically() {
 /// OpenAI's shape of a turn that only calls tools, `"content": null`, is
 /// read as "" when META holds tool calls, by MEM.APPENDBATCH as by
 /// MEM.IMPORT (hostile pass 34 F3: IMPORT took it, APPENDBATCH refused
-/// it; IMPORT took it with `tool_calls` of `[]`, `{}` or `"x"` too).
+/// it; IMPORT took it with `tool_calls` of `[]`, `{}` or `"x"` too; pass
+/// 35: `[null]`, `[[]]`). Tool calls are a non-empty array of objects.
 #[test]
 fn null_content_of_a_tool_calling_turn_is_empty_in_a_batch_and_an_import() {
     let server = Server::start();
@@ -241,6 +242,9 @@ fn null_content_of_a_tool_calling_turn_is_empty_in_a_batch_and_an_import() {
         json!(0),
         json!(false),
         json!(null),
+        json!([null]),
+        json!([[]]),
+        json!([{"id": "c1"}, 0]),
     ] {
         let one = json!([{"role": "assistant", "content": null, "meta": {"tool_calls": calls}}]);
         assert_err(
