@@ -101,6 +101,7 @@ import sys
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple, Union
 
 import redis
@@ -288,6 +289,8 @@ def to_ms(v: Any) -> int:
     8601 (UTC when it carries no zone). Raises ValueError."""
     if isinstance(v, bool):
         raise ValueError(f"not a timestamp: {v!r}")
+    if isinstance(v, Decimal):  # a fraction, as JSON gave it (lc.load_exact)
+        v = float(v)
     if isinstance(v, str):
         s = v.strip()
         try:
@@ -316,7 +319,7 @@ def check_document(text: str) -> Dict[str, Any]:
     """Parses and checks the client-side memory shape; raises ValueError
     with the reason. (The import, read back, is the authority.)"""
     try:
-        doc = json.loads(text, object_pairs_hook=lc.unique_members)
+        doc = lc.load_exact(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON: {e}") from None
     except RecursionError:
@@ -330,7 +333,19 @@ def check_document(text: str) -> Dict[str, Any]:
     history = doc.get("conversation_history")
     if not isinstance(history, list):
         raise ValueError("conversation_history is missing or not an array")
+    summary = doc.get("summary")
+    if isinstance(summary, dict):
+        # MEM.IMPORT keeps a summary's text, upto and time (its tokens it
+        # counts again): any other member would be dropped, the source deleted.
+        other = [k for k in summary if k not in SUMMARY_MEMBERS]
+        if other:
+            raise ValueError(f"summary has {other[0]!r}: a session's summary keeps only its content, upto and "
+                             "time, so it would be lost")
     return doc
+
+
+#: Members of a summary that MEM.IMPORT reads or can recount (tokens).
+SUMMARY_MEMBERS = frozenset({"content", "text", "upto", "ts", "timestamp", "tokens"})
 
 
 @dataclass
@@ -426,6 +441,9 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
             raise ValueError(f"conversation_history[{i}].msgid is not a string of at most {MAX_MSGID_BYTES} bytes")
         ts = m.get("ts")
         stamp = m.pop("timestamp", None)
+        if ts is not None and stamp is not None and _ms_or_none(ts) != _ms_or_none(stamp):
+            raise ValueError(f"conversation_history[{i}] has both ts and timestamp, at different times: "
+                             "which to keep is the application's call")
         try:
             if ts is not None and not isinstance(ts, bool) and isinstance(ts, int):
                 m["ts"] = to_ms(ts) if ts < 1e11 else ts
@@ -437,6 +455,13 @@ def prepare_history(history: List[Any], limits: Limits) -> List[Expected]:
             raise ValueError(f"conversation_history[{i}]: {e}") from None
         expected.append((role, content, m.get("meta") or None))
     return expected
+
+
+def _ms_or_none(v: Any) -> Optional[int]:
+    try:
+        return to_ms(v)
+    except ValueError:
+        return None
 
 
 def _calls_tools(message: Dict[str, Any]) -> bool:
@@ -451,7 +476,9 @@ def _calls_tools(message: Dict[str, Any]) -> bool:
 
 def _encode(doc: Dict[str, Any]) -> bytes:
     try:
-        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return lc.dump_exact(doc).encode("utf-8")
+    except RecursionError:
+        raise ValueError("cannot be encoded: nested too deeply") from None
     except UnicodeEncodeError:
         raise ValueError("the document holds a lone surrogate (a \\ud800-\\udfff escape): not valid UTF-8") from None
     except ValueError as e:  # NaN/Infinity are refused by allow_nan? (kept) / circular
@@ -546,7 +573,10 @@ def _copy_onto(run: "_Run", res: "KeyResult", scratch: bytes, target: bytes, arg
     summary; REPLACE only when replacing, so that a target that appeared
     meanwhile is refused as RENAMENX would) and read back against it."""
     r = run.r
-    doc = r.execute_command("MEM.GET", scratch, "FORMAT", "JSON")
+    placed = _placed(r, scratch)
+    if placed is None:  # its expiry (the source's) passed meanwhile
+        raise redis.ResponseError("no such key")
+    doc = placed[0]
     maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
     try:
         r.execute_command("MEM.IMPORT", target, doc, *(["REPLACE"] if replace else []), *args, *maxage)
@@ -626,7 +656,7 @@ def _verify(run: _Run, key: bytes, expected: List[Expected]) -> str:
     """'' when the session at ``key`` holds exactly ``expected`` (roles,
     contents and metas, in order), else what differs."""
     raw = run.r.execute_command("MEM.GET", key, "FORMAT", "JSON")
-    doc = json.loads(_s(raw))
+    doc = lc.load_exact(_s(raw))
     got = [(m.get("role"), m.get("content"), m.get("meta") or None) for m in doc.get("conversation_history") or []]
     if len(got) != len(expected):
         lead = 0
@@ -639,7 +669,8 @@ def _verify(run: _Run, key: bytes, expected: List[Expected]) -> str:
             why += " (messages older than MAXAGE / mem.max-age are evicted: --maxage 0 keeps them)"
         return why + "; nothing written"
     for i, (g, e) in enumerate(zip(got, expected)):
-        if g != e:
+        # As text: true is not 1, and every digit of a number counts.
+        if lc.dump_exact(g) != lc.dump_exact(e):
             return f"message {i + 1} reads back different from the source; nothing written"
     return ""
 
@@ -775,8 +806,20 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         res.messages = len(expected)
         if res.caps and run.overflow == "summarize" and not _fold(run, res, scratch, expected, args):
             return False
+        if ttl == 0:
+            # Off before it becomes the target (a user who may not PERSIST
+            # fails here, with nothing written; the dry run finds it too).
+            r.persist(scratch)
+        elif expire_s:
+            r.pexpire(scratch, expire_s * 1000)  # RENAME keeps it
         if existing:
-            if not _same_session(r, scratch, target, res.untimed > 0):
+            # What the target is, read once: compared, and kept as what the
+            # run placed (a write after this read is seen by the next guard).
+            try:
+                made, there = _placed(r, scratch), _placed(r, target)
+            except redis.ResponseError:  # not a session (WRONGTYPE)
+                made = there = None
+            if made is None or there is None or not _same_session(made, there, value):
                 res.status, res.reason = SKIPPED, "target key exists (use --replace)"
                 return False
             # An earlier run (interrupted between its RENAME and its delete,
@@ -785,17 +828,12 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 "or concurrent run moved it)" + ("; --delete-source deletes the source" if run.delete_source
                                                  and not run.dry_run else "")
             run.created[target] = source_name
-            run.placed[target] = _placed(r, target)
-            if ttl == 0 and not run.dry_run:
+            run.placed[target] = there
+            if ttl == 0 and not run.dry_run and there[1] != -1:
                 # The earlier run died between its RENAME and its PERSIST.
                 r.persist(target)
+                run.placed[target] = _placed(r, target)
             return True
-        if ttl == 0:
-            # Off before it becomes the target (a user who may not PERSIST
-            # fails here, with nothing written; the dry run finds it too).
-            r.persist(scratch)
-        elif expire_s:
-            r.pexpire(scratch, expire_s * 1000)  # RENAME keeps it
         if run.dry_run:
             res.status = WOULD_MOVE
             run.created[target] = source_name
@@ -854,31 +892,50 @@ def _placed(r: "redis.Redis", key: bytes) -> Optional[Tuple[bytes, int]]:
     """What a session is, to tell later whether anyone changed it: its
     FORMAT JSON and its expiry (an absolute time, -1 for none); None when
     the key is gone."""
+    # MEM.GET of a missing key answers an empty session: the expiry says
+    # whether it is there (-2: gone), read after it.
     doc = r.execute_command("MEM.GET", key, "FORMAT", "JSON")
-    if doc is None:
+    at = int(r.execute_command("PEXPIRETIME", key))
+    if at == -2 or doc is None:
         return None
-    return _b(doc), int(r.execute_command("PEXPIRETIME", key))
+    return _b(doc), at
 
 
-def _same_session(r: "redis.Redis", a: bytes, b: bytes, untimed: bool) -> bool:
-    """Whether two keys hold the same session: FORMAT JSON equal but for
-    what each run makes up: the TTL setting (a later run sees less of the
-    source's lifetime left) and, when the source left messages untimed,
-    the messages' times (each import stamps them with its own)."""
-    def doc(key: bytes) -> Any:
-        try:
-            d = json.loads(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON")))
-        except (redis.ResponseError, ValueError, TypeError):  # not a session, gone
-            return None
-        if isinstance(d, dict) and isinstance(d.get("redis_mem"), dict):
-            d["redis_mem"].pop("ttl", None)
-        for m in (d.get("conversation_history") or []) if untimed and isinstance(d, dict) else []:
+def _same_session(scratch: Tuple[bytes, int], target: Tuple[bytes, int], value: bytes) -> bool:
+    """Whether the target (FORMAT JSON, expiry) is the session the import
+    made in scratch: the same document, as text (true is not 1, every digit
+    counts), but for what each run makes up: the times of the messages the
+    source left untimed (``value``, the imported document, says which) and
+    a TTL setting and an expiry that are no shorter than this run's (the
+    earlier run's count from the same source's expiry)."""
+    def doc(text: bytes) -> Any:
+        return lc.load_exact(_s(text))
+    try:
+        mine, theirs, sent = doc(scratch[0]), doc(target[0]), doc(value)
+    except (ValueError, TypeError):
+        return False
+    untimed = [i for i, m in enumerate(sent.get("conversation_history") or [])
+               if isinstance(m, dict) and m.get("ts") is None]
+    settings = []
+    for d in (mine, theirs):
+        meta = d.get("redis_mem") if isinstance(d, dict) else None
+        settings.append(meta.pop("ttl", None) if isinstance(meta, dict) else None)
+        history = (d.get("conversation_history") or []) if isinstance(d, dict) else []
+        # Counted from the end: a summary may have folded the oldest.
+        offset = len(history) - len(sent.get("conversation_history") or [])
+        for m in (history[offset + i] for i in untimed if 0 <= offset + i < len(history)):
             if isinstance(m, dict):
                 m.pop("ts", None)
                 m.pop("timestamp", None)
-        return d
-    first = doc(a)
-    return first is not None and first == doc(b)
+    if lc.dump_exact(mine) != lc.dump_exact(theirs):
+        return False
+    my_ttl, their_ttl = settings
+    if their_ttl != 0 and (my_ttl == 0 or not isinstance(their_ttl, int) or not isinstance(my_ttl, int)
+                           or their_ttl < my_ttl):
+        return False
+    my_at, their_at = scratch[1], target[1]
+    # Seconds rounded up on both sides: the earlier run's expiry may be up to 1 s before this one's.
+    return their_at == -1 or (my_at != -1 and their_at >= my_at - 1000)
 
 
 def _replace_placed(run: _Run, res: KeyResult, scratch: bytes, target: bytes) -> bool:
@@ -940,7 +997,7 @@ def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], a
         return False
     mem = RedisMemClient(r)
     mem.summarize(scratch, check.upto, text)
-    doc = mem.get_json(scratch)
+    doc = lc.load_exact(_s(r.execute_command("MEM.GET", scratch, "FORMAT", "JSON")))
     settings = doc.get("redis_mem")
     if isinstance(settings, dict):  # back to the server's default caps
         settings["maxmsgs"], settings["maxtokens"] = lim.max_messages, lim.max_tokens
@@ -1091,7 +1148,7 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         with r.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(*unit.keys)
-                if lc.unchanged(pipe, snapshot):
+                if lc.unchanged(pipe, snapshot) and not (read is lc.read_documents and lc.more_documents(pipe, unit)):
                     pipe.multi()
                     pipe.delete(*unit.keys)
                     pipe.execute()

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Tuple
 
 import redis
@@ -133,9 +135,44 @@ def unique_members(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
     return out
 
 
+def load_exact(text: str) -> Any:
+    """JSON as written: numbers with a fraction or exponent as Decimal (a
+    float rounded them: 0.1000000000000000055511 became 0.1 in the session,
+    and the source was deleted), member names unique."""
+    return json.loads(text, object_pairs_hook=unique_members, parse_float=Decimal,
+                      parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def dump_exact(v: Any) -> str:
+    """JSON text of what :func:`load_exact` reads (and of the plain values
+    the migration adds), every number as it was read: ``true`` and ``1``
+    stay apart, a Decimal keeps its digits."""
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, Decimal):
+        if not v.is_finite():
+            raise ValueError(f"{v} is not JSON")
+        return str(v)
+    if isinstance(v, (float, str)):
+        return json.dumps(v, ensure_ascii=False, allow_nan=False)
+    if isinstance(v, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + dump_exact(x) for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(dump_exact(x) for x in v) + "]"
+    raise ValueError(f"a {type(v).__name__} is not JSON")
+
+
 def _decode(raw: bytes, what: str) -> Any:
     try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=unique_members)
+        return load_exact(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ValueError(f"{what} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
@@ -243,7 +280,9 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
         if d.get("session_id") != unit.session:
             raise ValueError(f"{key!r} belongs to session {d.get('session_id')!r}, not {unit.session!r}")
         ts = d.get("timestamp")
-        if not isinstance(ts, (int, float)):
+        if isinstance(ts, Decimal):  # as written (load_exact)
+            ts = float(ts)
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)):
             raise ValueError(f"{key!r} has no numeric timestamp")
         rows.append((float(ts), str(d.get("message_id") or key), d))
     rows.sort(key=lambda x: (x[0], x[1]))  # timestamp, then ULID (time-ordered)
@@ -251,6 +290,18 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
     items = [message_item(d["type"], d["data"], ts=int(round(ts * 1000 if ts < 1e11 else ts)), msgid=mid)
              for ts, mid, d in rows]
     return {"conversation_history": _msgids_once(items)}, dict(unit.values)
+
+
+def more_documents(r: "redis.Redis", unit: Unit) -> bool:
+    """Whether a langchain-redis session has a message document its unit
+    lacks (written after the scan): deleting the unit's documents would
+    leave it alone, and a rerun's --replace would put it in their place."""
+    if not unit.keys:
+        return False
+    head = unit.keys[0].rsplit(b":", 1)[0] + b":"
+    match = re.sub(rb"([*?\[\]\\])", rb"\\\1", head) + b"*"
+    known = set(unit.keys)
+    return any(_b(k) not in known and b":" not in _b(k)[len(head):] for k in r.scan_iter(match=match, count=500))
 
 
 def unchanged(r: "redis.Redis", snapshot: Dict[bytes, Any]) -> bool:

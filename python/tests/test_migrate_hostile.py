@@ -646,3 +646,70 @@ def test_a_server_without_session_ttl_keeps_none_after_the_source_s_lifetime(r):
         assert r.ttl("mem:{z}") == -1
     finally:
         r.config_set("mem.ttl", old)
+
+
+def test_numbers_move_as_written_and_true_is_not_one(r):
+    """Hostile pass 36, F3/F4: the source went through float and back, so
+    0.1000000000000000055511151231257827 became 0.1 and a 20-digit
+    fraction lost digits, and the read-back (also through float, and
+    taking true == 1) passed: the source was deleted. Numbers now move as
+    written, and a target holding {"vip": 1} is not the session of a source
+    holding {"vip": true}."""
+    exact = '{"conversation_history":[{"role":"user","content":"x","ts":1735725600000,' \
+            '"meta":{"p":0.1000000000000000055511151231257827,"big":98765432109876543210.5,"n":12345678901234567890}}],' \
+            '"user_profile":{"score":1234567890.123456789012}}'
+    r.set("user_memory_num", exact)
+    report = mig.migrate(r, pattern="user_memory_num", delete_source=True)
+    assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)], report.render()
+    raw = r.execute_command("MEM.GET", "mem:{num}", "FORMAT", "JSON")
+    for text in ("0.1000000000000000055511151231257827", "98765432109876543210.5", "12345678901234567890",
+                 "1234567890.123456789012"):
+        assert text in raw, text
+    r.set("user_memory_vip", '{"conversation_history":[{"role":"user","content":"x","ts":1735725600000}],'
+                             '"user_profile":{"vip":true}}')
+    r.execute_command("MEM.IMPORT", "mem:{vip}", '{"conversation_history":[{"role":"user","content":"x",'
+                      '"ts":1735725600000}],"user_profile":{"vip":1}}', "TTL", 0)
+    report = mig.migrate(r, pattern="user_memory_vip", delete_source=True)
+    assert [(x.status, x.reason) for x in report.results] == [(mig.SKIPPED, "target key exists (use --replace)")]
+    assert r.exists("user_memory_vip")
+
+
+def test_an_earlier_run_s_session_counts_only_with_every_time_expiry_and_member(r):
+    """Hostile pass 36: the "already moved" check ignored every message's
+    time when one was untimed (F5), the target's key expiring sooner (F1)
+    or a shorter TTL setting (F2); a summary's own members were dropped
+    (F7) and ts beside a different timestamp lost one (F10): each deleted
+    a source whose information the session lacked."""
+    c = RedisMemClient(r)
+    two = {"conversation_history": [{"role": "user", "content": "a", "timestamp": "2021-01-01T00:00:00Z"},
+                                     {"role": "assistant", "content": "b"}]}
+    r.set("user_memory_t", json.dumps(two), ex=86400)
+    mig.migrate(r, pattern="user_memory_t")
+    r.execute_command("MEM.IMPORT", "mem:{t}", json.dumps({"conversation_history": [
+        {"role": "user", "content": "a", "timestamp": "2025-01-01T00:00:00Z"},
+        {"role": "assistant", "content": "b"}]}), "REPLACE")
+    report = mig.migrate(r, pattern="user_memory_t", delete_source=True)
+    assert [x.status for x in report.results] == [mig.SKIPPED] and r.exists("user_memory_t")
+    # The earlier run's own session is recognized; then one expiring sooner, or a shorter setting, is not.
+    r.delete("mem:{t}")
+    mig.migrate(r, pattern="user_memory_t")
+    for change, kept in (((), False), (("PEXPIRE", "mem:{t}", 3000), True),
+                         (("MEM.IMPORT", "mem:{t}", "REPLACE", "TTL", 2), True)):
+        if change and change[0] == "MEM.IMPORT":
+            doc = r.execute_command("MEM.GET", "mem:{t}", "FORMAT", "JSON")
+            r.execute_command(change[0], change[1], doc, *change[2:])
+            r.expire("mem:{t}", 86400)
+        elif change:
+            r.execute_command(*change)
+        report = mig.migrate(r, pattern="user_memory_t", dry_run=True, delete_source=True)
+        assert ([x.reason for x in report.results] == ["target key exists (use --replace)"]) == kept, change
+    r.set("user_memory_s", json.dumps({"conversation_history": [], "summary": {
+        "content": "earlier", "upto": 0, "author": "bot"}}))
+    r.set("user_memory_b", json.dumps({"conversation_history": [
+        {"role": "user", "content": "x", "ts": 1735725600000, "timestamp": "2021-01-01T00:00:00Z"}]}))
+    report = mig.migrate(r, pattern="user_memory_[sb]", delete_source=True)
+    by = {x.source: x for x in report.results}
+    assert by["user_memory_s"].status == mig.FAILED and "'author'" in by["user_memory_s"].reason
+    assert by["user_memory_b"].status == mig.FAILED and "both ts and timestamp" in by["user_memory_b"].reason
+    assert r.exists("user_memory_s", "user_memory_b") == 2
+    assert c.info("mem:{s}") is None

@@ -202,3 +202,20 @@ def test_a_state_file_does_not_hide_what_a_rerun_with_other_options_would_do(r, 
     assert all(x.deleted for x in third.results) and not list(r.scan_iter("message_store:*"))
     fourth = mig.migrate(r, source="langchain", state=state, delete_source=True)
     assert fourth.results == []  # nothing left to look at
+
+
+def test_a_document_written_after_the_scan_keeps_the_session_s_sources(r, monkeypatch):
+    """Hostile pass 36, F8: a langchain-redis message written after the scan
+    was left alone when the session's documents were deleted, and the rerun
+    advised --replace, which put that one message in place of the session."""
+    write_langchain_redis(r, "late", [HumanMessage("one"), AIMessage("two")])
+    real = mig.lc.read_documents
+
+    def read_then_write(rr, unit):
+        out = real(rr, unit)
+        write_langchain_redis(r, "late", [HumanMessage("three")], t0=1_800_000_000.0)
+        return out
+    monkeypatch.setattr(mig.lc, "read_documents", read_then_write)
+    report = mig.migrate(r, source="langchain-redis", delete_source=True)
+    assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, False)], report.render()
+    assert len(list(r.scan_iter("chat:late:*"))) == 3
