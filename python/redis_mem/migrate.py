@@ -341,6 +341,18 @@ def check_document(text: str) -> Dict[str, Any]:
         if other:
             raise ValueError(f"summary has {other[0]!r}: a session's summary keeps only its content, upto and "
                              "time, so it would be lost")
+        if "content" in summary and "text" in summary:
+            raise ValueError("summary has both content and text: which to keep is the application's call")
+        ts, stamp = summary.get("ts"), summary.pop("timestamp", None)
+        if ts is not None and stamp is not None and _ms_or_none(ts) != _ms_or_none(stamp):
+            raise ValueError("summary has both ts and timestamp, at different times: which to keep is the "
+                             "application's call")
+        when = ts if ts is not None else stamp
+        if when is not None:  # as a message's time: seconds below 10^11
+            try:
+                summary["ts"] = to_ms(when)
+            except ValueError as e:
+                raise ValueError(f"summary: {e}") from None
     return doc
 
 
@@ -575,7 +587,8 @@ def _copy_onto(run: "_Run", res: "KeyResult", scratch: bytes, target: bytes, arg
     r = run.r
     placed = _placed(r, scratch)
     if placed is None:  # its expiry (the source's) passed meanwhile
-        raise redis.ResponseError("no such key")
+        res.status, res.reason = SKIPPED, _LIFETIME_ENDED
+        return False
     doc = placed[0]
     maxage = ["MAXAGE", run.maxage] if run.maxage is not None else []
     try:
@@ -672,6 +685,20 @@ def _verify(run: _Run, key: bytes, expected: List[Expected]) -> str:
         # As text: true is not 1, and every digit of a number counts.
         if lc.dump_exact(g) != lc.dump_exact(e):
             return f"message {i + 1} reads back different from the source; nothing written"
+    return ""
+
+
+def _summary_why(r: "redis.Redis", key: bytes, value: bytes) -> str:
+    """'' when the session at ``key`` holds the summary of the imported
+    document ``value`` (its text and time), else what differs."""
+    sent = lc.load_exact(_s(value)).get("summary")
+    if not isinstance(sent, dict):
+        return ""
+    got = lc.load_exact(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON"))).get("summary")
+    text = sent.get("content", sent.get("text"))
+    if not isinstance(got, dict) or got.get("content") != text or (
+            sent.get("ts") is not None and got.get("ts") != sent["ts"]):
+        return "the summary reads back different from the source; nothing written"
     return ""
 
 
@@ -799,7 +826,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status, res.reason = FAILED, msg
             return False
         _mortal(r, scratch)
-        why = _verify(run, scratch, expected)
+        why = _verify(run, scratch, expected) or _summary_why(r, scratch, value)
         if why:
             res.status, res.reason = FAILED, why
             return False
@@ -857,6 +884,9 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 res.status, res.reason = FAILED, "the source changed after this run moved it; importing it " \
                     "again over the session needs RENAME: both kept as they are"
                 return False
+            if _placed(r, scratch) is None:  # its expiry (the source's) passed meanwhile
+                res.status, res.reason = SKIPPED, _LIFETIME_ENDED
+                return False
             if not _copy_onto(run, res, scratch, target, args, res.replaced):
                 return False
             if expire_s:
@@ -868,7 +898,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 raise
             # The source's last moments passed while it was moved: the
             # session expired with them, as the source did.
-            res.status, res.reason = SKIPPED, "the source's lifetime ended during the migration (so did its session)"
+            res.status, res.reason = SKIPPED, _LIFETIME_ENDED
             return False
         scratch = b""
         run.created[target] = source_name
@@ -879,6 +909,8 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         if scratch:
             r.unlink(scratch)
 
+
+_LIFETIME_ENDED = "the source's lifetime ended during the migration (so did its session)"
 
 _BOTH_CHANGED = ("the source changed after this run moved it, and so did the session (an application wrote to it, "
                  "or changed its expiry): both kept as they are, the source's change not imported; merge them "
@@ -916,10 +948,16 @@ def _same_session(scratch: Tuple[bytes, int], target: Tuple[bytes, int], value: 
         return False
     untimed = [i for i, m in enumerate(sent.get("conversation_history") or [])
                if isinstance(m, dict) and m.get("ts") is None]
+    sent_summary = sent.get("summary")
+    untimed_summary = isinstance(sent_summary, dict) and sent_summary.get("ts") is None
     settings = []
     for d in (mine, theirs):
         meta = d.get("redis_mem") if isinstance(d, dict) else None
         settings.append(meta.pop("ttl", None) if isinstance(meta, dict) else None)
+        summary = d.get("summary") if isinstance(d, dict) else None
+        if untimed_summary and isinstance(summary, dict):
+            summary.pop("ts", None)
+            summary.pop("timestamp", None)
         history = (d.get("conversation_history") or []) if isinstance(d, dict) else []
         # Counted from the end: a summary may have folded the oldest.
         offset = len(history) - len(sent.get("conversation_history") or [])
@@ -1148,7 +1186,8 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         with r.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(*unit.keys)
-                if lc.unchanged(pipe, snapshot) and not (read is lc.read_documents and lc.more_documents(pipe, unit)):
+                documents = read is lc.read_documents
+                if lc.unchanged(pipe, snapshot) and not (documents and lc.new_documents(pipe, unit)):
                     pipe.multi()
                     pipe.delete(*unit.keys)
                     pipe.execute()
@@ -1157,8 +1196,17 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
                 pass
             except _REFUSED_DELETE as e:
                 return _kept_by_acl(res, e)
+        # A document written between that look and the delete: said, not lost in silence.
+        late = lc.new_documents(r, unit) if res.deleted and read is lc.read_documents else []
+        if late:
+            res.status, res.reason = FAILED, f"moved, its documents deleted, but {len(late)} message " \
+                f"document(s) written meanwhile ({_show(late[0])}...) are not in the session: move them by hand " \
+                "(a rerun with --replace would put them in the session's place)"
+            return res
         if not res.deleted:
-            res.reason = "source changed during migration; source kept (run again with --replace)"
+            res.reason = "source changed during migration; source kept, the session holds it as it was " \
+                "before: compare them before a rerun with --replace (it overwrites the session, what an " \
+                "application wrote to it since included)"
     return res
 
 

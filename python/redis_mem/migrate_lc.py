@@ -292,16 +292,17 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
     return {"conversation_history": _msgids_once(items)}, dict(unit.values)
 
 
-def more_documents(r: "redis.Redis", unit: Unit) -> bool:
-    """Whether a langchain-redis session has a message document its unit
-    lacks (written after the scan): deleting the unit's documents would
-    leave it alone, and a rerun's --replace would put it in their place."""
+def new_documents(r: "redis.Redis", unit: Unit) -> List[bytes]:
+    """The message documents of a langchain-redis session its unit lacks
+    (written after the scan): deleting the unit's documents would leave them
+    alone, and a rerun's --replace would put them in their place."""
     if not unit.keys:
-        return False
+        return []
     head = unit.keys[0].rsplit(b":", 1)[0] + b":"
     match = re.sub(rb"([*?\[\]\\])", rb"\\\1", head) + b"*"
     known = set(unit.keys)
-    return any(_b(k) not in known and b":" not in _b(k)[len(head):] for k in r.scan_iter(match=match, count=500))
+    keys = (_b(k) for k in r.scan_iter(match=match, count=500))
+    return [k for k in keys if k not in known and b":" not in k[len(head):]]
 
 
 def unchanged(r: "redis.Redis", snapshot: Dict[bytes, Any]) -> bool:

@@ -713,3 +713,33 @@ def test_an_earlier_run_s_session_counts_only_with_every_time_expiry_and_member(
     assert by["user_memory_b"].status == mig.FAILED and "both ts and timestamp" in by["user_memory_b"].reason
     assert r.exists("user_memory_s", "user_memory_b") == 2
     assert c.info("mem:{s}") is None
+
+
+def test_a_summary_moves_whole_or_its_source_fails(r):
+    """Hostile pass 37, F1/F4: a summary with content and text kept only
+    content, one with ts and a different timestamp lost the timestamp, a ts
+    in seconds was read as milliseconds (1970), and nothing read the
+    summary back; a rerun did not recognize its own session when the
+    summary had no time."""
+    msgs = [{"id": 5, "role": "user", "content": "hi", "ts": 1735725600000}]
+    r.set("user_memory_both", json.dumps({"conversation_history": msgs, "summary": {
+        "content": "A", "text": "B", "upto": 4}}))
+    r.set("user_memory_two", json.dumps({"conversation_history": msgs, "summary": {
+        "content": "A", "upto": 4, "ts": 1690000000, "timestamp": "2021-01-01T00:00:00Z"}}))
+    r.set("user_memory_sec", json.dumps({"conversation_history": msgs, "summary": {
+        "content": "earlier", "upto": 4, "ts": 1690000000}}))
+    r.set("user_memory_none", json.dumps({"conversation_history": msgs, "summary": {
+        "content": "earlier", "upto": 4}}))
+    report = mig.migrate(r, pattern="user_memory_[btsn]*", delete_source=True)
+    by = {x.source: x for x in report.results}
+    assert by["user_memory_both"].status == mig.FAILED and "both content and text" in by["user_memory_both"].reason
+    assert by["user_memory_two"].status == mig.FAILED and "both ts and timestamp" in by["user_memory_two"].reason
+    assert [by[k].status for k in ("user_memory_sec", "user_memory_none")] == [mig.MOVED, mig.MOVED]
+    summary = json.loads(r.execute_command("MEM.GET", "mem:{sec}", "FORMAT", "JSON"))["summary"]
+    assert (summary["content"], summary["ts"]) == ("earlier", 1690000000000)
+    assert r.exists("user_memory_both", "user_memory_two") == 2
+    # A rerun recognizes a session whose summary the first run stamped.
+    r.set("user_memory_none", json.dumps({"conversation_history": msgs, "summary": {
+        "content": "earlier", "upto": 4}}))
+    again = mig.migrate(r, pattern="user_memory_none", delete_source=True)
+    assert [(x.status, x.deleted) for x in again.results] == [(mig.SKIPPED, True)], again.render()
