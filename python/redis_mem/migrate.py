@@ -847,7 +847,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             except redis.ResponseError:  # not a session (WRONGTYPE)
                 made = there = None
             if made is None or there is None or not _same_session(made, there, value):
-                res.status, res.reason = SKIPPED, "target key exists (use --replace)"
+                res.status, res.reason = SKIPPED, _TARGET_EXISTS
                 return False
             # An earlier run (interrupted between its RENAME and its delete,
             # or a concurrent one) moved this very session.
@@ -894,6 +894,10 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             r.unlink(scratch)
             placing = _placed(r, target)
         except redis.ResponseError as e:
+            if "crossslot" in str(e).lower() or isinstance(e, redis.exceptions.ClusterCrossSlotError):
+                res.status, res.reason = FAILED, "the target's temporary key falls in another slot (its name " \
+                    "has braces that are no hash tag): choose a --target-template with a hash tag"
+                return False
             if "no such key" not in str(e).lower():
                 raise
             # The source's last moments passed while it was moved: the
@@ -909,6 +913,9 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
         if scratch:
             r.unlink(scratch)
 
+
+_TARGET_EXISTS = "target key exists (use --replace, which overwrites it: merge by hand what the session holds " \
+    "and the source lacks)"
 
 _LIFETIME_ENDED = "the source's lifetime ended during the migration (so did its session)"
 
@@ -1029,7 +1036,10 @@ def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], a
         res.status, res.reason = FAILED, "--overflow summarize needs an LLM (see --help)"
         return False
     try:
-        text = checked_summary(run.summarize_fn(None, [Entry(e.id, e.role, e.content, e.ts, e.meta) for e in folded]))
+        # The source's own summary goes into the new one (it replaces it).
+        previous = next((e.content for e in entries if e.is_summary), None)
+        text = checked_summary(run.summarize_fn(previous, [Entry(e.id, e.role, e.content, e.ts, e.meta)
+                                                           for e in folded]))
     except Exception as e:
         res.status, res.reason = FAILED, f"the summary failed ({e}); nothing written"
         return False
@@ -1057,9 +1067,11 @@ def _fold(run: _Run, res: KeyResult, scratch: bytes, expected: List[Expected], a
     return True
 
 
-def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optional[bytes]:
-    """Deletes `source` if it still holds `value`. Returns None when deleted,
-    else the value it holds now (b"" if it is gone or not a string)."""
+def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes, at: int) -> Optional[bytes]:
+    """Deletes `source` if it still holds `value` and expires at `at`
+    (PEXPIRETIME: an application's PERSIST or EXPIRE is a change the session
+    must follow). Returns None when deleted, else the value it holds now
+    (b"" if it is gone or not a string)."""
     with r.pipeline(transaction=True) as pipe:
         try:
             pipe.watch(source)
@@ -1070,7 +1082,7 @@ def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes) -> Optio
             if now is None:
                 return b""
             now = _b(now)
-            if now != value:
+            if now != value or int(pipe.execute_command("PEXPIRETIME", source)) != at:
                 return now
             pipe.multi()
             pipe.delete(source)
@@ -1121,6 +1133,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         res.status, res.reason = SKIPPED, "source key disappeared"
         return res
     value = _b(value)
+    at = int(r.execute_command("PEXPIRETIME", source))
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
     if ttl is None:  # expired between GET and PTTL: not given a new lifetime (mem.ttl)
         res.status, res.reason = SKIPPED, "source key expired or was deleted during the migration"
@@ -1137,7 +1150,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         if run.dry_run or not run.delete_source:
             return res
         try:
-            now = _delete_if_unchanged(r, source, value)
+            now = _delete_if_unchanged(r, source, value, at)
         except _REFUSED_DELETE as e:
             return _kept_by_acl(res, e)
         if now is None:
@@ -1150,6 +1163,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         # over the session this run just created (while no one wrote to
         # that: _replace_placed), then try the delete again.
         value = now
+        at = int(r.execute_command("PEXPIRETIME", source))
         if run.ttl is None:
             now_ttl = ttl_of(r, [source])
             ttl = ttl if now_ttl is None else now_ttl
@@ -1167,6 +1181,7 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         return res
     try:
         doc, snapshot = read(r, unit)
+        expiries = {k: int(r.execute_command("PEXPIRETIME", k)) for k in unit.keys}
         res.untimed = untimed(doc["conversation_history"])
         expected = prepare_history(doc["conversation_history"], run.limits)
         value = _encode(doc)
@@ -1187,7 +1202,8 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
             try:
                 pipe.watch(*unit.keys)
                 documents = read is lc.read_documents
-                if lc.unchanged(pipe, snapshot) and not (documents and lc.new_documents(pipe, unit)):
+                same_expiry = all(int(pipe.execute_command("PEXPIRETIME", k)) == at for k, at in expiries.items())
+                if lc.unchanged(pipe, snapshot) and same_expiry and not (documents and lc.new_documents(pipe, unit)):
                     pipe.multi()
                     pipe.delete(*unit.keys)
                     pipe.execute()
@@ -1196,6 +1212,12 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
                 pass
             except _REFUSED_DELETE as e:
                 return _kept_by_acl(res, e)
+            except redis.ResponseError as e:
+                if "crossslot" not in str(e).lower() and not isinstance(e, redis.exceptions.ClusterCrossSlotError):
+                    raise
+                res.reason = "source kept: its keys are in several slots of the cluster, so they cannot be " \
+                    "deleted together only if unchanged; delete them by hand"
+                return res
         # A document written between that look and the delete: said, not lost in silence.
         late = lc.new_documents(r, unit) if res.deleted and read is lc.read_documents else []
         if late:
@@ -1236,6 +1258,7 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
     if not cid:
         res.reason = "empty conversation id"
         return res
+    at = int(r.execute_command("PEXPIRETIME", source))
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
     if ttl is None:
         res.status, res.reason = SKIPPED, "source key disappeared"
@@ -1282,7 +1305,7 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
     res.status = MOVED
     if run.delete_source:
         try:
-            res.deleted = _delete_if_unchanged(r, source, value) is None
+            res.deleted = _delete_if_unchanged(r, source, value, at) is None
         except _REFUSED_DELETE as e:
             return _kept_by_acl(res, e)
         if not res.deleted:
@@ -1342,7 +1365,9 @@ class Journal:
     def done_before(self, source: str) -> bool:
         """Whether an earlier run finished ``source``."""
         row = self.finished.get(source)
-        return row is not None and (not self.delete_source or bool(row.get("deleted")))
+        # A source journaled deleted and found again was written anew since:
+        # it is looked at again, not skipped as finished.
+        return row is not None and not self.delete_source and not row.get("deleted")
 
     def record(self, res: KeyResult) -> None:
         """Journals a finished source."""

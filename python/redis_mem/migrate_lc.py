@@ -212,6 +212,18 @@ def find_lists(r: "redis.Redis", pattern: str = DEFAULT_LIST_PATTERN, count: int
     return sorted(units, key=lambda u: u.keys)
 
 
+#: What message_to_dict writes, and langchain-redis's documents: a member
+#: beside them has no place in the session (it was dropped in silence).
+_ITEM_MEMBERS = frozenset({"type", "data"})
+_DOCUMENT_MEMBERS = frozenset({"type", "data", "message_id", "session_id", "timestamp"})
+
+
+def _only(d: Dict[str, Any], members: "frozenset[str]", what: str) -> None:
+    other = sorted(k for k in d if k not in members)
+    if other:
+        raise ValueError(f"{what} has {other[0]!r} beside its message: the session would not keep it")
+
+
 def read_list(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes, Any]]:
     """(MEM.IMPORT document, snapshot of the source for an unchanged check)."""
     key = unit.keys[0]
@@ -219,9 +231,10 @@ def read_list(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[bytes,
     items = []
     for i, value in enumerate(reversed(raw)):  # LPUSH: newest first
         d = _decode(value, f"item {len(raw) - 1 - i}")
-        if not isinstance(d, dict) or not isinstance(d.get("type"), str):
+        if not isinstance(d, dict) or not isinstance(d.get("type"), str) or not isinstance(d.get("data"), dict):
             raise ValueError(f"item {len(raw) - 1 - i} is not a message_to_dict object")
-        items.append(message_item(d["type"], d.get("data") or {}))
+        _only(d, _ITEM_MEMBERS, f"item {len(raw) - 1 - i}")
+        items.append(message_item(d["type"], d["data"]))
     return {"conversation_history": _msgids_once(items)}, {key: raw}
 
 
@@ -277,6 +290,7 @@ def read_documents(r: "redis.Redis", unit: Unit) -> Tuple[Dict[str, Any], Dict[b
             d = d[0]
         if not isinstance(d, dict) or not isinstance(d.get("type"), str) or not isinstance(d.get("data"), dict):
             raise ValueError(f"{key!r} is not a langchain-redis message document")
+        _only(d, _DOCUMENT_MEMBERS, show(key))
         if d.get("session_id") != unit.session:
             raise ValueError(f"{key!r} belongs to session {d.get('session_id')!r}, not {unit.session!r}")
         ts = d.get("timestamp")

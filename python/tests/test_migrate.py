@@ -130,7 +130,7 @@ def test_sources_kept_without_delete_and_rerun_skips(clean):
         (mig.SKIPPED, "the target already holds exactly this session (an earlier or concurrent run moved it)")]
     RedisMemClient(r).append("mem:{alice}", "user", "new turn")
     assert [(x.status, x.reason) for x in mig.migrate(r).results] == [
-        (mig.SKIPPED, "target key exists (use --replace)")]
+        (mig.SKIPPED, mig._TARGET_EXISTS)]
     replaced = mig.migrate(r, replace=True)
     assert [x.status for x in replaced.results] == [mig.MOVED]
     assert RedisMemClient(r).info("mem:{alice}").messages == 3

@@ -73,7 +73,7 @@ def test_never_overwrites_a_session_it_did_not_create_unless_replace(r):
     r.set("user_memory_carol", doc("old history"))
     rep = mig.migrate(r, delete_source=True)
     assert [(x.status, x.reason, x.deleted) for x in rep.results] == [
-        (mig.SKIPPED, "target key exists (use --replace)", False)]
+        (mig.SKIPPED, mig._TARGET_EXISTS, False)]
     assert [m.content for m in mem.get("mem:{carol}")] == ["the live session"]
     assert r.exists("user_memory_carol")
     dry = mig.migrate(r, replace=True, dry_run=True)
@@ -618,8 +618,8 @@ def test_a_target_with_the_same_turns_but_less_is_not_taken_as_moved(r):
     r.execute_command("MEM.EXTSET", "mem:{carol}", "dify", "conv-1")
     report = mig.migrate(r, pattern="user_memory_[sc]*", delete_source=True)
     assert {x.source: (x.status, x.reason, x.deleted) for x in report.results} == {
-        "user_memory_same": (mig.SKIPPED, "target key exists (use --replace)", False),
-        "user_memory_carol": (mig.SKIPPED, "target key exists (use --replace)", False)}
+        "user_memory_same": (mig.SKIPPED, mig._TARGET_EXISTS, False),
+        "user_memory_carol": (mig.SKIPPED, mig._TARGET_EXISTS, False)}
     assert r.exists("user_memory_same", "user_memory_carol") == 2
     # The session an interrupted run did move is recognized, and the source deleted.
     r.delete("mem:{same}")
@@ -670,7 +670,7 @@ def test_numbers_move_as_written_and_true_is_not_one(r):
     r.execute_command("MEM.IMPORT", "mem:{vip}", '{"conversation_history":[{"role":"user","content":"x",'
                       '"ts":1735725600000}],"user_profile":{"vip":1}}', "TTL", 0)
     report = mig.migrate(r, pattern="user_memory_vip", delete_source=True)
-    assert [(x.status, x.reason) for x in report.results] == [(mig.SKIPPED, "target key exists (use --replace)")]
+    assert [(x.status, x.reason) for x in report.results] == [(mig.SKIPPED, mig._TARGET_EXISTS)]
     assert r.exists("user_memory_vip")
 
 
@@ -702,7 +702,7 @@ def test_an_earlier_run_s_session_counts_only_with_every_time_expiry_and_member(
         elif change:
             r.execute_command(*change)
         report = mig.migrate(r, pattern="user_memory_t", dry_run=True, delete_source=True)
-        assert ([x.reason for x in report.results] == ["target key exists (use --replace)"]) == kept, change
+        assert ([x.reason for x in report.results] == [mig._TARGET_EXISTS]) == kept, change
     r.set("user_memory_s", json.dumps({"conversation_history": [], "summary": {
         "content": "earlier", "upto": 0, "author": "bot"}}))
     r.set("user_memory_b", json.dumps({"conversation_history": [
@@ -743,3 +743,75 @@ def test_a_summary_moves_whole_or_its_source_fails(r):
         "content": "earlier", "upto": 4}}))
     again = mig.migrate(r, pattern="user_memory_none", delete_source=True)
     assert [(x.status, x.deleted) for x in again.results] == [(mig.SKIPPED, True)], again.render()
+
+
+def test_pass_38_a_folded_summary_keeps_the_old_one_and_nothing_beside_a_message_is_dropped(r):
+    """Hostile pass 38: --overflow summarize gave the summarizer no previous
+    summary, so the source's own summary was replaced and lost (F1); a
+    LangChain item's or document's member beside its message was dropped,
+    an item without data became an empty message (F3); a source journaled
+    deleted and written anew was skipped as finished (F4)."""
+    if not module_has_import_caps(r):
+        pytest.skip("the module's MEM.IMPORT has no MAXMSGS")
+    history = [{"id": i + 5, "role": "user" if i % 2 == 0 else "assistant", "content": f"fact {i}",
+                "ts": 1735725600000 + i} for i in range(60)]
+    r.set("user_memory_fold", json.dumps({"conversation_history": history, "summary": {
+        "content": "Bob is allergic to peanuts.", "upto": 4}}))
+    seen = []
+
+    def llm(previous, entries):
+        seen.append(previous)
+        return f"{previous} Then {len(entries)} more."
+    report = mig.migrate(r, pattern="user_memory_fold", overflow="summarize", summarize_fn=llm)
+    assert [x.status for x in report.results] == [mig.MOVED], report.render()
+    assert seen == ["Bob is allergic to peanuts."]
+    assert RedisMemClient(r).get("mem:{fold}")[0].content.startswith("Bob is allergic to peanuts.")
+    r.lpush("message_store:extra", '{"type":"human","data":{"content":"hi"},"metadata":{"user":42}}')
+    r.lpush("message_store:flat", '{"type":"human","content":"I am flat"}')
+    report = mig.migrate(r, source="langchain", delete_source=True)
+    by = {x.source: x for x in report.results}
+    assert by["extra"].status == mig.FAILED and "'metadata'" in by["extra"].reason
+    assert by["flat"].status == mig.FAILED and "not a message_to_dict object" in by["flat"].reason
+    assert r.exists("message_store:extra", "message_store:flat") == 2
+
+
+def test_a_source_written_anew_after_its_delete_is_looked_at_again(r, tmp_path):
+    """Hostile pass 38, F4: --state skipped a source journaled deleted that an
+    old application instance had written anew, as "finished in an earlier
+    run"; it is looked at again (and, its session holding other turns, kept)."""
+    state = str(tmp_path / "s")
+    r.set("user_memory_again", doc("one", "two"))
+    first = mig.migrate(r, pattern="user_memory_again", delete_source=True, state=state)
+    assert [(x.status, x.deleted) for x in first.results] == [(mig.MOVED, True)]
+    r.set("user_memory_again", doc("three"))
+    again = mig.migrate(r, pattern="user_memory_again", delete_source=True, state=state)
+    assert [(x.status, x.reason) for x in again.results] == [(mig.SKIPPED, mig._TARGET_EXISTS)]
+    assert r.exists("user_memory_again")
+    assert [e.content for e in RedisMemClient(r).get("mem:{again}")] == ["one", "two"]
+
+
+class _PersistsTheSource(redis.Redis):
+    """A client that, right after the run's RENAMENX, lets the application
+    PERSIST the source (its content unchanged)."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        kw = {**r.connection_pool.connection_kwargs, "decode_responses": False}
+        super().__init__(connection_pool=redis.ConnectionPool(**kw))
+        self.side, self.fired = r, False
+
+    def execute_command(self, *args, **kw):
+        out = super().execute_command(*args, **kw)
+        if not self.fired and str(args[0]).upper() == "RENAMENX":
+            self.fired = True
+            self.side.persist("user_memory_kept")
+        return out
+
+
+def test_a_source_s_expiry_changed_mid_move_is_followed(r):
+    """Hostile pass 38, F2: an application's PERSIST of the source after its
+    PTTL was read went unseen: the source was deleted and the session
+    expired on the old time. The change is imported again: no expiry."""
+    r.set("user_memory_kept", doc("a"), ex=60)
+    report = mig.migrate(_PersistsTheSource(r), pattern="user_memory_kept", delete_source=True)
+    assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)], report.render()
+    assert r.ttl("mem:{kept}") == -1 and RedisMemClient(r).info("mem:{kept}").ttl == 0
