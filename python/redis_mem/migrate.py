@@ -595,7 +595,7 @@ def _copy_onto(run: "_Run", res: "KeyResult", scratch: bytes, target: bytes, arg
         r.execute_command("MEM.IMPORT", target, doc, *(["REPLACE"] if replace else []), *args, *maxage)
     except redis.ResponseError as e:
         if "BUSYKEY" in str(e):
-            res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+            res.status, res.reason = SKIPPED, _TARGET_APPEARED
         else:
             res.status, res.reason = FAILED, f"MEM.IMPORT into the target refused it (no RENAME permission): {e}"
         return False
@@ -875,7 +875,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             elif res.replaced:
                 r.rename(scratch, target)
             elif not r.renamenx(scratch, target):
-                res.status, res.reason = SKIPPED, "target key appeared during the migration (use --replace)"
+                res.status, res.reason = SKIPPED, _TARGET_APPEARED
                 return False
         except redis.exceptions.NoPermissionError:
             # ACL without RENAME / RENAMENX: import the verified copy again
@@ -916,6 +916,9 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
 
 _TARGET_EXISTS = "target key exists (use --replace, which overwrites it: merge by hand what the session holds " \
     "and the source lacks)"
+
+_TARGET_APPEARED = "target key appeared during the migration (use --replace, which overwrites it: it may be " \
+    "an application's new session)"
 
 _LIFETIME_ENDED = "the source's lifetime ended during the migration (so did its session)"
 
@@ -958,8 +961,14 @@ def _same_session(scratch: Tuple[bytes, int], target: Tuple[bytes, int], value: 
     sent_summary = sent.get("summary")
     untimed_summary = isinstance(sent_summary, dict) and sent_summary.get("ts") is None
     settings = []
+    mine_meta = mine.get("redis_mem") if isinstance(mine, dict) else None
+    no_ids = isinstance(mine_meta, dict) and not mine_meta.get("external")
     for d in (mine, theirs):
         meta = d.get("redis_mem") if isinstance(d, dict) else None
+        if no_ids and isinstance(meta, dict):
+            # External ids the source does not carry: --from external put
+            # them there (its documented order: after the histories).
+            meta.pop("external", None)
         settings.append(meta.pop("ttl", None) if isinstance(meta, dict) else None)
         summary = d.get("summary") if isinstance(d, dict) else None
         if untimed_summary and isinstance(summary, dict):
@@ -1345,9 +1354,13 @@ class Journal:
     --replace)" is moved by a rerun with --replace, one moved without
     --delete-source is deleted by a rerun with it."""
 
-    def __init__(self, path: Optional[str], delete_source: bool = False):
+    def __init__(self, path: Optional[str], delete_source: bool = False, scope: str = ""):
         self.path = path
         self.delete_source = delete_source
+        # What a row's source name means: the kind of source, its prefix and
+        # the target template (a LangChain session id alone named sessions
+        # of another store or app as finished).
+        self.scope = scope
         self.finished: Dict[str, Dict[str, Any]] = {}
         if path and os.path.exists(path):
             with open(path, encoding="utf-8") as f:
@@ -1356,6 +1369,8 @@ class Journal:
                         row = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # a line cut by an interrupted run
+                    if row.get("scope") != scope:
+                        continue  # another kind of source's, or an earlier release's: looked at again
                     if row.get("status") == MOVED:
                         self.finished[row["source"]] = row
                     else:
@@ -1372,7 +1387,7 @@ class Journal:
     def record(self, res: KeyResult) -> None:
         """Journals a finished source."""
         if self._f is not None and res.status != WOULD_MOVE:
-            self._f.write(json.dumps(asdict(res)) + "\n")
+            self._f.write(json.dumps({**asdict(res), "scope": self.scope}) + "\n")
             self._f.flush()
 
     def close(self) -> None:
@@ -1506,7 +1521,8 @@ def migrate(
                 continue
             tgt = target_name(u.keys[0], u.sid or _b(u.session), target_template)
             work.append((u.session, functools.partial(migrate_unit, run, u, read, tgt)))
-    journal = Journal(state, delete_source and not dry_run)
+    journal = Journal(state, delete_source and not dry_run,
+                      scope=f"{source} {source_prefix if source_prefix is not None else prefix} {target_template}")
     bar = Progress(len(work), progress_stream, progress)
     try:
         for name, job in work:

@@ -815,3 +815,28 @@ def test_a_source_s_expiry_changed_mid_move_is_followed(r):
     report = mig.migrate(_PersistsTheSource(r), pattern="user_memory_kept", delete_source=True)
     assert [(x.status, x.deleted) for x in report.results] == [(mig.MOVED, True)], report.render()
     assert r.ttl("mem:{kept}") == -1 and RedisMemClient(r).info("mem:{kept}").ttl == 0
+
+
+def test_pass_39_external_ids_in_place_and_a_shared_state_file(r, tmp_path):
+    """Hostile pass 39: (F2) histories moved without --delete-source, then
+    --from external (the documented order), then the cut-over rerun with
+    --delete-source: the session's external ids made it "another session"
+    and the advice, --replace, lost the id for good; (F3) one --state file
+    for two kinds of source took a langchain-redis session for the
+    langchain one of the same id, finished."""
+    r.set("user_memory_bob", doc("hi", "hello"))
+    mig.migrate(r, pattern="user_memory_bob")
+    r.set("external:dify:conversation:bob", "dify-1")
+    mig.migrate(r, source="external", delete_source=True)
+    rerun = mig.migrate(r, pattern="user_memory_bob", delete_source=True)
+    assert [(x.status, x.deleted) for x in rerun.results] == [(mig.SKIPPED, True)], rerun.render()
+    assert RedisMemClient(r).extget("mem:{bob}", "dify") == "dify-1"
+    from langchain_core.messages import HumanMessage
+    from test_migrate_langchain import write_community, write_langchain_redis
+    state = str(tmp_path / "shared")
+    write_community(r, "alice", [HumanMessage("from the list")])
+    write_langchain_redis(r, "alice", [HumanMessage("from the documents")])
+    mig.migrate(r, source="langchain", target_template="mem:{lc-<id>}", state=state)
+    other = mig.migrate(r, source="langchain-redis", target_template="mem:{lcr-<id>}", state=state)
+    assert [x.status for x in other.results] == [mig.MOVED], other.render()
+    assert RedisMemClient(r).get("mem:{lcr-alice}")[0].content == "from the documents"
