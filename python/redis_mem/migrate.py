@@ -665,11 +665,17 @@ def _caps(run: _Run, n: int, doc_bytes: int) -> Tuple[List[Any], str]:
     return args, caps
 
 
-def _verify(run: _Run, key: bytes, expected: List[Expected]) -> str:
+def _verify(run: _Run, key: bytes, expected: List[Expected], summary: Any = None) -> str:
     """'' when the session at ``key`` holds exactly ``expected`` (roles,
-    contents and metas, in order), else what differs."""
+    contents and metas, in order) and, given the imported document's
+    ``summary``, its text and time, else what differs."""
     raw = run.r.execute_command("MEM.GET", key, "FORMAT", "JSON")
     doc = lc.load_exact(_s(raw))
+    if isinstance(summary, dict):
+        got = doc.get("summary")
+        if not isinstance(got, dict) or got.get("content") != summary.get("content", summary.get("text")) or (
+                summary.get("ts") is not None and got.get("ts") != summary["ts"]):
+            return "the summary reads back different from the source; nothing written"
     got = [(m.get("role"), m.get("content"), m.get("meta") or None) for m in doc.get("conversation_history") or []]
     if len(got) != len(expected):
         lead = 0
@@ -685,20 +691,6 @@ def _verify(run: _Run, key: bytes, expected: List[Expected]) -> str:
         # As text: true is not 1, and every digit of a number counts.
         if lc.dump_exact(g) != lc.dump_exact(e):
             return f"message {i + 1} reads back different from the source; nothing written"
-    return ""
-
-
-def _summary_why(r: "redis.Redis", key: bytes, value: bytes) -> str:
-    """'' when the session at ``key`` holds the summary of the imported
-    document ``value`` (its text and time), else what differs."""
-    sent = lc.load_exact(_s(value)).get("summary")
-    if not isinstance(sent, dict):
-        return ""
-    got = lc.load_exact(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON"))).get("summary")
-    text = sent.get("content", sent.get("text"))
-    if not isinstance(got, dict) or got.get("content") != text or (
-            sent.get("ts") is not None and got.get("ts") != sent["ts"]):
-        return "the summary reads back different from the source; nothing written"
     return ""
 
 
@@ -789,6 +781,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             # left made a session expire a minute after every turn).
             expire_s = min(ttl, MAX_TTL_S)
         res.ttl = ttl
+    sent = lc.load_exact(_s(value))  # the document as imported
     if run.cluster is None:
         run.cluster = _cluster_enabled(r)
     scratch = _scratch_key(target, run.cluster)
@@ -826,7 +819,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status, res.reason = FAILED, msg
             return False
         _mortal(r, scratch)
-        why = _verify(run, scratch, expected) or _summary_why(r, scratch, value)
+        why = _verify(run, scratch, expected, sent.get("summary"))
         if why:
             res.status, res.reason = FAILED, why
             return False
@@ -846,7 +839,7 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 made, there = _placed(r, scratch), _placed(r, target)
             except redis.ResponseError:  # not a session (WRONGTYPE)
                 made = there = None
-            if made is None or there is None or not _same_session(made, there, value):
+            if made is None or there is None or not _same_session(made, there, sent):
                 res.status, res.reason = SKIPPED, _TARGET_EXISTS
                 return False
             # An earlier run (interrupted between its RENAME and its delete,
@@ -866,9 +859,10 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             run.created[target] = source_name
             return True
         placing = _placed(r, scratch)
+        if placing is None:  # its expiry (the source's) passed meanwhile
+            res.status, res.reason = SKIPPED, _LIFETIME_ENDED
+            return False
         try:
-            if placing is None:
-                raise redis.ResponseError("no such key")
             if ours:
                 if not _replace_placed(run, res, scratch, target):
                     return False
@@ -930,6 +924,11 @@ _BOTH_CHANGED = ("the source changed after this run moved it, and so did the ses
 MAX_TTL_S = 3_153_600_000
 
 
+def _expiry_at(r: "redis.Redis", key: bytes) -> int:
+    """A key's expiry as an absolute time in ms (PEXPIRETIME: -1 none, -2 no key)."""
+    return int(r.execute_command("PEXPIRETIME", key))
+
+
 def _placed(r: "redis.Redis", key: bytes) -> Optional[Tuple[bytes, int]]:
     """What a session is, to tell later whether anyone changed it: its
     FORMAT JSON and its expiry (an absolute time, -1 for none); None when
@@ -937,23 +936,23 @@ def _placed(r: "redis.Redis", key: bytes) -> Optional[Tuple[bytes, int]]:
     # MEM.GET of a missing key answers an empty session: the expiry says
     # whether it is there (-2: gone), read after it.
     doc = r.execute_command("MEM.GET", key, "FORMAT", "JSON")
-    at = int(r.execute_command("PEXPIRETIME", key))
+    at = _expiry_at(r, key)
     if at == -2 or doc is None:
         return None
     return _b(doc), at
 
 
-def _same_session(scratch: Tuple[bytes, int], target: Tuple[bytes, int], value: bytes) -> bool:
+def _same_session(scratch: Tuple[bytes, int], target: Tuple[bytes, int], sent: Dict[str, Any]) -> bool:
     """Whether the target (FORMAT JSON, expiry) is the session the import
     made in scratch: the same document, as text (true is not 1, every digit
     counts), but for what each run makes up: the times of the messages the
-    source left untimed (``value``, the imported document, says which) and
+    source left untimed (``sent``, the imported document, says which) and
     a TTL setting and an expiry that are no shorter than this run's (the
     earlier run's count from the same source's expiry)."""
     def doc(text: bytes) -> Any:
         return lc.load_exact(_s(text))
     try:
-        mine, theirs, sent = doc(scratch[0]), doc(target[0]), doc(value)
+        mine, theirs = doc(scratch[0]), doc(target[0])
     except (ValueError, TypeError):
         return False
     untimed = [i for i, m in enumerate(sent.get("conversation_history") or [])
@@ -1091,7 +1090,7 @@ def _delete_if_unchanged(r: "redis.Redis", source: bytes, value: bytes, at: int)
             if now is None:
                 return b""
             now = _b(now)
-            if now != value or int(pipe.execute_command("PEXPIRETIME", source)) != at:
+            if now != value or _expiry_at(pipe, source) != at:
                 return now
             pipe.multi()
             pipe.delete(source)
@@ -1142,7 +1141,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         res.status, res.reason = SKIPPED, "source key disappeared"
         return res
     value = _b(value)
-    at = int(r.execute_command("PEXPIRETIME", source))
+    at = _expiry_at(r, source)
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
     if ttl is None:  # expired between GET and PTTL: not given a new lifetime (mem.ttl)
         res.status, res.reason = SKIPPED, "source key expired or was deleted during the migration"
@@ -1172,7 +1171,7 @@ def migrate_key(run: _Run, source: bytes, target: bytes) -> KeyResult:
         # over the session this run just created (while no one wrote to
         # that: _replace_placed), then try the delete again.
         value = now
-        at = int(r.execute_command("PEXPIRETIME", source))
+        at = _expiry_at(r, source)
         if run.ttl is None:
             now_ttl = ttl_of(r, [source])
             ttl = ttl if now_ttl is None else now_ttl
@@ -1190,7 +1189,7 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
         return res
     try:
         doc, snapshot = read(r, unit)
-        expiries = {k: int(r.execute_command("PEXPIRETIME", k)) for k in unit.keys}
+        expiries = {k: _expiry_at(r, k) for k in unit.keys}
         res.untimed = untimed(doc["conversation_history"])
         expected = prepare_history(doc["conversation_history"], run.limits)
         value = _encode(doc)
@@ -1211,7 +1210,7 @@ def migrate_unit(run: _Run, unit: "lc.Unit", read: Callable[["redis.Redis", "lc.
             try:
                 pipe.watch(*unit.keys)
                 documents = read is lc.read_documents
-                same_expiry = all(int(pipe.execute_command("PEXPIRETIME", k)) == at for k, at in expiries.items())
+                same_expiry = all(_expiry_at(pipe, k) == at for k, at in expiries.items())
                 if lc.unchanged(pipe, snapshot) and same_expiry and not (documents and lc.new_documents(pipe, unit)):
                     pipe.multi()
                     pipe.delete(*unit.keys)
@@ -1267,7 +1266,7 @@ def migrate_external(run: _Run, source: bytes, system: str, target: bytes) -> Ke
     if not cid:
         res.reason = "empty conversation id"
         return res
-    at = int(r.execute_command("PEXPIRETIME", source))
+    at = _expiry_at(r, source)
     ttl = run.ttl if run.ttl is not None else ttl_of(r, [source])
     if ttl is None:
         res.status, res.reason = SKIPPED, "source key disappeared"

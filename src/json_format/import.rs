@@ -662,9 +662,9 @@ fn parse_message(doc: &str, fields: Raw<'_, 8>) -> Result<ImportedMessage, Bad> 
         .ok_or_else(|| format!("role must be a string of 1 to {MAX_ROLE_BYTES} bytes"))?;
     check_name_chars("role", &role)?;
     let content_null = content.is_some_and(|c| c.get() == "null");
-    let content = match content.filter(|_| !content_null) {
+    let content = match content {
+        Some(_) if content_null => Some(String::new()),
         Some(c) => string(doc, c)?,
-        None if content_null => Some(String::new()),
         None => None,
     };
     let content = content.ok_or_else(|| "content must be a string".to_owned())?;
