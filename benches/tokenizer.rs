@@ -19,7 +19,8 @@
 //! Environment: BENCH_SECS (CPU seconds per measurement, default 0.6; best of 5
 //! rounds); BENCH_PROFILE=N (only the module's o200k counter, N passes over
 //! english-real, for `perf record`; with BENCH_PROFILE_COLD each pass on a new
-//! thread, its piece cache empty).
+//! thread, its piece cache empty; with BENCH_PIECE_STATS only the corpus's pieces
+//! counted: how many, how many distinct, how many more than one token).
 
 // Tables of counters side by side: their tuple types read best in place.
 #![allow(clippy::type_complexity)]
@@ -491,6 +492,10 @@ fn main() {
         });
         let messages: &[String] = file.as_deref().unwrap_or(&real.messages);
         let bpe = module_tables().0;
+        if std::env::var("BENCH_PIECE_STATS").is_ok() {
+            piece_stats(bpe, messages);
+            return;
+        }
         let t = Instant::now();
         let mut n = 0usize;
         let mut bytes = 0usize;
@@ -744,4 +749,33 @@ fn main() {
         }
     }
     println!("BENCH_TOKENIZER_CHECK {{\"checked\":{checked},\"mismatches\":{mismatches}}}");
+}
+
+/// BENCH_PIECE_STATS: what the piece cache faces on a corpus (the pieces
+/// the o200k split cuts, the distinct ones, those that need BPE).
+fn piece_stats(
+    bpe: &'static bpe_openai::byte_pair_encoding::BytePairEncoding,
+    messages: &[String],
+) {
+    use pretokenize::Pattern;
+    let mut seen: std::collections::HashMap<Vec<u8>, (usize, usize)> = Default::default();
+    let mut total = 0usize;
+    for m in messages {
+        pretokenize::for_each_piece(Pattern::O200k, m, |p| {
+            total += 1;
+            seen.entry(p.to_vec()).or_insert((0, bpe.count(p))).0 += 1;
+        });
+    }
+    let once = seen.values().filter(|(n, _)| *n == 1).count();
+    let multi: Vec<_> = seen.iter().filter(|(_, (_, c))| *c > 1).collect();
+    let multi_occurrences: usize = multi.iter().map(|(_, (n, _))| n).sum();
+    let multi_once = multi.iter().filter(|(_, (n, _))| *n == 1).count();
+    let multi_bytes: usize = multi.iter().map(|(p, _)| p.len()).sum();
+    println!(
+        "pieces {total}, distinct {} ({once} seen once); more than one token: {} distinct \
+         ({multi_once} seen once, {:.1} bytes on average), {multi_occurrences} occurrences",
+        seen.len(),
+        multi.len(),
+        multi_bytes as f64 / multi.len().max(1) as f64
+    );
 }
