@@ -26,7 +26,8 @@ prefix, or leaves an empty id, fails (it is never given a made-up name).
 
 What it guarantees:
 * Never overwrites a session it did not create in this run, unless
-  --replace (the report marks each `replaced` target). Two sources mapping
+  --replace (the report marks each `replaced` target; a replaced session
+  keeps the external ids the source has none for). Two sources mapping
   to one target: the second fails.
 * Never drops messages. A history longer than the server's default caps
   (mem.max-messages / mem.max-tokens) is imported whole: MEM.IMPORT gets
@@ -858,6 +859,8 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
             res.status = WOULD_MOVE
             run.created[target] = source_name
             return True
+        if res.replaced and not ours:
+            _keep_target_ids(r, res, scratch, target)
         placing = _placed(r, scratch)
         if placing is None:  # its expiry (the source's) passed meanwhile
             res.status, res.reason = SKIPPED, _LIFETIME_ENDED
@@ -989,6 +992,51 @@ def _same_session(scratch: Tuple[bytes, int], target: Tuple[bytes, int], sent: D
     my_at, their_at = scratch[1], target[1]
     # Seconds rounded up on both sides: the earlier run's expiry may be up to 1 s before this one's.
     return their_at == -1 or (my_at != -1 and their_at >= my_at - 1000)
+
+
+def _external_ids(r: "redis.Redis", key: bytes) -> Dict[str, Dict[str, Any]]:
+    """A session's external ids, system -> {"id", "expires" (absolute ms)},
+    from its FORMAT JSON ({} when it has none or is not a session)."""
+    try:
+        doc = json.loads(_s(r.execute_command("MEM.GET", key, "FORMAT", "JSON")))
+    except (redis.ResponseError, ValueError, TypeError):
+        return {}
+    meta = doc.get("redis_mem") if isinstance(doc, dict) else None
+    ids = meta.get("external") if isinstance(meta, dict) else None
+    return ids if isinstance(ids, dict) else {}
+
+
+def _keep_target_ids(r: "redis.Redis", res: KeyResult, scratch: bytes, target: bytes) -> None:
+    """--replace overwrites the target's history, not what the source never
+    had: the external ids the target holds for systems the import lacks (put
+    there by --from external or the application) go into ``scratch`` before
+    it takes the target's place, each until its own expiry (rounded up to
+    the second, as MEM.EXTSET takes it)."""
+    theirs = _external_ids(r, target)
+    if not theirs:
+        return
+    mine = _external_ids(r, scratch)
+    now_ms = _server_ms(r)
+    kept = []
+    for system, entry in sorted(theirs.items()):
+        if system in mine or not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        expires = entry.get("expires")
+        left_ms = expires - now_ms if isinstance(expires, int) else 0
+        if left_ms <= 0:
+            continue  # expired as this run read it
+        r.execute_command("MEM.EXTSET", scratch, system, entry["id"], "EX",
+                          min(math.ceil(left_ms / 1000), EXT_TTL_MAX_S))
+        kept.append(system)
+    if kept:
+        note = "kept the replaced session's external ids (" + ", ".join(kept) + ")"
+        res.reason = f"{res.reason}; {note}" if res.reason else note
+
+
+def _server_ms(r: "redis.Redis") -> int:
+    """The server's clock in ms (TIME): expiries are its absolute times."""
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _replace_placed(run: _Run, res: KeyResult, scratch: bytes, target: bytes) -> bool:

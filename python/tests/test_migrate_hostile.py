@@ -840,3 +840,29 @@ def test_pass_39_external_ids_in_place_and_a_shared_state_file(r, tmp_path):
     other = mig.migrate(r, source="langchain-redis", target_template="mem:{lcr-<id>}", state=state)
     assert [x.status for x in other.results] == [mig.MOVED], other.render()
     assert RedisMemClient(r).get("mem:{lcr-alice}")[0].content == "from the documents"
+
+
+def test_replace_keeps_the_external_ids_the_source_does_not_have(r):
+    """--replace overwrote the target whole: the Dify / n8n ids --from
+    external (or the application) had put in the session were lost for good.
+    They stay now, each until its own expiry; an id the source carries for
+    the same system is the source's."""
+    mem = RedisMemClient(r)
+    mem.append("mem:{erin}", "user", "the live session")
+    r.execute_command("MEM.EXTSET", "mem:{erin}", "dify", "dify-erin", "EX", 500)
+    r.execute_command("MEM.EXTSET", "mem:{erin}", "n8n", "n8n-old", "EX", 500)
+    before = mig._external_ids(r, b"mem:{erin}")
+    source = json.loads(r.execute_command("MEM.GET", "mem:{erin}", "FORMAT", "JSON"))
+    source["conversation_history"] = [{"role": "user", "content": "old history"}]
+    source["redis_mem"] = {"external": {"n8n": {"id": "n8n-source", "expires": before["n8n"]["expires"] + 9000}}}
+    r.set("user_memory_erin", json.dumps(source), ex=100)
+    rep = mig.migrate(r, pattern="user_memory_erin", replace=True)
+    assert [(x.status, x.replaced) for x in rep.results] == [(mig.MOVED, True)], rep.render()
+    assert "kept the replaced session's external ids (dify)" in rep.render()
+    assert [m.content for m in mem.get("mem:{erin}")] == ["old history"]
+    assert mem.extget("mem:{erin}", "dify") == "dify-erin"
+    assert mem.extget("mem:{erin}", "n8n") == "n8n-source"
+    after = mig._external_ids(r, b"mem:{erin}")
+    assert 0 <= after["dify"]["expires"] - before["dify"]["expires"] < 1000
+    # The key lives as long as its ids (100 s was the source's lifetime).
+    assert r.pttl("mem:{erin}") >= 499_000
