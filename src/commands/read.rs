@@ -45,9 +45,11 @@ pub fn get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // 137-181 ms, 178-251 ms as JSON; LRANGE of the same list 70-81 ms).
     // The worker's context replies in the client's protocol (RESP2 arrays,
     // RESP3 maps) on every server tested.
-    let large = live
-        .as_deref()
-        .is_some_and(|s| s.select(sel).1.stored_len() >= WORKER_REPLY_BYTES);
+    // FORMAT JSON writes the attributes too (4 of 4 MB held it 28-33 ms).
+    let large = live.as_deref().is_some_and(|s| {
+        let attrs = if json { s.extra.value_bytes() } else { 0 };
+        s.select(sel).1.stored_len() + attrs >= WORKER_REPLY_BYTES
+    });
     let live = match live {
         // The aged view is owned already: moved, not copied.
         Some(live) if large && offload::can_block(ctx) => {

@@ -68,7 +68,10 @@ pub struct Attrs {
     expiry: Sparse<BTreeMap<String, i64>>,
 }
 
-type Pair = (Box<str>, Box<str>);
+/// (raw name, raw value). The value is shared: a copy of the members (the
+/// first write after a COPY, a read's view) copies pointers, not values (30
+/// values of 4 MB copied held the main thread 86 ms).
+type Pair = (Box<str>, Arc<str>);
 
 /// The members, shared; nothing allocated until there is one: every
 /// session has its `Attrs`, few have attributes (an empty `Arc<Vec>` took
@@ -107,7 +110,7 @@ impl Pairs {
 }
 
 /// A JSON object's members in order, name and value as their raw text.
-struct Members(Vec<(Box<str>, Box<str>)>);
+struct Members(Vec<Pair>);
 
 impl<'de> serde::Deserialize<'de> for Members {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Members, D::Error> {
@@ -123,7 +126,7 @@ impl<'de> serde::Deserialize<'de> for Members {
                 // comes back byte for byte.
                 while let Some(name) = map.next_key::<&'de RawValue>()? {
                     let value: &'de RawValue = map.next_value()?;
-                    pairs.push((Box::<str>::from(name.get()), Box::<str>::from(value.get())));
+                    pairs.push((Box::<str>::from(name.get()), Arc::<str>::from(value.get())));
                 }
                 Ok(Members(pairs))
             }
@@ -149,7 +152,7 @@ impl Attrs {
     /// From an import: (raw name, raw value) pairs as the document wrote them.
     pub fn from_raw(pairs: Vec<(Box<str>, Box<str>)>) -> Attrs {
         Attrs {
-            pairs: Pairs::new(pairs),
+            pairs: Pairs::new(pairs.into_iter().map(|(n, v)| (n, Arc::from(v))).collect()),
             expiry: Sparse::default(),
         }
     }
@@ -236,6 +239,40 @@ impl Attrs {
             .collect()
     }
 
+    /// Every attribute live at `now`, name -> JSON text, one per name in
+    /// the order names first appear. A name present more than once (an
+    /// imported document's duplicate) reads as its last value, as JSON
+    /// parsers read it.
+    pub fn live(&self, now: i64) -> Vec<(String, Arc<str>)> {
+        let mut out: Vec<(String, Arc<str>)> = Vec::new();
+        // name -> its place in `out`: one pass, whatever the member count
+        // (a linear search per member held 20,000 imported members 170-210 ms).
+        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        for (raw, value) in self.pairs.iter() {
+            let Some(name) = Attrs::name(raw) else {
+                continue;
+            };
+            if !self.is_live(&name, now) {
+                continue;
+            }
+            match at.get(&name) {
+                // `at` holds only indices of entries pushed to `out`.
+                Some(&i) => out[i].1 = Arc::clone(value),
+                None => {
+                    at.insert(name.clone(), out.len());
+                    out.push((name, Arc::clone(value)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Bytes of the values held (what a reply of them all or FORMAT JSON
+    /// writes, about).
+    pub fn value_bytes(&self) -> usize {
+        self.pairs.iter().map(|(_, v)| v.len()).sum()
+    }
+
     /// The `name:value` members live at `now`, as one object's inner text
     /// (FORMAT JSON).
     pub fn write_live_members(&self, out: &mut Vec<u8>, now: i64) {
@@ -283,11 +320,13 @@ impl Attrs {
     }
 
     pub fn mem_usage(&self) -> usize {
-        self.pairs.capacity() * std::mem::size_of::<(Box<str>, Box<str>)>()
+        // A shared value counts in full in every session that holds it (as
+        // a COPY's messages do).
+        self.pairs.capacity() * std::mem::size_of::<Pair>()
             + self
                 .pairs
                 .iter()
-                .map(|(n, v)| n.len() + v.len())
+                .map(|(n, v)| n.len() + v.len() + 2 * std::mem::size_of::<usize>())
                 .sum::<usize>()
             + self.expiry.keys().map(|n| n.capacity() + 48).sum::<usize>()
             + self.expiry.boxed_bytes()
@@ -304,28 +343,8 @@ impl Session {
     /// Every attribute, name -> JSON text, one per name in the order names
     /// first appear. A name present more than once (an imported document's
     /// duplicate) reads as its last value, as JSON parsers read it.
-    pub fn attrs(&self, now: i64) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = Vec::new();
-        // name -> its place in `out`: one pass, whatever the member count
-        // (a linear search per member held 20,000 imported members 170-210 ms).
-        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        for (raw, value) in self.extra.pairs.iter() {
-            let Some(name) = Attrs::name(raw) else {
-                continue;
-            };
-            if !self.extra.is_live(&name, now) {
-                continue;
-            }
-            match at.get(&name) {
-                // `at` holds only indices of entries pushed to `out`.
-                Some(&i) => out[i].1 = value.to_string(),
-                None => {
-                    at.insert(name.clone(), out.len());
-                    out.push((name, value.to_string()));
-                }
-            }
-        }
-        out
+    pub fn attrs(&self, now: i64) -> Vec<(String, Arc<str>)> {
+        self.extra.live(now)
     }
 
     /// Members held (an imported document's repeated names count each).
@@ -345,7 +364,7 @@ impl Session {
 
     /// The JSON text of attribute `name` (its last value), if set and live
     /// at `now`.
-    pub fn attr(&self, name: &str, now: i64) -> Option<String> {
+    pub fn attr(&self, name: &str, now: i64) -> Option<Arc<str>> {
         if !self.extra.is_live(name, now) {
             return None;
         }
@@ -353,7 +372,7 @@ impl Session {
             .pairs
             .iter()
             .rfind(|(raw, _)| Attrs::name(raw).as_deref() == Some(name))
-            .map(|(_, v)| v.to_string())
+            .map(|(_, v)| Arc::clone(v))
     }
 
     /// Sets attribute `name` to `value`: every member of that name is
@@ -361,7 +380,7 @@ impl Session {
     /// `value` is JSON text already checked (by the command, its worker, or
     /// `Op::validate` for a replicated op): not parsed again here, as a
     /// 3.2 MB value re-parsed held the main thread 10-16 ms.
-    pub fn attr_set(&mut self, name: &str, value: Box<str>, expires_at: Option<i64>) {
+    pub fn attr_set(&mut self, name: &str, value: Arc<str>, expires_at: Option<i64>) {
         match expires_at {
             Some(at) => {
                 self.extra.expiry.insert(name.to_owned(), at);
@@ -415,7 +434,7 @@ impl Session {
     ) -> Result<Outcome, SessionError> {
         let aged = self.evict_aged(now, false);
         self.touch(now);
-        self.attr_set(name, value.into_boxed_str(), expires_at);
+        self.attr_set(name, Arc::from(value), expires_at);
         Ok(self.outcome(0, 0, aged))
     }
 
