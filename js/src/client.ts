@@ -147,13 +147,20 @@ export class RedisMem {
     const items = batch.map((m) => {
       const item: JsonObject = { role: m.role, content: m.content };
       if (m.ts !== undefined) item["ts"] = m.ts;
-      if (m.meta !== undefined) item["meta"] = typeof m.meta === "string" ? JSON.parse(m.meta) : m.meta;
       if (m.tokens !== undefined) item["tokens"] = m.tokens;
       const id = this.msgId(m.msgId);
       if (id !== undefined) item["msgid"] = id;
       return item;
     });
-    const reply = await this.send(["MEM.APPENDBATCH", key, JSON.stringify(items, wellFormed), ...settings(s)]);
+    // A META given as text goes in as written, as append's does: parsed and
+    // written again, its integers past 2^53 and its digits changed.
+    const texts = batch.map((m, i) => {
+      const body = JSON.stringify(items[i], wellFormed);
+      if (m.meta === undefined) return body;
+      if (typeof m.meta === "string") JSON.parse(m.meta); // a SyntaxError here, not a refused batch
+      return `${body.slice(0, -1)},"meta":${metaArg(m.meta)!}}`;
+    });
+    const reply = await this.send(["MEM.APPENDBATCH", key, `[${texts.join(",")}]`, ...settings(s)]);
     if (!Array.isArray(reply)) throw new TypeError("MEM.APPENDBATCH: expected an array");
     return reply.map((r, i) => appendResult(r, items[i]!["msgid"] as string | undefined));
   }
@@ -169,9 +176,17 @@ export class RedisMem {
   }
 
   /** MEM.GET ... FORMAT JSON, parsed: `{conversation_history, summary,
-   * total_tokens, model, redis_mem, <attributes>}`. */
+   * total_tokens, model, redis_mem, <attributes>}`. JavaScript numbers: an
+   * integer past 2^53 in a META or an attribute reads rounded; {@link
+   * getJsonText} gives the document exactly. */
   async getJson(key: string, o: GetOptions = {}): Promise<JsonObject> {
-    return JSON.parse(String(text(await this.send([...this.getArgs(key, o), "FORMAT", "JSON"])))) as JsonObject;
+    return JSON.parse(await this.getJsonText(key, o)) as JsonObject;
+  }
+
+  /** MEM.GET ... FORMAT JSON as the server wrote it: what {@link import}
+   * takes back whole, every number as written. */
+  async getJsonText(key: string, o: GetOptions = {}): Promise<string> {
+    return String(text(await this.send([...this.getArgs(key, o), "FORMAT", "JSON"])));
   }
 
   /** MEM.SUMMARIZE_CHECK: whether the session is due a summary, and up to where. */
@@ -248,7 +263,7 @@ export class RedisMem {
   }
 
   /** MEM.IMPORT from an object or a JSON text (`{"conversation_history": [...], ...}`,
-   * e.g. what {@link getJson} gives). BUSYKEY when the key exists, unless `replace`. */
+   * e.g. what {@link getJsonText} gives, exactly). BUSYKEY when the key exists, unless `replace`. */
   async import(key: string, doc: JsonObject | string, o: ImportOptions = {}): Promise<AppendResult> {
     const json = typeof doc === "string" ? doc : JSON.stringify(doc);
     const args: Arg[] = ["MEM.IMPORT", key, json, ...(o.replace ? ["REPLACE"] : []), ...settings(o)];

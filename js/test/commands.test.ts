@@ -138,6 +138,23 @@ for (const kind of CLIENTS) {
       assert.equal((await mem.info(k))!.maxMsgs, 10);
     });
 
+    it("a META given as text goes in as written, by append and appendBatch; getJsonText -> import is exact", async () => {
+      // Hostile pass 40 F2: appendBatch parsed the text and wrote it again
+      // (integers past 2^53 rounded, 1.0000000000000001 became 1), and the
+      // README's getJson -> import round trip did the same to every META.
+      const k = key();
+      const meta = '{"discord_user":123456789012345678901,"order":9007199254740993,"x":1.0000000000000001}';
+      await mem.append(k, "user", "one", { meta });
+      await mem.appendBatch(k, [{ role: "user", content: "two", meta }, { role: "assistant", content: "three" }]);
+      await mem.attrSet(k, "profile", '{"user_id":123456789012345678901}', { raw: true });
+      const doc = await mem.getJsonText(k);
+      assert.equal(doc.split(meta).length, 3, doc);
+      await assert.rejects(mem.appendBatch(k, [{ role: "user", content: "bad", meta: "{nope" }]), SyntaxError);
+      const copy = key();
+      await mem.import(copy, doc);
+      assert.equal(await mem.getJsonText(copy), doc);
+    });
+
     it("get: LAST, AFTER, BUDGET; [] for a missing key", async () => {
       const k = key();
       const ids: number[] = [];

@@ -74,7 +74,14 @@ def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List
             item["ts"] = m["ts"]
         meta = m.get("meta")
         if meta is not None:
-            item["meta"] = json.loads(meta) if isinstance(meta, (str, bytes)) else meta
+            if isinstance(meta, (str, bytes)):
+                # Goes in as written, as append's META does (parsed and
+                # written again, 1.0000000000000001 became 1.0 and 1E2 100.0).
+                text = meta.decode() if isinstance(meta, bytes) else meta
+                json.loads(text)  # a ValueError here, not a refused batch
+                item["meta"] = RawJson(text)
+            else:
+                item["meta"] = meta
         if m.get("tokens") is not None:  # the provider's count (TOKENS): stored instead of counting
             item["tokens"] = int(m["tokens"])
         msgid = m.get("msgid") or (new_msgid() if auto_msgid else None)
@@ -84,9 +91,21 @@ def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List
     return items
 
 
+class RawJson(str):
+    """A JSON text a batch item carries as written (a META given as text)."""
+
+
+def _item_json(item: Mapping[str, Any]) -> str:
+    meta = item.get("meta")
+    if not isinstance(meta, RawJson):
+        return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+    body = json.dumps({k: v for k, v in item.items() if k != "meta"}, ensure_ascii=False, separators=(",", ":"))
+    return body[:-1] + ',"meta":' + meta + "}"
+
+
 def append_batch(key: Key, items: List[Dict[str, Any]], model: Optional[str], ttl: Opt, maxtokens: Opt,
                  maxmsgs: Opt, maxage: Opt) -> Command[List[AppendResult]]:
-    args = ["MEM.APPENDBATCH", key, json.dumps(items, ensure_ascii=False, separators=(",", ":"))]
+    args = ["MEM.APPENDBATCH", key, "[" + ",".join(_item_json(i) for i in items) + "]"]
     args += _settings(model, ttl, maxtokens, maxmsgs, maxage)
     return args, lambda r: [AppendResult.from_reply(x, i.get("msgid")) for x, i in zip(r, items)]
 
@@ -99,6 +118,11 @@ def get(key: Key, last: Opt, after: Opt, budget: Opt) -> Command[List[Message]]:
 def get_json(key: Key, last: Opt, after: Opt, budget: Opt) -> Command[Dict[str, Any]]:
     args = get(key, last, after, budget)[0] + ["FORMAT", "JSON"]
     return args, lambda r: json.loads(_text(r))
+
+
+def get_json_text(key: Key, last: Opt, after: Opt, budget: Opt) -> Command[str]:
+    args = get(key, last, after, budget)[0] + ["FORMAT", "JSON"]
+    return args, lambda r: str(_text(r))
 
 
 def _check_args(name: str, key: Key, extra: List[Any], model: Optional[str], context: Opt, keep: Opt) -> List[Any]:

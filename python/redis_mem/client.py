@@ -182,8 +182,17 @@ class RedisMemClient:
         self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
     ) -> JsonObject:
         """MEM.GET ... FORMAT JSON, parsed: ``{"conversation_history": [...],
-        "summary": {...}|None, "total_tokens": n, "model": ..., <attributes>}``."""
+        "summary": {...}|None, "total_tokens": n, "model": ..., <attributes>}``.
+        Python floats: a META's ``1.0000000000000001`` reads ``1.0``;
+        :meth:`get_json_text` gives the document exactly."""
         return self._run(c.get_json(key, last, after, budget))
+
+    def get_json_text(
+        self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
+    ) -> str:
+        """MEM.GET ... FORMAT JSON as the server wrote it: what
+        :meth:`import_json` takes back whole, every number as written."""
+        return self._run(c.get_json_text(key, last, after, budget))
 
     def summarize_check(
         self, key: c.Key, model: Optional[str] = None, context: Optional[int] = None, keep: Optional[int] = None,
@@ -315,8 +324,17 @@ class AsyncRedisMemClient:
         self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
     ) -> JsonObject:
         """MEM.GET ... FORMAT JSON, parsed: ``{"conversation_history": [...],
-        "summary": {...}|None, "total_tokens": n, "model": ..., <attributes>}``."""
+        "summary": {...}|None, "total_tokens": n, "model": ..., <attributes>}``.
+        Python floats: a META's ``1.0000000000000001`` reads ``1.0``;
+        :meth:`get_json_text` gives the document exactly."""
         return await self._run(c.get_json(key, last, after, budget))
+
+    async def get_json_text(
+        self, key: c.Key, last: Optional[int] = None, after: Optional[int] = None, budget: Optional[int] = None,
+    ) -> str:
+        """MEM.GET ... FORMAT JSON as the server wrote it: what
+        :meth:`import_json` takes back whole, every number as written."""
+        return await self._run(c.get_json_text(key, last, after, budget))
 
     async def summarize_check(
         self, key: c.Key, model: Optional[str] = None, context: Optional[int] = None, keep: Optional[int] = None,

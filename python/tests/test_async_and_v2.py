@@ -163,3 +163,31 @@ def test_async_get_or_create_with_an_async_factory(clean):
     assert RedisMemClient(clean.client()).extget("mem:{dave}", "n8n") == "n8n-async-1"
     sync = ConversationIds(system="n8n", redis_url=clean.url)
     assert sync.get("dave") == "n8n-async-1"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_meta_text_goes_in_as_written_and_json_text_round_trips_exactly(clean, protocol):
+    """Hostile pass 40 F2: append_batch parsed a META given as text and
+    wrote it again (1.0000000000000001 became 1.0, 1E2 100.0), and
+    get_json -> import_json did the same to every META; get_json_text ->
+    import_json is exact, on the sync and the async client alike."""
+    meta = '{"discord_user":123456789012345678901,"x":1.0000000000000001,"y":1E2}'
+    kw = dict(port=clean.port, protocol=protocol)
+    mem = RedisMemClient(redis.Redis(**kw))
+    mem.append("mem:{raw}", "user", "one", meta=meta)
+    mem.append_batch("mem:{raw}", [{"role": "user", "content": "two", "meta": meta},
+                                   {"role": "user", "content": "three", "meta": meta.encode()}])
+    with pytest.raises(ValueError):
+        mem.append_batch("mem:{raw}", [{"role": "user", "content": "bad", "meta": "{nope"}])
+    doc = mem.get_json_text("mem:{raw}")
+    assert doc.count(meta) == 3, doc
+    mem.import_json("mem:{copy}", doc)
+    assert mem.get_json_text("mem:{copy}") == doc
+
+    async def main():
+        amem = AsyncRedisMemClient(redis.asyncio.Redis(**kw))
+        await amem.append_batch("mem:{araw}", [{"role": "user", "content": "two", "meta": meta}])
+        text = await amem.get_json_text("mem:{araw}")
+        await amem.redis.aclose()
+        return text
+    assert run(main()).count(meta) == 1
