@@ -78,7 +78,8 @@ unsafe fn take_session(value: *mut c_void) -> Option<Box<Session>> {
 }
 
 /// As [`free_session`], on a worker when the session holds 1 MB or more
-/// of messages (a replaced 1 GB session held the main thread 88 ms).
+/// of messages and attribute values (a replaced 1 GB session held the main
+/// thread 88 ms; 60 attributes of 4 MB, DEL or UNLINK, 15-19 ms).
 ///
 /// # Safety
 /// As [`free_session`].
@@ -87,19 +88,24 @@ pub unsafe fn free_session_later(value: *mut c_void) {
     let Some(session) = (unsafe { take_session(value) }) else {
         return;
     };
-    if session.messages.stored_len() >= 1 << 20 {
+    if session.messages.stored_len() + session.extra.value_bytes() >= 1 << 20 {
         crate::offload::pool::free_later(session);
     }
 }
 
-/// The work of freeing a session (one allocation per message): above
-/// Redis's lazyfree threshold (64), UNLINK, FLUSHALL ASYNC and (with
+/// The work of freeing a session: one for each message and attribute, and
+/// one for each 64 KiB they hold (a few large ones are slow to free too: 60
+/// attribute values of 4 MB took UNLINK 7-18 ms inline). Above Redis's
+/// lazyfree threshold (64), UNLINK, FLUSHALL ASYNC and (with
 /// `lazyfree-lazy-expire yes`) expiry free it on a background thread, not
 /// the main one. `free_session` is safe there: it only drops owned memory.
 unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of our type.
     crate::guard::or(1, || {
-        unsafe { session_ref(value) }.map_or(1, |s| 1 + s.messages.len())
+        unsafe { session_ref(value) }.map_or(1, |s| {
+            let bytes = s.messages.stored_len() + s.extra.value_bytes();
+            1 + s.messages.len() + s.attr_count() + (bytes >> 16)
+        })
     })
 }
 
