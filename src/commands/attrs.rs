@@ -115,7 +115,7 @@ fn store_attr(
         now,
         settings,
         name: name.to_owned(),
-        value: value.trim().to_owned(),
+        value: value.trim().into(),
         // At most 100 years (seconds checks): far from overflow.
         expires_at: ex.map(|s| now + s as i64 * 1000),
     };

@@ -412,7 +412,7 @@ pub fn op(r: &mut Reader) -> Result<Op> {
             now,
             settings: settings(r)?,
             name: r.string("attribute name")?,
-            value: r.string("attribute value")?,
+            value: r.shared_str("attribute value")?,
             expires_at: match kind {
                 OP_ATTRSET_EX => Some(r.i64("attribute expiry")?),
                 _ => None,

@@ -429,12 +429,12 @@ impl Session {
         &mut self,
         now: i64,
         name: &str,
-        value: String,
+        value: Arc<str>,
         expires_at: Option<i64>,
     ) -> Result<Outcome, SessionError> {
         let aged = self.evict_aged(now, false);
         self.touch(now);
-        self.attr_set(name, Arc::from(value), expires_at);
+        self.attr_set(name, value, expires_at);
         Ok(self.outcome(0, 0, aged))
     }
 

@@ -222,7 +222,9 @@ pub enum Op {
         now: i64,
         settings: Settings,
         name: String,
-        value: String,
+        /// Shared with the session that stores it (a value of up to
+        /// `mem.max-message-bytes` is copied once, from the command).
+        value: Arc<str>,
         /// Its own expiry (ms; MEM.ATTRSET ... EX), if any.
         expires_at: Option<i64>,
     },
