@@ -855,12 +855,12 @@ def _place(run: _Run, res: KeyResult, source_name: str, target: bytes, value: by
                 r.persist(target)
                 run.placed[target] = _placed(r, target)
             return True
+        if res.replaced and not ours and not _keep_target_ids(r, res, scratch, target):
+            return False
         if run.dry_run:
             res.status = WOULD_MOVE
             run.created[target] = source_name
             return True
-        if res.replaced and not ours:
-            _keep_target_ids(r, res, scratch, target)
         placing = _placed(r, scratch)
         if placing is None:  # its expiry (the source's) passed meanwhile
             res.status, res.reason = SKIPPED, _LIFETIME_ENDED
@@ -1006,16 +1006,22 @@ def _external_ids(r: "redis.Redis", key: bytes) -> Dict[str, Dict[str, Any]]:
     return ids if isinstance(ids, dict) else {}
 
 
-def _keep_target_ids(r: "redis.Redis", res: KeyResult, scratch: bytes, target: bytes) -> None:
+def _keep_target_ids(r: "redis.Redis", res: KeyResult, scratch: bytes, target: bytes) -> bool:
     """--replace overwrites the target's history, not what the source never
     had: the external ids the target holds for systems the import lacks (put
     there by --from external or the application) go into ``scratch`` before
-    it takes the target's place, each until its own expiry (rounded up to
-    the second, as MEM.EXTSET takes it)."""
+    it takes the target's place (the dry run too: it meets the same refusals),
+    each until its own expiry (rounded up to the second, as MEM.EXTSET takes
+    it) or the key's, which stays the source's: MEM.EXTSET would have kept
+    the whole session alive as long as the id. False (``res`` failed) when
+    the user may not run MEM.EXTSET."""
     theirs = _external_ids(r, target)
     if not theirs:
-        return
+        return True
     mine = _external_ids(r, scratch)
+    key_at = _expiry_at(r, scratch)
+    if key_at == -2:
+        return True  # its lifetime (the source's) ended: MEM.EXTSET would make a new one
     now_ms = _server_ms(r)
     kept = []
     for system, entry in sorted(theirs.items()):
@@ -1025,12 +1031,20 @@ def _keep_target_ids(r: "redis.Redis", res: KeyResult, scratch: bytes, target: b
         left_ms = expires - now_ms if isinstance(expires, int) else 0
         if left_ms <= 0:
             continue  # expired as this run read it
-        r.execute_command("MEM.EXTSET", scratch, system, entry["id"], "EX",
-                          min(math.ceil(left_ms / 1000), EXT_TTL_MAX_S))
+        try:
+            r.execute_command("MEM.EXTSET", scratch, system, entry["id"], "EX",
+                              min(math.ceil(left_ms / 1000), EXT_TTL_MAX_S))
+        except redis.exceptions.NoPermissionError as e:
+            res.status, res.reason = FAILED, f"--replace keeps the replaced session's {system} id, and this " \
+                f"user may not run MEM.EXTSET ({e}): the target left as it is"
+            return False
         kept.append(system)
+    if key_at > 0:
+        r.pexpireat(scratch, key_at)
     if kept:
         note = "kept the replaced session's external ids (" + ", ".join(kept) + ")"
         res.reason = f"{res.reason}; {note}" if res.reason else note
+    return True
 
 
 def _server_ms(r: "redis.Redis") -> int:

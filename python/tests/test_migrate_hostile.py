@@ -864,5 +864,31 @@ def test_replace_keeps_the_external_ids_the_source_does_not_have(r):
     assert mem.extget("mem:{erin}", "n8n") == "n8n-source"
     after = mig._external_ids(r, b"mem:{erin}")
     assert 0 <= after["dify"]["expires"] - before["dify"]["expires"] < 1000
-    # The key lives as long as its ids (100 s was the source's lifetime).
-    assert r.pttl("mem:{erin}") >= 499_000
+    # The key expires when its source would have (hostile pass 41: MEM.EXTSET
+    # had kept it alive as long as the id), the ids with it at the latest.
+    assert 0 < r.pttl("mem:{erin}") <= 100_000
+
+
+def test_replace_keeping_ids_is_predicted_by_the_dry_run_and_needs_extset(r):
+    """Hostile pass 41 F2: the dry run said "would move" where the real run
+    failed, for a user who may not run MEM.EXTSET (and that row had no
+    target)."""
+    mem = RedisMemClient(r)
+    mem.append("mem:{finn}", "user", "the live session")
+    r.execute_command("MEM.EXTSET", "mem:{finn}", "dify", "dify-finn", "EX", 500)
+    r.set("user_memory_finn", doc("old history"))
+    dry = mig.migrate(r, pattern="user_memory_finn", replace=True, dry_run=True)
+    assert "kept the replaced session's external ids (dify)" in dry.render()
+    r.execute_command("ACL", "SETUSER", "noext", "on", ">pw", "~*", "&*", "+@all", "-mem.extset")
+    try:
+        limited = redis.Redis(port=r.connection_pool.connection_kwargs["port"], username="noext", password="pw")
+        for dry_run in (True, False):
+            rep = mig.migrate(limited, pattern="user_memory_finn", replace=True, dry_run=dry_run)
+            [res] = rep.results
+            assert (res.status, res.target) == (mig.FAILED, "mem:{finn}"), rep.render()
+            assert "may not run MEM.EXTSET" in res.reason
+        assert [m.content for m in mem.get("mem:{finn}")] == ["the live session"]
+        assert mem.extget("mem:{finn}", "dify") == "dify-finn"
+        assert r.exists("user_memory_finn")
+    finally:
+        r.execute_command("ACL", "DELUSER", "noext")
