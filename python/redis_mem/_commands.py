@@ -78,7 +78,7 @@ def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List
                 # Goes in as written, as append's META does (parsed and
                 # written again, 1.0000000000000001 became 1.0 and 1E2 100.0).
                 text = meta.decode() if isinstance(meta, bytes) else meta
-                json.loads(text)  # a ValueError here, not a refused batch
+                json.loads(text, parse_constant=_no_constant)  # a ValueError here, not a refused batch
                 item["meta"] = RawJson(text)
             else:
                 item["meta"] = meta
@@ -89,6 +89,11 @@ def batch_items(messages: Iterable[Mapping[str, Any]], auto_msgid: bool) -> List
             item["msgid"] = msgid
         items.append(item)
     return items
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity, which Python's json reads and JSON has not."""
+    raise ValueError(f"META is not JSON: {name}")
 
 
 class RawJson(str):

@@ -177,8 +177,9 @@ def test_meta_text_goes_in_as_written_and_json_text_round_trips_exactly(clean, p
     mem.append("mem:{raw}", "user", "one", meta=meta)
     mem.append_batch("mem:{raw}", [{"role": "user", "content": "two", "meta": meta},
                                    {"role": "user", "content": "three", "meta": meta.encode()}])
-    with pytest.raises(ValueError):
-        mem.append_batch("mem:{raw}", [{"role": "user", "content": "bad", "meta": "{nope"}])
+    for bad in ("{nope", '{"a":NaN}', "Infinity"):
+        with pytest.raises(ValueError):
+            mem.append_batch("mem:{raw}", [{"role": "user", "content": "bad", "meta": bad}])
     doc = mem.get_json_text("mem:{raw}")
     assert doc.count(meta) == 3, doc
     mem.import_json("mem:{copy}", doc)
