@@ -264,7 +264,9 @@ fn put_summary_parts(w: &mut Writer, s: &Summary, text: &str) {
 fn text_bytes(op: &Op, with_text: bool) -> usize {
     let len = |s: Option<&str>| s.map_or(0, str::len);
     match op {
-        Op::Append { message: m, msgid, .. } => {
+        Op::Append {
+            message: m, msgid, ..
+        } => {
             m.role.len()
                 + len(m.meta.as_deref())
                 + len(msgid.as_deref())
