@@ -88,9 +88,15 @@ pub unsafe fn free_session_later(value: *mut c_void) {
     let Some(session) = (unsafe { take_session(value) }) else {
         return;
     };
-    if session.messages.stored_len() + session.extra.value_bytes() >= 1 << 20 {
+    if bytes_held(&session) >= 1 << 20 {
         crate::offload::pool::free_later(session);
     }
+}
+
+/// The bytes of a session's messages and attribute values: what makes it
+/// slow to free.
+fn bytes_held(s: &Session) -> usize {
+    s.messages.stored_len() + s.extra.value_bytes()
 }
 
 /// The work of freeing a session: one for each message and attribute, and
@@ -103,8 +109,7 @@ unsafe extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *cons
     // SAFETY: Redis passes a value of our type.
     crate::guard::or(1, || {
         unsafe { session_ref(value) }.map_or(1, |s| {
-            let bytes = s.messages.stored_len() + s.extra.value_bytes();
-            1 + s.messages.len() + s.attr_count() + (bytes >> 16)
+            1 + s.messages.len() + s.attr_count() + (bytes_held(s) >> 16)
         })
     })
 }

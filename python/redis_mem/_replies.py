@@ -34,6 +34,12 @@ D = TypeVar("D")
 # Reply normalisation
 # --------------------------------------------------------------------------
 
+def _server_ms(r: Any) -> int:
+    """The server's clock (TIME), in Unix ms: expiries are on it."""
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
 def _text(v: Any) -> Any:
     """bytes -> str (UTF-8); anything else unchanged."""
     if isinstance(v, (bytes, bytearray, memoryview)):

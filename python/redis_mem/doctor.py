@@ -39,7 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from ._replies import _text, _to_map
+from ._replies import _server_ms, _text, _to_map
 from .client import RedisMemClient
 from .summarizer import EVENT
 
@@ -137,12 +137,6 @@ def _module_from_info(r: "redis.Redis") -> Optional[Tuple[bool, str]]:
             if fields.get("name") == MODULE_NAME:
                 return True, fields.get("ver", "?")
     return False, "?"
-
-
-def _server_ms(r: "redis.Redis") -> int:
-    """The server's clock (TIME), in Unix ms: expiries are on it."""
-    sec, usec = r.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 class _Report:

@@ -108,6 +108,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple,
 import redis
 
 from . import migrate_lc as lc
+from ._replies import _server_ms
 from .client import RedisMemClient
 from .summarizing import Entry, NoSummarizer, checked_summary, default_summarizer, langchain_summarizer
 
@@ -1045,12 +1046,6 @@ def _keep_target_ids(r: "redis.Redis", res: KeyResult, scratch: bytes, target: b
         note = "kept the replaced session's external ids (" + ", ".join(kept) + ")"
         res.reason = f"{res.reason}; {note}" if res.reason else note
     return True
-
-
-def _server_ms(r: "redis.Redis") -> int:
-    """The server's clock in ms (TIME): expiries are its absolute times."""
-    sec, usec = r.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def _replace_placed(run: _Run, res: KeyResult, scratch: bytes, target: bytes) -> bool:

@@ -212,7 +212,7 @@ struct Root<'a> {
     stored: Option<&'a RawValue>,
     extra: String,
     /// The same members as (raw name, raw value) pairs.
-    pairs: Vec<(Box<str>, Box<str>)>,
+    pairs: Vec<(Box<str>, std::sync::Arc<str>)>,
 }
 
 impl<'a> Root<'a> {

@@ -150,9 +150,9 @@ impl Attrs {
     }
 
     /// From an import: (raw name, raw value) pairs as the document wrote them.
-    pub fn from_raw(pairs: Vec<(Box<str>, Box<str>)>) -> Attrs {
+    pub fn from_raw(pairs: Vec<(Box<str>, Arc<str>)>) -> Attrs {
         Attrs {
-            pairs: Pairs::new(pairs.into_iter().map(|(n, v)| (n, Arc::from(v))).collect()),
+            pairs: Pairs::new(pairs),
             expiry: Sparse::default(),
         }
     }
@@ -340,9 +340,7 @@ impl Attrs {
 }
 
 impl Session {
-    /// Every attribute, name -> JSON text, one per name in the order names
-    /// first appear. A name present more than once (an imported document's
-    /// duplicate) reads as its last value, as JSON parsers read it.
+    /// Every attribute live at `now` ([`Attrs::live`]).
     pub fn attrs(&self, now: i64) -> Vec<(String, Arc<str>)> {
         self.extra.live(now)
     }
