@@ -15,6 +15,7 @@ The cases are the stall findings of the "never stall the server" issue at
 Figures only, no verdict: the machine is shared, run it when it is quiet.
 
   python3 benches/holds.py --module target/release/libredis_mem.so [--out docs/holds.md] [--scale 4]
+          [--only "name part"]
 """
 
 import argparse
@@ -219,7 +220,22 @@ def cases(scale):
         pipe.execute()
         return {"appends": n, "session_mb": round(r.memory_usage("g", samples=0) / 1e6, 1)}
 
+    def largest_message(r):
+        # At the default mem.max-message-bytes (4 MB): content and META each
+        # at the limit, counted (the worker counts and lays the message out).
+        meta = json.dumps({"blob": words(4 * 1024 * 1024 - 64, 1)})
+        for i in range(3):
+            r.execute_command("MEM.APPEND", f"l{i}", "assistant", words(4 * 1024 * 1024 - 64, 2), "META", meta)
+        return {"content_mb": 4, "meta_mb": 4}
+
+    def largest_attribute(r):
+        value = json.dumps(words(4 * 1024 * 1024 - 64, 3))
+        for i in range(3):
+            r.execute_command("MEM.ATTRSET", "v", f"n{i}", value)
+
     return [
+        ("MEM.APPEND of 4 MB content with a 4 MB META (x3)", None, largest_message),
+        ("MEM.ATTRSET of a 4 MB value (x3)", None, largest_attribute),
         (f"appends growing a session to {20 * scale} MB (64 KB each, TOKENS given)", None, grow),
         (f"model switch of {20 * scale} x 1 MB", model_switch_setup, model_switch),
         (f"small ATTRSET/ATTRGET/ATTRDEL beside {10 * scale} x 1 MB attributes", attrs_setup, attrs_edit),
@@ -239,6 +255,7 @@ def main():
     ap.add_argument("--scale", type=int, default=4)
     ap.add_argument("--out", default=None)
     ap.add_argument("--suite", default=None, help="the REDIS_MEM_HOLDS file of a test-suite run")
+    ap.add_argument("--only", default=None, help="run only the cases whose name contains this")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     srv = Server(os.path.abspath(a.module), os.path.abspath(a.workdir))
@@ -248,6 +265,8 @@ def main():
         srv.client().config_set("slowlog-max-len", 4096)
         rows = []
         for name, setup, action in cases(a.scale):
+            if a.only and a.only not in name:
+                continue
             srv.ensure()
             srv.client().config_set("slowlog-log-slower-than", 0)
             rows.append(run_case(srv, name, setup, action))

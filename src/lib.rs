@@ -80,6 +80,7 @@ fn required_api_present() -> bool {
             present!(RedisModule_NotifyKeyspaceEvent),
             present!(RedisModule_GetContextFlags),
             present!(RedisModule_SignalModifiedKey),
+            present!(RedisModule_StringAppendBuffer),
             present!(RedisModule_GetCurrentUserName),
             present!(RedisModule_GetModuleUserFromUserName),
             present!(RedisModule_ACLCheckCommandPermissions),

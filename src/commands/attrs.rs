@@ -3,6 +3,8 @@
 //! the top level of `FORMAT JSON`, editable one by one instead of by
 //! re-importing the whole session.
 
+use std::sync::Arc;
+
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::args::{self, Options};
@@ -49,11 +51,12 @@ pub fn attr_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// MEM.ATTRSET, resumed with its value checked off the main thread (the
-/// verdict of a large value's JSON walk).
+/// verdict of a large value's JSON walk, and the value as stored, copied
+/// there too).
 fn attr_set_checked(
     ctx: &Context,
     args: Vec<RedisString>,
-    pass: Pass<Result<(), String>>,
+    pass: Pass<Result<Arc<str>, String>>,
 ) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
@@ -64,25 +67,34 @@ fn attr_set_checked(
     let ex = Options::parse(&args[4..], &ATTR_SET)?.seconds("EX", 1)?;
     let cfg = Config::current();
     // Limits as for META: the size first, so a huge value is not parsed.
-    args::check_size("json", args[3].len(), cfg.max_message_bytes)?;
-    let value = args::utf8("json", &args[3])?;
+    let len = args[3].len();
+    args::check_size("json", len, cfg.max_message_bytes)?;
     let resumed = pass.is_resumed();
-    match pass.output() {
+    let value = match pass.output() {
         Some(verdict) => verdict.map_err(error::bad_attr_value)?,
-        None if !resumed
-            && value.len() >= MAX_INLINE_JSON_BYTES
-            && can_offload_json(ctx, args[3].len())? =>
-        {
-            // Checked by a worker; the command runs again with the verdict.
+        None if !resumed && len >= MAX_INLINE_JSON_BYTES && can_offload_json(ctx, len)? => {
+            // Checked (UTF-8 too) and copied by a worker; the command runs
+            // again with the value.
             return offload::run(ctx, args, 1, 3, attr_set_checked, |bytes| {
-                std::str::from_utf8(bytes)
-                    .map_err(|_| "json is not valid UTF-8".to_owned())
-                    .and_then(check_attr_value)
+                let value =
+                    std::str::from_utf8(bytes).map_err(|_| "json is not valid UTF-8".to_owned())?;
+                check_attr_value(value)?;
+                Ok(stored_value(value))
             });
         }
-        None => check_attr_value(value).map_err(error::bad_attr_value)?,
-    }
+        None => {
+            let value = args::utf8("json", &args[3])?;
+            check_attr_value(value).map_err(error::bad_attr_value)?;
+            stored_value(value)
+        }
+    };
     store_attr(ctx, keyname, (name, value, ex), &cfg)
+}
+
+/// A value as stored: as the client wrote it (numbers, key order and all),
+/// without the whitespace around it.
+fn stored_value(json: &str) -> Arc<str> {
+    Arc::from(json.trim())
 }
 
 /// MEM.ATTRSET's write, its value checked: the session created or updated,
@@ -90,7 +102,7 @@ fn attr_set_checked(
 fn store_attr(
     ctx: &Context,
     keyname: &RedisString,
-    (name, value, ex): (&str, &str, Option<u64>),
+    (name, value, ex): (&str, Arc<str>, Option<u64>),
     cfg: &Config,
 ) -> RedisResult {
     let mut key = SessionKey::open(ctx, keyname, true)?;
@@ -109,13 +121,11 @@ fn store_attr(
         }
     }
     let settings = SettingsOptions::none().merge(key.session(), cfg);
-    // Stored as the client wrote it (numbers, key order and all), without
-    // the whitespace around it.
     let op = Op::AttrSet {
         now,
         settings,
         name: name.to_owned(),
-        value: value.trim().into(),
+        value,
         // At most 100 years (seconds checks): far from overflow.
         expires_at: ex.map(|s| now + s as i64 * 1000),
     };

@@ -264,7 +264,7 @@ fn steps(
             content: m.content,
             ts: m.ts.unwrap_or(now),
             tokens: m.tokens,
-            meta: m.meta.map(Box::from),
+            meta: m.meta.map(Arc::from),
         };
         let msgid = m.msgid.map(Box::from);
         steps.push(Step::New(

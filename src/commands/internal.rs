@@ -31,7 +31,7 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut op = persistence::decode_op(args[2].as_slice())
         .map_err(|e| crate::error::invalid(e.to_string()))?;
     if let Some(content) = args.get(3) {
-        op = op.with_content(super::args::utf8("content", content)?.to_owned());
+        op = op.with_content(super::args::utf8("content", content)?);
     }
     op.validate()
         .map_err(|e| crate::error::invalid(format!("invalid op: {e}")))?;

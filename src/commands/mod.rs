@@ -17,6 +17,7 @@ mod write;
 
 use std::borrow::Cow;
 use std::ffi::CStr;
+use std::sync::Arc;
 
 use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -329,16 +330,49 @@ pub enum Propagate<'a> {
 /// into the session).
 pub struct OpHeader {
     bytes: Vec<u8>,
+    /// A large [`Op::header_text`] left out of `bytes`, and where it goes:
+    /// put in as the replicated argument is built (one copy of a 4 MB META
+    /// or attribute value on the main thread, not two).
+    apart: Option<(usize, Arc<str>)>,
     /// An append's op carries the key's expiry.
     sets_expiry: bool,
 }
 
+/// Header texts of this many bytes or more are left apart ([`OpHeader`]).
+const HEADER_TEXT_APART_BYTES: usize = 64 << 10;
+
 impl OpHeader {
     pub fn of(op: &Op) -> OpHeader {
+        let (bytes, gap) = persistence::encode_op_header_apart(op, HEADER_TEXT_APART_BYTES);
         OpHeader {
-            bytes: persistence::encode_op_header(op),
+            bytes,
+            apart: gap.zip(op.header_text().cloned()),
             sets_expiry: matches!(op, Op::Append { .. }),
         }
+    }
+
+    /// The header as one argument: its bytes, the text left apart in its
+    /// place.
+    fn to_string(&self, ctx: &Context) -> RedisString {
+        let Some((at, text)) = &self.apart else {
+            return RedisString::create_from_slice(ctx.ctx, &self.bytes);
+        };
+        let (before, after) = self.bytes.split_at((*at).min(self.bytes.len()));
+        let s = RedisString::create_from_slice(ctx.ctx, before);
+        for piece in [text.as_bytes(), after] {
+            // SAFETY: `s` was just created here and is referenced once (as
+            // RedisModule_StringAppendBuffer requires); the buffer is valid
+            // for its length.
+            unsafe {
+                raw::RedisModule_StringAppendBuffer.unwrap()(
+                    ctx.ctx,
+                    s.inner,
+                    piece.as_ptr().cast(),
+                    piece.len(),
+                )
+            };
+        }
+        s
     }
 }
 
@@ -370,7 +404,10 @@ pub fn finish_write(
         _ => false,
     };
     match how {
-        Propagate::Op(header, content) => replicate_header(ctx, keyname, &header.bytes, content),
+        Propagate::Op(header, content) => {
+            let payload = header.to_string(ctx);
+            replicate_payload(ctx, keyname, &payload, content)
+        }
         Propagate::Ops(ops) => {
             for (header, content) in &ops {
                 let payload = RedisString::create_from_slice(ctx.ctx, header);
@@ -441,9 +478,18 @@ fn replicate_header(
     content: Option<&RedisString>,
 ) {
     let payload = RedisString::create_from_slice(ctx.ctx, header);
+    replicate_payload(ctx, keyname, &payload, content);
+}
+
+fn replicate_payload(
+    ctx: &Context,
+    keyname: &RedisString,
+    payload: &RedisString,
+    content: Option<&RedisString>,
+) {
     match content {
-        Some(c) => replicate(ctx, c"MEM._APPLY", [keyname, &payload, c]),
-        None => replicate(ctx, c"MEM._APPLY", [keyname, &payload]),
+        Some(c) => replicate(ctx, c"MEM._APPLY", [keyname, payload, c]),
+        None => replicate(ctx, c"MEM._APPLY", [keyname, payload]),
     }
 }
 

@@ -19,7 +19,7 @@ use crate::offload::{
     self, can_block, encoding_build, model_switch, refuse_where_blocking_is_impossible, Pass,
 };
 use crate::session::{
-    check_tool_has_call, next_id, Message, Op, Recounted, Settings, Snapshot, Summary,
+    check_tool_has_call, next_id, Message, Op, Prepared, Recounted, Settings, Snapshot, Summary,
     MAX_MESSAGE_TOKENS, MAX_TS,
 };
 use crate::stats;
@@ -45,6 +45,11 @@ struct Counted {
     recounted: Option<Recounted>,
     /// A large META's check, made by the worker (None: checked inline).
     meta_checked: Option<Result<(), String>>,
+    /// The worker's copy of META (the argument's bytes), for the op.
+    meta: Option<Arc<str>>,
+    /// A large message's stored bytes, laid out by the worker for the log
+    /// to keep (role, META and content as above).
+    prepared: Option<Prepared>,
 }
 
 /// MEM.APPEND, resumed with a count made off the main thread: parse, answer
@@ -70,15 +75,25 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
         drop(key);
         return offload::run(ctx, args, 1, 3, append_counted, move |bytes| job.run(bytes));
     }
+    let (counted, prepared) = match counted {
+        Some(mut c) => {
+            let (meta, prepared) = (c.meta.take(), c.prepared.take());
+            (Some(c), Some((meta, prepared)))
+        }
+        None => (None, None),
+    };
     let (content, tokens, recounted) = append.content(counted, counting, &cfg)?;
     let now = now_ms();
-    let op = append.op(settings, id, (content, tokens), now);
+    let (meta, prepared) = prepared.unwrap_or_default();
+    let op = append.op(settings, id, (content, tokens), meta, now);
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
     // A new tokenizer: the session re-counted first (replicated as an op).
     model_switch::apply(ctx, keyname, session, now, counting, recounted.as_ref())?;
     let how = Propagate::Op(OpHeader::of(&op), Some(append.raw_content));
-    let outcome = session.apply(op).map_err(error::session)?;
+    let outcome = session
+        .apply_prepared(op, prepared)
+        .map_err(error::session)?;
     let summarize = session.meets(session_thresholds(session, &cfg));
     let expiry = session.key_expiry(now);
     let events = Events::appends(&[(outcome.clone(), summarize)]);
@@ -251,16 +266,29 @@ impl<'a> AppendArgs<'a> {
         Ok((content, tokens, recounted))
     }
 
-    /// The append as the core applies it.
-    fn op(&self, settings: Settings, id: u64, counted: (Arc<str>, u64), now: i64) -> Op {
+    /// The append as the core applies it; `meta` the worker's copy of this
+    /// command's META argument (the same bytes: the resumed command gets
+    /// the arguments the worker read), else META is copied here.
+    fn op(
+        &self,
+        settings: Settings,
+        id: u64,
+        counted: (Arc<str>, u64),
+        meta: Option<Arc<str>>,
+        now: i64,
+    ) -> Op {
         let (content, tokens) = counted;
+        debug_assert!(meta.is_none() || meta.as_deref() == self.meta);
+        let meta = meta
+            .filter(|m| Some(m.len()) == self.meta.map(str::len))
+            .or_else(|| self.meta.map(Arc::from));
         let message = Message {
             id,
             role: self.role.into(),
             content,
             ts: self.ts.map_or(now, |t| t as i64),
             tokens,
-            meta: self.meta.map(Box::from),
+            meta,
         };
         Op::Append {
             now,
@@ -328,11 +356,16 @@ impl AppendJob {
             (Some(m), true) => Some(crate::session::check_meta(m)),
             _ => None,
         };
+        let prepared = content
+            .as_ref()
+            .and_then(|(text, _)| Prepared::of(&self.role, self.meta.as_deref(), text));
         Counted {
             counting: self.counting,
             content,
             recounted: model_switch::count(self.snapshot, self.counting),
             meta_checked,
+            meta: self.meta.map(Arc::from),
+            prepared,
         }
     }
 }

@@ -803,7 +803,7 @@ impl<C: Fn(Counting, &str, &str, Option<&str>) -> u64, E> Builder<'_, C, E> {
             role: m.role.into(),
             content: m.content.into(),
             ts: m.ts.unwrap_or(self.now),
-            meta: m.meta.map(Box::from),
+            meta: m.meta.map(std::sync::Arc::from),
         };
         let is_tool = &*message.role == TOOL_ROLE;
         let old = self

@@ -230,7 +230,7 @@ impl ImportedDoc {
                 role: m.role.into(),
                 content: m.content.into(),
                 ts: m.ts.unwrap_or(now),
-                meta: m.meta.map(Box::from),
+                meta: m.meta.map(std::sync::Arc::from),
             };
             session.push_message(message).map_err(|e| e.to_string())?;
         }

@@ -103,6 +103,12 @@ pub fn encode_op_header(op: &Op) -> Vec<u8> {
     v2::encode_op_header(op)
 }
 
+/// [`encode_op_header`] with a large [`Op::header_text`] left out, and
+/// where it goes (see v2::encode_op_header_apart).
+pub fn encode_op_header_apart(op: &Op, apart_from: usize) -> (Vec<u8>, Option<usize>) {
+    v2::encode_op_header_apart(op, apart_from)
+}
+
 /// An op of any known format. Not validated here: an append's content may
 /// travel as its own argument, so `MEM._APPLY` validates the op once the
 /// content is back in (`Op::with_content`, then `Op::validate`).

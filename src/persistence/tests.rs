@@ -409,6 +409,7 @@ fn sessions_round_trip() {
 fn ops_round_trip_with_extreme_values() {
     let mut ops = sample_ops();
     ops.extend(sample_ops_v2());
+    ops.extend(sample_attr_ops());
     ops.push(Op::Lease {
         now: i64::MIN,
         lease: Lease {
@@ -451,10 +452,21 @@ fn ops_round_trip_with_extreme_values() {
         };
         // Encoded without the clone the header was (what writes replicate).
         assert_eq!(encode_op_header(&op), encode_op(&op.header()));
+        // A header text left apart goes back where the gap is: the same
+        // header, whatever its size against the bound.
+        for apart_from in [0, 1, 5, usize::MAX] {
+            let (mut bytes, gap) = encode_op_header_apart(&op, apart_from);
+            let text = op.header_text().filter(|t| t.len() >= apart_from);
+            assert_eq!(gap.is_some(), text.is_some(), "{op:?} from {apart_from}");
+            if let (Some(at), Some(text)) = (gap, text) {
+                bytes.splice(at..at, text.bytes());
+            }
+            assert_eq!(bytes, encode_op_header(&op), "{op:?} from {apart_from}");
+        }
         assert_eq!(
             decode_op(&encode_op(&op.header()))
                 .unwrap()
-                .with_content(content),
+                .with_content(&content),
             op
         );
     }

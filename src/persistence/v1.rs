@@ -89,7 +89,7 @@ fn message(r: &mut Reader) -> Result<Message> {
         content: r.shared_str("content")?,
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
-        meta: r.option("meta", |r| r.boxed_str("meta"))?,
+        meta: r.option("meta", |r| r.shared_str("meta"))?,
     })
 }
 

@@ -132,22 +132,32 @@ pub(super) fn put_session_tail(w: &mut Writer, s: &Session) {
 /// An op's payload (MEM._APPLY, the AOF): one arm an op, each the format's
 /// field list for it (a table, hence its length).
 pub fn encode_op(op: &Op) -> Vec<u8> {
-    encode_op_with(op, true)
+    encode_op_with(op, true, usize::MAX).0
 }
 
 /// [`encode_op`] of the op's [`Op::header`] (its appended content or
 /// summary text left empty), without cloning the op first: that clone was
 /// four of an append's allocations.
 pub fn encode_op_header(op: &Op) -> Vec<u8> {
-    encode_op_with(op, false)
+    encode_op_with(op, false, usize::MAX).0
 }
 
-fn encode_op_with(op: &Op, with_text: bool) -> Vec<u8> {
+/// [`encode_op_header`] with its [`Op::header_text`] left out when it is
+/// `apart_from` bytes or more: the header's bytes and where that text goes
+/// (after its length, which is written). The caller puts it in as it
+/// builds the replicated argument, one copy of it instead of two.
+pub fn encode_op_header_apart(op: &Op, apart_from: usize) -> (Vec<u8>, Option<usize>) {
+    encode_op_with(op, false, apart_from)
+}
+
+fn encode_op_with(op: &Op, with_text: bool, apart_from: usize) -> (Vec<u8>, Option<usize>) {
+    let apart = op.header_text().is_some_and(|t| t.len() >= apart_from);
+    let mut gap = None;
     // One allocation, not the five a growing Vec took: an append's header
     // (its content travels apart) fits in 128 bytes beside its texts (a 4 MB
     // META grew the buffer by doubling: a 4 MB copy into 8 MB of fresh
     // pages, half of such an append's main-thread time).
-    let mut w = Writer::with_capacity(FORMAT, 128 + text_bytes(op, with_text));
+    let mut w = Writer::with_capacity(FORMAT, 128 + text_bytes(op, with_text, apart));
     match op {
         Op::Append {
             now,
@@ -159,15 +169,15 @@ fn encode_op_with(op: &Op, with_text: bool) -> Vec<u8> {
             w.i64(*now);
             put_settings(&mut w, settings);
             let content = if with_text { &*m.content } else { "" };
-            put_message_parts(
-                &mut w,
-                m.id,
-                &m.role,
-                content,
-                m.ts,
-                m.tokens,
-                m.meta.as_deref(),
-            );
+            put_message_head(&mut w, m.id, &m.role, content, m.ts, m.tokens);
+            match m.meta.as_deref() {
+                Some(meta) if apart => {
+                    w.u8(1);
+                    w.length(meta.len());
+                    gap = Some(w.len());
+                }
+                meta => w.option(meta, Writer::str),
+            }
             w.option(msgid.as_deref(), Writer::str);
         }
         Op::Summarize { now, summary } => {
@@ -219,7 +229,12 @@ fn encode_op_with(op: &Op, with_text: bool) -> Vec<u8> {
             w.i64(*now);
             put_settings(&mut w, settings);
             w.str(name);
-            w.str(value);
+            if apart {
+                w.length(value.len());
+                gap = Some(w.len());
+            } else {
+                w.str(value);
+            }
             if let Some(at) = expires_at {
                 w.i64(*at);
             }
@@ -235,7 +250,7 @@ fn encode_op_with(op: &Op, with_text: bool) -> Vec<u8> {
             put_lease(&mut w, lease);
         }
     }
-    w.into_bytes()
+    (w.into_bytes(), gap)
 }
 
 fn put_settings(w: &mut Writer, s: &Settings) {
@@ -260,24 +275,27 @@ fn put_summary_parts(w: &mut Writer, s: &Summary, text: &str) {
 }
 
 /// Bytes of the texts [`encode_op_with`] writes of `op` (the rest is
-/// a few varints and short names).
-fn text_bytes(op: &Op, with_text: bool) -> usize {
+/// a few varints and short names); without its header text when that is
+/// left `apart`.
+fn text_bytes(op: &Op, with_text: bool, apart: bool) -> usize {
     let len = |s: Option<&str>| s.map_or(0, str::len);
-    match op {
-        Op::Append {
-            message: m, msgid, ..
-        } => {
-            m.role.len()
-                + len(m.meta.as_deref())
-                + len(msgid.as_deref())
-                + if with_text { m.content.len() } else { 0 }
+    let header_text = if apart {
+        0
+    } else {
+        len(op.header_text().map(|t| &**t))
+    };
+    header_text
+        + match op {
+            Op::Append {
+                message: m, msgid, ..
+            } => m.role.len() + len(msgid.as_deref()) + if with_text { m.content.len() } else { 0 },
+            Op::Summarize { summary, .. } if with_text => summary.text.len(),
+            Op::AttrSet { name, .. } => name.len(),
+            _ => 0,
         }
-        Op::Summarize { summary, .. } if with_text => summary.text.len(),
-        Op::AttrSet { name, value, .. } => name.len() + value.len(),
-        _ => 0,
-    }
 }
 
+#[cfg(test)]
 fn put_message_parts(
     w: &mut Writer,
     id: u64,
@@ -287,12 +305,17 @@ fn put_message_parts(
     tokens: u64,
     meta: Option<&str>,
 ) {
+    put_message_head(w, id, role, content, ts, tokens);
+    w.option(meta, Writer::str);
+}
+
+/// A message's fields before its META.
+fn put_message_head(w: &mut Writer, id: u64, role: &str, content: &str, ts: i64, tokens: u64) {
     w.u64(id);
     w.str(role);
     w.str(content);
     w.i64(ts);
     w.u64(tokens);
-    w.option(meta, Writer::str);
 }
 
 fn put_lease(w: &mut Writer, l: &Lease) {
@@ -478,7 +501,7 @@ fn message(r: &mut Reader) -> Result<Message> {
         content: r.shared_str("content")?,
         ts: r.i64("message ts")?,
         tokens: r.u64("message tokens")?,
-        meta: r.option("meta", |r| r.boxed_str("meta"))?,
+        meta: r.option("meta", |r| r.shared_str("meta"))?,
     })
 }
 

@@ -183,6 +183,11 @@ impl Writer {
         self.0
     }
 
+    /// Bytes written so far, the format byte included.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn u8(&mut self, b: u8) {
         self.0.push(b);
     }

@@ -70,7 +70,7 @@ impl MessageRef<'_> {
             content: self.content.into(),
             ts: self.ts,
             tokens: self.tokens,
-            meta: self.meta.map(Box::from),
+            meta: self.meta.map(Arc::from),
         }
     }
 }
@@ -153,6 +153,27 @@ const FREE_LATER_BYTES: usize = 1 << 20;
 fn discard(segment: Segment) {
     if segment.bytes.capacity() >= FREE_LATER_BYTES {
         super::garbage::discard(segment.bytes);
+    }
+}
+
+/// A message's stored bytes built ahead of its write, off the main thread,
+/// in an allocation of their size class, for [`MessageLog::push_prepared`]
+/// to keep as the message's own segment. A 4 MB message's copy into a fresh
+/// segment was most of MEM.APPEND's main-thread time (its page faults).
+#[derive(Debug)]
+pub struct Prepared(Vec<u8>);
+
+impl Prepared {
+    /// The stored bytes of a message too large to share a segment; None
+    /// for a smaller one (copied into a segment where it is written).
+    pub fn of(role: &str, meta: Option<&str>, content: &str) -> Option<Prepared> {
+        let len = data_len(role, meta, content);
+        if len <= SEGMENT_BYTES {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(size_class(len));
+        encode_data(role, meta, content, &mut bytes);
+        Some(Prepared(bytes))
     }
 }
 
@@ -529,12 +550,50 @@ impl MessageLog {
         meta: Option<&str>,
         content: &str,
     ) -> Result<(), LogError> {
+        self.push_prepared(id, ts, tokens, role, meta, content, None)
+    }
+
+    /// [`push`](MessageLog::push), given the message's stored bytes built
+    /// ahead ([`Prepared`]): kept as the message's own segment when it
+    /// would start one, so the main thread neither copies nor faults in a
+    /// large message's bytes. Bytes of another length than the message's
+    /// are not used.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_prepared(
+        &mut self,
+        id: u64,
+        ts: i64,
+        tokens: u64,
+        role: &str,
+        meta: Option<&str>,
+        content: &str,
+        prepared: Option<Prepared>,
+    ) -> Result<(), LogError> {
         self.make_writable();
         let len = data_len(role, meta, content);
         self.reserve_position(len, tokens)?;
-        // Never None: target makes the segment it returns.
-        let target = self.target(len).ok_or(LogError::Full)?;
-        encode_data(role, meta, content, target);
+        match prepared.filter(|p| p.0.len() == len && !self.tail_takes(len)) {
+            Some(Prepared(bytes)) => {
+                debug_assert!({
+                    let mut expected = Vec::new();
+                    encode_data(role, meta, content, &mut expected);
+                    expected == bytes
+                });
+                let start = self.end();
+                if self.segments.is_empty() {
+                    self.segments.reserve_exact(1); // as `target` does
+                }
+                self.segments.push_back(Segment {
+                    start,
+                    bytes: Arc::new(bytes),
+                });
+            }
+            None => {
+                // Never None: target makes the segment it returns.
+                let target = self.target(len).ok_or(LogError::Full)?;
+                encode_data(role, meta, content, target);
+            }
+        }
         self.finish_push(id, ts, tokens);
         Ok(())
     }
@@ -584,12 +643,7 @@ impl MessageLog {
         // write trims: the message goes to a second segment, which `settle`
         // moves into the room the trim left (a log at its caps keeps its
         // size) or into the first grown by a class.
-        let fits = match (self.segments.len(), self.segments.back()) {
-            (_, None) => false,
-            (1, Some(only)) if only.bytes.capacity() - only.bytes.len() < len => false,
-            (_, Some(tail)) => tail.bytes.len() + len <= SEGMENT_BYTES.max(tail.bytes.capacity()),
-        };
-        if !fits {
+        if !self.tail_takes(len) {
             if self.segments.is_empty() {
                 // Most logs are one segment: room for one (4 by default).
                 self.segments.reserve_exact(1);
@@ -614,6 +668,17 @@ impl MessageLog {
             tail.reserve_exact(size_class(room) - tail.len());
         }
         Some(tail)
+    }
+
+    /// Whether `len` new bytes go into the last segment ([`target`]).
+    ///
+    /// [`target`]: MessageLog::target
+    fn tail_takes(&self, len: usize) -> bool {
+        match (self.segments.len(), self.segments.back()) {
+            (_, None) => false,
+            (1, Some(only)) if only.bytes.capacity() - only.bytes.len() < len => false,
+            (_, Some(tail)) => tail.bytes.len() + len <= SEGMENT_BYTES.max(tail.bytes.capacity()),
+        }
     }
 
     /// Records the message whose bytes were just written (they end the last

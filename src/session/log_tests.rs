@@ -274,7 +274,7 @@ fn random_operations_agree_with_a_plain_deque() {
                         content: content.into(),
                         ts,
                         tokens,
-                        meta: meta.map(Box::from),
+                        meta: meta.map(Arc::from),
                     });
                 }
                 55..=79 => {
@@ -571,4 +571,59 @@ fn a_log_at_its_caps_grows_its_last_segment_with_room_for_one_more_message() {
     let (_, log) = tail_moves(30, None);
     let tail = log.segments.back().unwrap();
     assert_eq!(tail.bytes.capacity(), size_class(tail.bytes.len()));
+}
+
+/// A message laid out ahead (`Prepared`, a worker's) is kept as its own
+/// segment, uncopied, and reads back as `push` would have stored it; a
+/// small one is not prepared, bytes of another length are not used, and a
+/// prepared message the tail has room for is copied there.
+#[test]
+fn a_prepared_large_message_keeps_its_buffer_and_reads_as_pushed() {
+    let meta = format!("{{\"blob\":\"{}\"}}", "m".repeat(20_000));
+    let content = "c".repeat(30_000);
+    assert!(Prepared::of("user", None, "small").is_none());
+    let (mut log, mut plain) = (MessageLog::new(), MessageLog::new());
+    for id in 1..=6u64 {
+        let (role, meta) = match id % 3 {
+            0 => ("critic", None),
+            1 => ("assistant", Some(meta.as_str())),
+            _ => ("user", Some("{}")),
+        };
+        let body = &content[..10_000 * id as usize % 30_000 + 9_000];
+        let prepared = Prepared::of(role, meta, body).unwrap();
+        let at = prepared.0.as_ptr();
+        log.push_prepared(id, 1, id, role, meta, body, Some(prepared))
+            .unwrap();
+        plain.push(id, 1, id, role, meta, body).unwrap();
+        assert_eq!(log.segments.back().unwrap().bytes.as_ptr(), at, "id {id}");
+        // A small message after it goes into the large one's spare room.
+        push(&mut log, 100 + id, "user", "after");
+        push(&mut plain, 100 + id, "user", "after");
+        log.settle();
+        plain.settle();
+    }
+    assert_eq!(log, plain);
+    assert_eq!(log.stored_len(), plain.stored_len());
+    // The wrong length: ignored, the message encoded from its parts.
+    let wrong = Prepared::of("user", None, &content[1..]).unwrap();
+    log.push_prepared(200, 1, 1, "user", None, &content, Some(wrong))
+        .unwrap();
+    assert_eq!(log.back().unwrap().content, content);
+    // Room in the tail: copied there, not kept.
+    let mut roomy = MessageLog::new();
+    roomy
+        .push(1, 1, 1, "user", None, &"x".repeat(9_000))
+        .unwrap();
+    roomy.pop_front();
+    roomy
+        .push(2, 1, 1, "user", None, &"y".repeat(9_000))
+        .unwrap();
+    let segments = roomy.segments.len();
+    let small_large = Prepared::of("user", None, &"z".repeat(8_200)).unwrap();
+    let fits = roomy.tail_takes(small_large.0.len());
+    roomy
+        .push_prepared(3, 1, 1, "user", None, &"z".repeat(8_200), Some(small_large))
+        .unwrap();
+    assert_eq!(roomy.segments.len(), segments + usize::from(!fits));
+    assert_eq!(roomy.back().unwrap().content, "z".repeat(8_200));
 }

@@ -96,8 +96,9 @@ pub struct Message {
     /// Unix time in milliseconds.
     pub ts: i64,
     pub tokens: u64,
-    /// A JSON object, kept as the client sent it.
-    pub meta: Option<Box<str>>,
+    /// A JSON object, kept as the client sent it. Shared, so replicating a
+    /// large one takes no copy of it (commands::OpHeader).
+    pub meta: Option<Arc<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -268,6 +269,16 @@ impl Op {
         }
     }
 
+    /// The one text an op's header carries that may be large: an
+    /// append's META, an attribute's value.
+    pub fn header_text(&self) -> Option<&Arc<str>> {
+        match self {
+            Op::Append { message, .. } => message.meta.as_ref(),
+            Op::AttrSet { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
     /// The text that [`Op::header`] leaves out (empty for other ops).
     pub fn content_bytes(&self) -> &[u8] {
         match self {
@@ -277,11 +288,12 @@ impl Op {
         }
     }
 
-    /// Puts back the text that [`Op::header`] left out.
-    pub fn with_content(mut self, content: String) -> Op {
+    /// Puts back the text that [`Op::header`] left out (copied once: a
+    /// replica applies a 4 MB message on its main thread).
+    pub fn with_content(mut self, content: &str) -> Op {
         match &mut self {
             Op::Append { message, .. } => message.content = content.into(),
-            Op::Summarize { summary, .. } => summary.text = content,
+            Op::Summarize { summary, .. } => summary.text = content.to_owned(),
             _ => {}
         }
         self
@@ -454,7 +466,17 @@ impl Session {
     /// append, which evicts) also evicts the messages older than `maxage`
     /// at the op's `now`, counted in the outcome's `trimmed`.
     pub fn apply(&mut self, op: Op) -> Result<Outcome, SessionError> {
-        let outcome = self.apply_op(op);
+        self.apply_prepared(op, None)
+    }
+
+    /// [`Session::apply`] of an append whose message's stored bytes were
+    /// built ahead, off the main thread ([`Prepared`]).
+    pub fn apply_prepared(
+        &mut self,
+        op: Op,
+        prepared: Option<Prepared>,
+    ) -> Result<Outcome, SessionError> {
+        let outcome = self.apply_op(op, prepared);
         // The write has trimmed: the space it freed takes what it added.
         self.messages.settle();
         outcome
@@ -463,7 +485,7 @@ impl Session {
     /// [`Session::apply`] for one op of several (a batch): the bytes settle
     /// once, after the last one ([`Session::settle`]).
     pub fn apply_one_of_many(&mut self, op: Op) -> Result<Outcome, SessionError> {
-        self.apply_op(op)
+        self.apply_op(op, None)
     }
 
     /// After ops applied with [`Session::apply_one_of_many`].
@@ -471,14 +493,14 @@ impl Session {
         self.messages.settle();
     }
 
-    fn apply_op(&mut self, op: Op) -> Result<Outcome, SessionError> {
+    fn apply_op(&mut self, op: Op, prepared: Option<Prepared>) -> Result<Outcome, SessionError> {
         match op {
             Op::Append {
                 now,
                 settings,
                 message,
                 msgid,
-            } => self.append(now, settings, message, msgid),
+            } => self.append(now, settings, message, msgid, prepared),
             Op::Summarize { now, summary } => self.summarize(now, summary),
             Op::ExtSet {
                 now,
@@ -531,9 +553,10 @@ impl Session {
         settings: Settings,
         message: Message,
         msgid: Option<Box<str>>,
+        prepared: Option<Prepared>,
     ) -> Result<Outcome, SessionError> {
         let (id, tokens) = (message.id, message.tokens);
-        self.push_message(message)?;
+        self.push_prepared(message, prepared)?;
         if let Some(msgid) = msgid {
             self.msgids.attach(id, msgid);
         }
@@ -550,6 +573,14 @@ impl Session {
     /// Its id must be above the last id and at most [`MAX_STORED_ID`]; on
     /// error nothing changes.
     pub fn push_message(&mut self, message: Message) -> Result<(), SessionError> {
+        self.push_prepared(message, None)
+    }
+
+    fn push_prepared(
+        &mut self,
+        message: Message,
+        prepared: Option<Prepared>,
+    ) -> Result<(), SessionError> {
         if message.id <= self.last_id {
             return Err(SessionError::IdNotIncreasing {
                 id: message.id,
@@ -560,13 +591,14 @@ impl Session {
             return Err(SessionError::IdAboveMax(message.id));
         }
         self.messages
-            .push(
+            .push_prepared(
                 message.id,
                 message.ts,
                 message.tokens,
                 &message.role,
                 message.meta.as_deref(),
                 &message.content,
+                prepared,
             )
             .map_err(|e| match e {
                 LogError::Full => SessionError::SessionFull,
@@ -929,7 +961,7 @@ mod validate;
 pub use attrs::{check_attr_name, Attrs, MAX_ATTRS, MAX_ATTR_NAME_BYTES, RESERVED_ATTR_NAMES};
 pub use lease::{above_every_issued_token, note_issued, Lease, Leases, MAX_LEASE_MS};
 pub use log::{
-    decode_data, encode_data, LogError, MessageLog, MessageRef, StoredLog, MAX_LOG_BYTES,
+    decode_data, encode_data, LogError, MessageLog, MessageRef, Prepared, StoredLog, MAX_LOG_BYTES,
     MAX_MESSAGE_TOKENS,
 };
 pub use read::{Selection, SummarizeCheck, Thresholds};

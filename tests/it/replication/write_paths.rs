@@ -100,6 +100,46 @@ fn writes(m: &mut redis::Connection, r: &mut redis::Connection) {
     }
     check_reads(m, k, &sent);
     step(m, r, "emptied by summarize, refilled");
+    // Large messages laid out by the worker (kept as their own segment) and
+    // large METAs and attribute values replicated apart from their op's
+    // header, around small appends that fill the segments' spare room.
+    for i in 0..3 {
+        let meta =
+            serde_json::json!({"i": i, "blob": big(500 + i, 70_000 + i * 9_000)}).to_string();
+        let content = big(510 + i, 60_000 + i * 40_000);
+        let id = int_field(
+            &append(
+                m,
+                k,
+                "assistant",
+                &content,
+                &["META", &meta, "MAXMSGS", "12"],
+            ),
+            "id",
+        );
+        sent.insert(id, content);
+        let small = big(520 + i, 200);
+        sent.insert(int_field(&append(m, k, "user", &small, &[]), "id"), small);
+    }
+    let value = serde_json::json!({"ctx": big(530, 300_000)}).to_string();
+    ok(m, &["MEM.ATTRSET", k, "context", &format!(" {value}\n")]);
+    ok(
+        m,
+        &[
+            "MEM.ATTRSET",
+            k,
+            "short",
+            &serde_json::to_string(&big(531, 90_000)).unwrap(),
+            "EX",
+            "3600",
+        ],
+    );
+    assert_eq!(
+        ok(m, &["MEM.ATTRGET", k, "context"]),
+        redis::Value::BulkString(value.into_bytes())
+    );
+    check_reads(m, k, &sent);
+    step(m, r, "large messages, METAs and attribute values");
     // A batch, some of it large.
     let batch: Vec<serde_json::Value> = (50..60)
         .map(|i| serde_json::json!({"role": "user", "content": big(i, if i == 55 { 100_000 } else { 500 }), "meta": {"b": i}}))
