@@ -143,6 +143,13 @@ pub fn utf8_bytes<'a>(name: &str, v: &'a [u8]) -> Result<&'a str, RedisError> {
     std::str::from_utf8(v).map_err(|_| crate::error::invalid(format!("{name} is not valid UTF-8")))
 }
 
+/// A JSON text without the whitespace JSON allows around it (space, tab,
+/// CR, LF): how a META or an attribute value is stored, whichever command
+/// brought it (APPENDBATCH and IMPORT read theirs without it).
+pub fn trim_json(text: &str) -> &str {
+    text.trim_matches([' ', '\t', '\n', '\r'])
+}
+
 pub fn check_role(role: &str) -> Result<(), RedisError> {
     if role.is_empty() || role.len() > MAX_ROLE_BYTES {
         return Err(crate::error::invalid(format!(

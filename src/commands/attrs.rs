@@ -94,7 +94,7 @@ fn attr_set_checked(
 /// A value as stored: as the client wrote it (numbers, key order and all),
 /// without the whitespace around it.
 fn stored_value(json: &str) -> Arc<str> {
-    Arc::from(json.trim())
+    Arc::from(args::trim_json(json))
 }
 
 /// MEM.ATTRSET's write, its value checked: the session created or updated,

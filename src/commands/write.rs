@@ -144,7 +144,7 @@ impl<'a> AppendArgs<'a> {
                 "TS must be at most {MAX_TS} (9999-12-31)"
             )));
         }
-        let meta = opts.str("META")?;
+        let meta = opts.str("META")?.map(args::trim_json);
         let meta_on_worker = check_meta(ctx, meta, resumed, counted, cfg)?;
         let changes = SettingsOptions::parse(&opts, cfg)?;
         let msgid = opts.str("MSGID")?;

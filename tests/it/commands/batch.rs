@@ -261,3 +261,50 @@ fn null_content_of_a_tool_calling_turn_is_empty_in_a_batch_and_an_import() {
         assert_eq!(int(&mut con, &["EXISTS", "mem:{none}"]), 0);
     }
 }
+
+/// A META is stored as its JSON text without the whitespace around it, by
+/// every command that takes one (APPEND's argument, APPENDBATCH's and
+/// IMPORT's members), so the same message reads back the same; `"meta":
+/// null` in a document is no META (as in MEM.IMPORT), while APPEND's META
+/// argument must be an object.
+#[test]
+fn meta_is_stored_alike_by_every_command_and_null_means_none_in_documents() {
+    let server = Server::start();
+    let mut con = server.client();
+    let meta = r#"{"b": [1, 2.50, "x"],  "a" : {}}"#;
+    let padded = format!(" \t\r\n{meta}\n ");
+    append(
+        &mut con,
+        "mem:{a}",
+        "user",
+        "hi",
+        &["TS", "1700000000000", "META", &padded],
+    );
+    let item = format!(r#"[{{"role":"user","content":"hi","ts":1700000000000,"meta": {padded}}}]"#);
+    ok(&mut con, &["MEM.APPENDBATCH", "mem:{b}", &item]);
+    let doc = format!(
+        r#"{{"conversation_history":[{{"role":"user","content":"hi","ts":1700000000000,"meta":{padded}}}]}}"#
+    );
+    ok(&mut con, &["MEM.IMPORT", "mem:{i}", &doc]);
+    for key in ["mem:{a}", "mem:{b}", "mem:{i}"] {
+        let got = get(&mut con, &["MEM.GET", key]);
+        assert_eq!(got[0].meta.as_deref(), Some(meta), "{key}");
+    }
+    assert_eq!(history(&mut con, "mem:{a}"), history(&mut con, "mem:{b}"));
+    // null: no META in a document; refused as APPEND's argument.
+    let item = r#"[{"role":"user","content":"hi","ts":1700000000000,"meta":null}]"#;
+    ok(&mut con, &["MEM.APPENDBATCH", "mem:{n}", item]);
+    assert_eq!(get(&mut con, &["MEM.GET", "mem:{n}"])[0].meta, None);
+    assert_err(
+        &mut con,
+        &["MEM.APPEND", "mem:{n}", "user", "x", "META", "null"],
+        "META must be a JSON object",
+    );
+    // Whitespace JSON does not allow around a value is still refused.
+    assert_err(
+        &mut con,
+        &["MEM.APPEND", "mem:{n}", "user", "x", "META", "\u{3000}{}"],
+        "META",
+    );
+    assert_eq!(get(&mut con, &["MEM.GET", "mem:{n}"]).len(), 1);
+}
