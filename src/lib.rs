@@ -26,6 +26,7 @@ pub mod persistence;
 pub mod session;
 pub mod stats;
 pub mod tokenizer;
+pub mod utf8;
 
 use redis_module::configuration::ConfigurationFlags;
 // AclCategory: named by the redis_module! expansion of `acl_categories`.

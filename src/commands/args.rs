@@ -116,7 +116,7 @@ fn printable(s: &str) -> String {
 /// integer syntax (string2ll): digits only, no sign, no spaces, and no
 /// leading zero but in `0` itself (`01`, `+1`, ` 5` are refused).
 pub fn parse_u64(name: &str, v: &RedisString, min: u64) -> Result<u64, RedisError> {
-    let s = std::str::from_utf8(v.as_slice()).unwrap_or("");
+    let s = crate::utf8::str(v.as_slice()).unwrap_or("");
     let canonical = s == "0" || (!s.starts_with('0') && !s.is_empty());
     let n = if canonical && s.bytes().all(|b| b.is_ascii_digit()) {
         s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
@@ -140,7 +140,7 @@ pub fn utf8<'a>(name: &str, v: &'a RedisString) -> Result<&'a str, RedisError> {
 
 /// [`utf8`] of an argument's bytes (a worker has the bytes, not the string).
 pub fn utf8_bytes<'a>(name: &str, v: &'a [u8]) -> Result<&'a str, RedisError> {
-    std::str::from_utf8(v).map_err(|_| crate::error::invalid(format!("{name} is not valid UTF-8")))
+    crate::utf8::str(v).ok_or_else(|| crate::error::invalid(format!("{name} is not valid UTF-8")))
 }
 
 /// A JSON text without the whitespace JSON allows around it (space, tab,

@@ -77,7 +77,7 @@ fn attr_set_checked(
             // again with the value.
             return offload::run(ctx, args, 1, 3, attr_set_checked, |bytes| {
                 let value =
-                    std::str::from_utf8(bytes).map_err(|_| "json is not valid UTF-8".to_owned())?;
+                    crate::utf8::str(bytes).ok_or_else(|| "json is not valid UTF-8".to_owned())?;
                 check_attr_value(value)?;
                 Ok(stored_value(value))
             });

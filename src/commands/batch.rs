@@ -121,7 +121,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
 }
 
 fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "messages is not valid UTF-8".to_owned())?;
+    let text = crate::utf8::str(bytes).ok_or_else(|| "messages is not valid UTF-8".to_owned())?;
     let items: Vec<Item> = serde_json::from_str(text).map_err(|e| {
         format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?,\"msgid\"?,\"tokens\"?}} objects: {e}")
     })?;

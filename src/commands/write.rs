@@ -75,16 +75,16 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
         drop(key);
         return offload::run(ctx, args, 1, 3, append_counted, move |bytes| job.run(bytes));
     }
-    let (counted, prepared) = match counted {
+    let (counted, laid_out) = match counted {
         Some(mut c) => {
-            let (meta, prepared) = (c.meta.take(), c.prepared.take());
-            (Some(c), Some((meta, prepared)))
+            let laid_out = append.laid_out(c.meta.take(), c.prepared.take());
+            (Some(c), laid_out)
         }
         None => (None, None),
     };
     let (content, tokens, recounted) = append.content(counted, counting, &cfg)?;
     let now = now_ms();
-    let (meta, prepared) = prepared.unwrap_or_default();
+    let (meta, prepared) = laid_out.unwrap_or_default();
     let op = append.op(settings, id, (content, tokens), meta, now);
     // Everything is validated; from here on the write cannot fail.
     let session = key.session_or_create(|| op.new_session())?;
@@ -266,9 +266,21 @@ impl<'a> AppendArgs<'a> {
         Ok((content, tokens, recounted))
     }
 
+    /// What the worker made of this command's META and message bytes, used
+    /// only if its META is this command's (it is: the resumed command gets
+    /// the arguments the worker read; the length is checked, not 4 MB of
+    /// bytes on the main thread).
+    fn laid_out(
+        &self,
+        meta: Option<Arc<str>>,
+        prepared: Option<Prepared>,
+    ) -> Option<(Option<Arc<str>>, Option<Prepared>)> {
+        debug_assert_eq!(meta.as_deref(), self.meta);
+        (meta.as_deref().map(str::len) == self.meta.map(str::len)).then_some((meta, prepared))
+    }
+
     /// The append as the core applies it; `meta` the worker's copy of this
-    /// command's META argument (the same bytes: the resumed command gets
-    /// the arguments the worker read), else META is copied here.
+    /// command's META argument, else META is copied here.
     fn op(
         &self,
         settings: Settings,
@@ -278,10 +290,7 @@ impl<'a> AppendArgs<'a> {
         now: i64,
     ) -> Op {
         let (content, tokens) = counted;
-        debug_assert!(meta.is_none() || meta.as_deref() == self.meta);
-        let meta = meta
-            .filter(|m| Some(m.len()) == self.meta.map(str::len))
-            .or_else(|| self.meta.map(Arc::from));
+        let meta = meta.or_else(|| self.meta.map(Arc::from));
         let message = Message {
             id,
             role: self.role.into(),
@@ -346,7 +355,7 @@ impl AppendJob {
             let _ = tokenizer::load(encoding);
         }
         // Given tokens: the worker only checks and copies the content.
-        let content = std::str::from_utf8(bytes).ok().map(|text| {
+        let content = crate::utf8::str(bytes).map(|text| {
             let tokens = self.given.unwrap_or_else(|| {
                 count_message(self.counting, &self.role, text, self.meta.as_deref())
             });
@@ -542,8 +551,7 @@ struct CountedSummary {
 impl CountedSummary {
     /// The worker's part of MEM.SUMMARIZE.
     fn count(encoding: Encoding, bytes: &[u8]) -> CountedSummary {
-        let text = std::str::from_utf8(bytes)
-            .ok()
+        let text = crate::utf8::str(bytes)
             .map(|text| (text.to_owned(), tokenizer::count_summary(encoding, text)));
         CountedSummary { encoding, text }
     }

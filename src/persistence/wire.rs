@@ -93,7 +93,7 @@ impl<'a> Reader<'a> {
     pub fn str(&mut self, what: &str) -> Result<&'a str> {
         let len = self.u64(what)?;
         let bytes = self.take(len, what)?;
-        std::str::from_utf8(bytes).map_err(|_| format!("corrupt payload: {what} is not UTF-8"))
+        crate::utf8::str(bytes).ok_or_else(|| format!("corrupt payload: {what} is not UTF-8"))
     }
 
     pub fn string(&mut self, what: &str) -> Result<String> {

@@ -214,7 +214,7 @@ fn data_len(role: &str, meta: Option<&str>, content: &str) -> usize {
 /// Role, meta and content of a message's stored bytes; `None` when they are
 /// not a well-formed message (a corrupt load).
 pub fn decode_data(data: &[u8]) -> Option<(&str, Option<&str>, &str)> {
-    decode_with(data, |bytes| std::str::from_utf8(bytes).ok())
+    decode_with(data, crate::utf8::str)
 }
 
 /// Role, meta and content of bytes the log holds, without checking UTF-8
@@ -224,7 +224,7 @@ fn decode_stored(data: &[u8]) -> (&str, Option<&str>, &str) {
         // The unit tests check what release builds take on trust.
         #[cfg(test)]
         assert!(
-            std::str::from_utf8(bytes).is_ok(),
+            crate::utf8::str(bytes).is_some(),
             "stored bytes split inside a character"
         );
         // SAFETY: the log holds only bytes `encode_data` wrote from `&str`s
