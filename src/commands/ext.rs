@@ -8,26 +8,22 @@ use super::{arity, finish_write, now_ms, Events, OpHeader, Propagate, SettingsOp
 use crate::config::Config;
 use crate::declare::{entry, integer, key, option, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
-use crate::session::{ExternalId, Op, MAX_TTL_SECS};
+use crate::session::{
+    check_external_input, check_external_sizes, ExternalId, Op, MAX_EXTERNAL_SYSTEMS, MAX_TTL_SECS,
+};
 
 /// MEM.EXTSET key system conversation_id [EX seconds]
 pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     arity(&args, 4)?;
     let keyname = &args[1];
-    let system = args::utf8("system", &args[2])?;
-    if system.is_empty() {
-        return Err(crate::error::invalid("system must not be empty"));
-    }
-    args::name_chars("system", system)?;
-    let id = args::utf8("conversation_id", &args[3])?;
+    // Sizes first: a huge argument is refused before it is scanned.
     // EXTGET answers nil for no id; an empty one would read as neither.
-    if id.is_empty() {
-        return Err(crate::error::invalid("conversation_id must not be empty"));
-    }
+    check_external_sizes(args[2].len(), args[3].len()).map_err(crate::error::invalid)?;
+    let system = args::utf8("system", &args[2])?;
+    let id = args::utf8("conversation_id", &args[3])?;
+    check_external_input(system, id).map_err(crate::error::invalid)?;
     let opts = Options::parse(&args[4..], &EXT_SET)?;
     let cfg = Config::current();
-    args::check_size("system", system.len(), cfg.max_message_bytes)?;
-    args::check_size("conversation_id", id.len(), cfg.max_message_bytes)?;
     let ex = opts
         .seconds("EX", 1)?
         .unwrap_or(cfg.ext_ttl)
@@ -37,6 +33,14 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = now_ms();
     let remaining = key.ttl_ms();
     let created = key.session().is_none();
+    if key
+        .session()
+        .is_some_and(|s| !s.has_room_for_external(system, now))
+    {
+        return Err(crate::error::invalid(format!(
+            "a session holds at most {MAX_EXTERNAL_SYSTEMS} external ids"
+        )));
+    }
     let settings = SettingsOptions::none().merge(key.session(), &cfg);
     let external = ExternalId {
         id: id.to_owned(),

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::session::{
-    check_msgid, check_name_chars, Departed, ExternalId, Session, MAX_DEPARTED, MAX_ID,
-    MAX_MESSAGE_TOKENS, MAX_TTL_SECS,
+    check_external_input, check_msgid, check_name_chars, Departed, ExternalId, Session,
+    MAX_DEPARTED, MAX_EXTERNAL_SYSTEMS, MAX_ID, MAX_MESSAGE_TOKENS, MAX_TTL_SECS,
 };
 
 /// The member's name in the document.
@@ -164,15 +164,15 @@ impl StoredIn {
             Some(id) => session.last_id = session.last_id.max(id),
             None => {}
         }
+        if self.external.len() > MAX_EXTERNAL_SYSTEMS {
+            return Err(format!(
+                "{STORED_MEMBER}.external: more than {MAX_EXTERNAL_SYSTEMS} systems"
+            ));
+        }
         for (system, e) in self.external {
-            if system.is_empty() {
-                return Err(format!("{STORED_MEMBER}.external: an empty system name"));
-            }
-            check_name_chars("an external system name", &system)
+            // As MEM.EXTSET takes them.
+            check_external_input(&system, &e.id)
                 .map_err(|e| format!("{STORED_MEMBER}.external: {e}"))?;
-            if e.id.is_empty() {
-                return Err(format!("{STORED_MEMBER}.external.{system}: an empty id"));
-            }
             if e.expires > now {
                 // As MEM.EXTSET's EX allows: at most 100 years ahead.
                 let expires_at = e

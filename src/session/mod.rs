@@ -41,6 +41,36 @@ pub const MAX_EXPIRY_MS: i64 = MAX_TS + MAX_TTL_SECS as i64 * 1000;
 
 /// The model-name rule shared by MODEL options, imports, `mem.default-model`
 /// and load-time validation.
+/// Most bytes of an external system's name (MEM.EXTSET), as an attribute's.
+pub const MAX_SYSTEM_BYTES: usize = 64;
+/// Most bytes of an external conversation id: an identifier (Dify's and
+/// n8n's are UUIDs or short strings), not a document. Bounded so MEM.INFO
+/// and FORMAT JSON, which write them on the main thread, stay quick.
+pub const MAX_EXTERNAL_ID_BYTES: usize = 4096;
+/// Most external systems a session holds at once (as its attributes).
+pub const MAX_EXTERNAL_SYSTEMS: usize = 1024;
+
+/// An external system's name and conversation id as MEM.EXTSET and
+/// MEM.IMPORT accept them (checked where they come in, not on load).
+pub fn check_external_input(system: &str, id: &str) -> Result<(), String> {
+    check_external_sizes(system.len(), id.len())?;
+    check_name_chars("system", system)
+}
+
+/// [`check_external_input`]'s sizes alone (checked before a huge argument
+/// is scanned).
+pub fn check_external_sizes(system: usize, id: usize) -> Result<(), String> {
+    if system == 0 || system > MAX_SYSTEM_BYTES {
+        return Err(format!("system must be 1 to {MAX_SYSTEM_BYTES} bytes"));
+    }
+    if id == 0 || id > MAX_EXTERNAL_ID_BYTES {
+        return Err(format!(
+            "conversation_id must be 1 to {MAX_EXTERNAL_ID_BYTES} bytes"
+        ));
+    }
+    Ok(())
+}
+
 pub fn check_model(model: &str) -> Result<(), String> {
     if model.is_empty() || model.len() > MAX_MODEL_BYTES {
         return Err(format!("model name must be 1 to {MAX_MODEL_BYTES} bytes"));
@@ -895,6 +925,18 @@ impl Session {
         self.external
             .shrink(|ext| ext.retain(|_, e| e.expires_at > now));
         self.extra.purge(now);
+    }
+
+    /// Whether an id for `system` can be set at `now`: it has one, or fewer
+    /// than [`MAX_EXTERNAL_SYSTEMS`] live ones are held.
+    pub fn has_room_for_external(&self, system: &str, now: i64) -> bool {
+        self.external.get(system).is_some()
+            || self
+                .external
+                .values()
+                .filter(|e| e.expires_at > now)
+                .count()
+                < MAX_EXTERNAL_SYSTEMS
     }
 
     /// The external id of `system`, unless it expired.
