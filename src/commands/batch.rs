@@ -14,17 +14,16 @@ use super::args::Options;
 use super::reply::Reply;
 use super::SETTINGS_OPTIONS;
 use super::{
-    finish_write, now_ms, session_thresholds, settings_thresholds, write_outcome, Events,
+    finish_write, now_ms, session_thresholds, settings_thresholds, write_outcome, Events, OpHeader,
     Propagate, SettingsOptions,
 };
 use crate::config::Config;
 use crate::declare::{entry, key, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, model_switch, Pass};
-use crate::persistence;
 use crate::session::{
-    check_tool_has_call, next_id, Message, Op, Outcome, Recounted, Session, Settings, Snapshot,
-    Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
+    check_tool_has_call, next_id, Message, Op, Outcome, Prepared, Recounted, Session, Settings,
+    Snapshot, Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
 };
 use crate::stats;
 use crate::tokenizer::{count_message, Counting};
@@ -69,12 +68,15 @@ struct Counted {
     /// Shared as the session stores it, made on the worker for a large batch.
     content: Arc<str>,
     ts: Option<i64>,
-    meta: Option<String>,
+    meta: Option<Arc<str>>,
     msgid: Option<String>,
     /// Given by the client: not counted.
     given: Option<u64>,
     tokens: u64,
     wire: Option<Wire>,
+    /// A large message's stored bytes, laid out on the worker (as
+    /// MEM.APPEND's).
+    prepared: Option<Prepared>,
 }
 
 /// What a worker made of the batch: its messages counted under `encoding`,
@@ -104,6 +106,7 @@ fn parse(bytes: &[u8], counting: Counting, limits: Limits, on_worker: bool) -> P
                         std::ptr::null_mut(),
                         m.content.as_bytes(),
                     )));
+                    m.prepared = Prepared::of(&m.role, m.meta.as_deref(), &m.content);
                 }
             }
             items
@@ -160,7 +163,7 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
                 return Err("meta is above mem.max-message-bytes".to_owned());
             }
             crate::session::check_meta(text)?;
-            Some(text.to_owned())
+            Some(Arc::from(text))
         }
         None => None,
     };
@@ -193,6 +196,7 @@ fn check(item: Item, limits: Limits) -> Result<Counted, String> {
         given: item.tokens,
         tokens: 0,
         wire: None,
+        prepared: None,
     })
 }
 
@@ -209,7 +213,7 @@ fn count(mut messages: Vec<Counted>, counting: Counting) -> Vec<Counted> {
 /// One message of a batch: appended, or a retry of a message the session
 /// holds (or held), or of an earlier one of the batch, by msgid.
 enum Step {
-    New(Op, Option<Wire>),
+    New(Op, Option<Wire>, Option<Prepared>),
     Duplicate { id: u64, tokens: u64 },
 }
 
@@ -264,7 +268,7 @@ fn steps(
             content: m.content,
             ts: m.ts.unwrap_or(now),
             tokens: m.tokens,
-            meta: m.meta.map(Arc::from),
+            meta: m.meta,
         };
         let msgid = m.msgid.map(Box::from);
         steps.push(Step::New(
@@ -275,6 +279,7 @@ fn steps(
                 msgid,
             },
             m.wire,
+            m.prepared,
         ));
     }
     Ok(steps)
@@ -404,7 +409,7 @@ fn check_room(session: Option<&Session>, steps: &[Step]) -> Result<(), RedisErro
         return Ok(());
     };
     let added = steps.iter().filter_map(|s| match s {
-        Step::New(Op::Append { message, .. }, _) => {
+        Step::New(Op::Append { message, .. }, _, _) => {
             Some((&*message.role, message.meta.as_deref(), &*message.content))
         }
         _ => None,
@@ -464,7 +469,7 @@ impl Batch {
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
         let first = self.steps.iter().find_map(|s| match s {
-            Step::New(op, _) => op.new_session(),
+            Step::New(op, _, _) => op.new_session(),
             Step::Duplicate { .. } => None,
         });
         let now = self.now;
@@ -482,8 +487,8 @@ impl Batch {
         let mut outcomes = Vec::with_capacity(self.steps.len());
         for step in self.steps {
             let outcome = match step {
-                Step::New(op, _) => session
-                    .apply_one_of_many(op)
+                Step::New(op, _, prepared) => session
+                    .apply_one_of_many(op, prepared)
                     .map_err(crate::error::session)?,
                 Step::Duplicate { id, tokens } => {
                     stats::add(&stats::DUPLICATES, 1);
@@ -502,15 +507,15 @@ impl Batch {
 
 /// Each new message's op as its header and its content's string (the
 /// worker's, or made here for a small batch): MEM._APPLY key header content.
-fn wires(ctx: &Context, steps: &mut [Step]) -> Vec<(Vec<u8>, RedisString)> {
+fn wires(ctx: &Context, steps: &mut [Step]) -> Vec<(OpHeader, RedisString)> {
     let mut wires = Vec::with_capacity(steps.len());
     for step in steps.iter_mut() {
-        if let Step::New(op, wire) = step {
+        if let Step::New(op, wire, _) = step {
             let content = match wire.take() {
                 Some(Wire(s)) => s,
                 None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
             };
-            wires.push((persistence::encode_op_header(op), content));
+            wires.push((OpHeader::of(op), content));
         }
     }
     wires

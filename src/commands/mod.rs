@@ -318,7 +318,7 @@ pub enum Propagate<'a> {
     Op(OpHeader, Option<&'a RedisString>),
     /// Several ops (a batch append): each one's encoded header and its
     /// content's string.
-    Ops(Vec<(Vec<u8>, RedisString)>),
+    Ops(Vec<(OpHeader, RedisString)>),
     /// The whole session (import, a re-count under a new tokenizer).
     Session,
     /// The whole session, encoded already as a string (a large import's is
@@ -410,8 +410,7 @@ pub fn finish_write(
         }
         Propagate::Ops(ops) => {
             for (header, content) in &ops {
-                let payload = RedisString::create_from_slice(ctx.ctx, header);
-                replicate(ctx, c"MEM._APPLY", [keyname, &payload, content]);
+                replicate_payload(ctx, keyname, &header.to_string(ctx), Some(content));
             }
         }
         Propagate::Session => {

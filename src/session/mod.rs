@@ -514,8 +514,12 @@ impl Session {
 
     /// [`Session::apply`] for one op of several (a batch): the bytes settle
     /// once, after the last one ([`Session::settle`]).
-    pub fn apply_one_of_many(&mut self, op: Op) -> Result<Outcome, SessionError> {
-        self.apply_op(op, None)
+    pub fn apply_one_of_many(
+        &mut self,
+        op: Op,
+        prepared: Option<Prepared>,
+    ) -> Result<Outcome, SessionError> {
+        self.apply_op(op, prepared)
     }
 
     /// After ops applied with [`Session::apply_one_of_many`].
