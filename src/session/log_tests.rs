@@ -400,12 +400,15 @@ fn positions_wrap_past_four_gib_of_appends() {
     let text = |id: u64| format!("{id} {}", "w".repeat((id as usize * 37) % 9000));
     let mut held = None;
     for id in 1..=400u64 {
-        push(
-            &mut log,
-            id,
-            if id % 5 == 0 { "tool" } else { "user" },
-            &text(id),
-        );
+        let role = if id % 5 == 0 { "tool" } else { "user" };
+        if id % 2 == 0 {
+            push(&mut log, id, role, &text(id));
+        } else {
+            // Laid out ahead, as a worker does (kept when over 8 KiB).
+            let prepared = Prepared::of(role, None, &text(id));
+            log.push_prepared(id, id as i64 * 10, id, role, None, &text(id), prepared)
+                .unwrap();
+        }
         if log.len() > 12 {
             log.pop_front();
         }
