@@ -353,7 +353,7 @@ impl OpHeader {
 
     /// The header as one argument: its bytes, the text left apart in its
     /// place.
-    fn to_string(&self, ctx: &Context) -> RedisString {
+    fn to_argument(&self, ctx: &Context) -> RedisString {
         let Some((at, text)) = &self.apart else {
             return RedisString::create_from_slice(ctx.ctx, &self.bytes);
         };
@@ -405,12 +405,12 @@ pub fn finish_write(
     };
     match how {
         Propagate::Op(header, content) => {
-            let payload = header.to_string(ctx);
+            let payload = header.to_argument(ctx);
             replicate_payload(ctx, keyname, &payload, content)
         }
         Propagate::Ops(ops) => {
             for (header, content) in &ops {
-                replicate_payload(ctx, keyname, &header.to_string(ctx), Some(content));
+                replicate_payload(ctx, keyname, &header.to_argument(ctx), Some(content));
             }
         }
         Propagate::Session => {
