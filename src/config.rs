@@ -246,10 +246,9 @@ impl redis_module::ConfigurationValue<RedisString> for ModelSetting {
 fn config_text<'a>(val: &'a RedisString, name: &str) -> Result<&'a str, redis_module::RedisError> {
     let text = std::str::from_utf8(val.as_slice())
         .map_err(|_| setting_error(format!("{name} must be valid UTF-8")))?;
-    if text
-        .chars()
-        .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-    {
+    if text.chars().any(|c| {
+        (c.is_control() && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{2028}' | '\u{2029}')
+    }) {
         return Err(setting_error(format!(
             "{name} must not hold control characters (NUL, ...)"
         )));

@@ -79,13 +79,27 @@ pub fn check_model(model: &str) -> Result<(), String> {
 }
 
 /// A name given by a client (model, role, msgid, external system,
-/// attribute): no ASCII control characters, which no such name needs and
-/// which would reach log lines and terminals as they are. Checked where a
-/// name comes in, not on load, so what earlier releases stored still loads.
+/// attribute): no control characters (C0, DEL, C1) nor Unicode's line and
+/// paragraph separators, which no such name needs and which would reach log
+/// lines and terminals as they are. Checked where a name comes in, not on
+/// load, so what earlier releases stored still loads.
 pub fn check_name_chars(what: &str, name: &str) -> Result<(), String> {
-    match name.bytes().find(|b| b.is_ascii_control()) {
-        Some(b) => Err(format!(
+    // ASCII first: names are short, and most are ASCII.
+    if let Some(b) = name.bytes().find(u8::is_ascii_control) {
+        return Err(format!(
             "{what} must not contain control characters (byte 0x{b:02x})"
+        ));
+    }
+    if name.is_ascii() {
+        return Ok(());
+    }
+    match name
+        .chars()
+        .find(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+    {
+        Some(c) => Err(format!(
+            "{what} must not contain control characters (U+{:04X})",
+            u32::from(c)
         )),
         None => Ok(()),
     }

@@ -29,7 +29,14 @@ fn a_nul_or_control_byte_in_a_string_config_is_refused_and_config_get_survives()
     let mut con = server.client();
     for name in ["mem.default-model", "mem.models"] {
         let before = config_get(&mut con, name);
-        for bad in [&b"a\0b"[..], b"\0", b"gpt-4o\x01", b"m=o200k_base:1000\0"] {
+        for bad in [
+            &b"a\0b"[..],
+            b"\0",
+            b"gpt-4o\x01",
+            b"m=o200k_base:1000\0",
+            "gpt-4o\u{2028}".as_bytes(),
+            "gpt\u{85}4o".as_bytes(),
+        ] {
             let e = config_set_bytes(&mut con, name, bad).expect_err("a NUL is refused");
             assert!(
                 err_text(&e).contains("control characters"),
@@ -1186,6 +1193,12 @@ fn control_characters_in_names_are_refused_on_every_way_in() {
         vec!["MEM.EXTSET", k, "di\nfy", "conv"],
         vec!["MEM.ATTRSET", k, "pro\u{1b}file", "{}"],
         vec!["MEM.COUNT", "gpt-4o\n", "hi"],
+        // C1 controls and Unicode's line / paragraph separators too.
+        vec!["MEM.APPEND", k, "us\u{2028}er", "hi"],
+        vec!["MEM.APPEND", k, "user", "hi", "MODEL", "gpt-4o\u{85}"],
+        vec!["MEM.APPEND", k, "user", "hi", "MSGID", "m\u{2029}1"],
+        vec!["MEM.EXTSET", k, "di\u{9b}fy", "conv"],
+        vec!["MEM.ATTRSET", k, "pro\u{2028}file", "{}"],
     ];
     for args in &cases {
         let e = err(&mut con, args);
