@@ -8,6 +8,8 @@ import {
 
 /** The module's longest MSGID, in bytes. */
 export const MAX_MSGID_BYTES = 128;
+/** What the module refuses in a name (role, MSGID, model): control characters (C0, DEL, C1) and U+2028 / U+2029. */
+export const NAME_BREAKER = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 
 /** A fresh MSGID (32 hex digits), as the Python client makes. */
 export function newMsgId(): string {

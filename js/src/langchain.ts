@@ -9,7 +9,7 @@ import {
   AIMessage, type BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage,
 } from "@langchain/core/messages";
 import type { AnyClient } from "./adapter.js";
-import { MAX_MSGID_BYTES, RedisMem, type SessionSettings } from "./client.js";
+import { MAX_MSGID_BYTES, NAME_BREAKER, RedisMem, type SessionSettings } from "./client.js";
 import type { AppendResult, JsonObject, Message } from "./replies.js";
 
 /** Text put before the stored summary (LangChain's SummarizationMiddleware wording). */
@@ -24,7 +24,7 @@ const MAX_ROLE_BYTES = 64;
 
 function isName(text: string, maxBytes: number): boolean {
   const raw = Buffer.from(text, "utf8");
-  return raw.length > 0 && raw.length <= maxBytes && !raw.some((b) => b < 0x20 || b === 0x7f);
+  return raw.length > 0 && raw.length <= maxBytes && !NAME_BREAKER.test(text);
 }
 
 function empty(v: unknown): boolean {

@@ -2,7 +2,7 @@
 // the layout docs/STREAMS.md defines and the Python package's ReplyStream
 // writes and reads, so a reply written by one is read by the other.
 import type { AnyClient, Arg } from "./adapter.js";
-import { MAX_MSGID_BYTES, RedisMem, newMsgId, type SessionSettings } from "./client.js";
+import { MAX_MSGID_BYTES, NAME_BREAKER, RedisMem, newMsgId, type SessionSettings } from "./client.js";
 import { RedisMemError } from "./errors.js";
 import { type JsonObject, text, toMap } from "./replies.js";
 import { DEFAULT_MAX_MESSAGE_BYTES, configValue, truncate } from "./limits.js";
@@ -219,7 +219,7 @@ export class ReplyStream {
     this.replyId = o.replyId ?? newMsgId();
     const raw = Buffer.from(this.replyId, "utf8");
     if (typeof this.replyId !== "string" || raw.length === 0 || raw.length > MAX_MSGID_BYTES
-      || raw.some((b) => b < 0x20 || b === 0x7f) || this.replyId !== (this.replyId as string & { toWellFormed(): string }).toWellFormed()) {
+      || NAME_BREAKER.test(this.replyId) || this.replyId !== (this.replyId as string & { toWellFormed(): string }).toWellFormed()) {
       throw new RangeError(`a reply id is 1 to ${MAX_MSGID_BYTES} bytes of text without control characters (it is the message's MSGID)`);
     }
     this.streamKey = replyStreamKey(sessionKey, this.replyId);

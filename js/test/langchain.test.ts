@@ -72,6 +72,10 @@ describe("msgIdOf", () => {
     assert.equal(msgIdOf(new HumanMessage({ content: "x", id: "a\nb" })),
       `sha256:${createHash("sha256").update("a\nb").digest("hex")}`);
     assert.match(msgIdOf(new HumanMessage({ content: "x", id: "y".repeat(200) }))!, /^sha256:[0-9a-f]{64}$/);
+    for (const id of ["a\u2028b", "c1\u0085", "p\u2029"]) {
+      assert.equal(msgIdOf(new HumanMessage({ content: "x", id })),
+        `sha256:${createHash("sha256").update(id).digest("hex")}`, JSON.stringify(id));
+    }
   });
 });
 

@@ -8,6 +8,7 @@ the two send byte-for-byte the same commands.
 from __future__ import annotations
 
 import json
+import unicodedata
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
@@ -32,6 +33,12 @@ Meta = Union[None, str, bytes, Mapping[str, Any]]
 
 #: The module's longest MSGID, in bytes.
 MAX_MSGID_BYTES = 128
+
+
+def is_name_breaker(ch: str) -> bool:
+    """A character the module refuses in a name (role, msgid, model, ...):
+    a control character (C0, DEL, C1) or a line / paragraph separator."""
+    return unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029"
 
 
 def _opt(name: str, value: Any) -> List[Any]:

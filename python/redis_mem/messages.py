@@ -35,7 +35,7 @@ try:  # deprecated upstream, still part of langchain-core 1.x
 except ImportError:  # pragma: no cover - removed in a future langchain-core
     FunctionMessage = None  # type: ignore[assignment,misc]
 
-from ._commands import MAX_MSGID_BYTES
+from ._commands import MAX_MSGID_BYTES, is_name_breaker
 from ._replies import Message
 
 __all__ = [
@@ -112,9 +112,11 @@ def clean_json(v: Any) -> Any:
 
 def _is_name(text: str, max_bytes: int) -> bool:
     """What the module takes as a role or msgid: 1 to ``max_bytes`` bytes
-    of UTF-8, no ASCII control character."""
+    of UTF-8, no control character (C0, DEL, C1) nor line or paragraph
+    separator (U+2028, U+2029)."""
     raw = text.encode("utf-8", "surrogatepass")
-    return 0 < len(raw) <= max_bytes and not any(b < 0x20 or b == 0x7F for b in raw)
+    return 0 < len(raw) <= max_bytes and not any(is_name_breaker(ch) for ch in text)
+
 
 
 def _role_of(msg: BaseMessage) -> str:

@@ -57,7 +57,7 @@ from typing import (
 import redis
 import redis.asyncio
 
-from ._commands import MAX_MSGID_BYTES, new_msgid
+from ._commands import MAX_MSGID_BYTES, is_name_breaker, new_msgid
 from ._drive import Core, Op
 from ._drive import adrive as _adrive
 from ._drive import drive as _drive
@@ -233,15 +233,15 @@ def valid_event_id(after: Any) -> str:
 
 def check_reply_id(reply_id: Any) -> str:
     """``reply_id`` when the module takes it as a MSGID (1 to 128 UTF-8
-    bytes, no ASCII control character); ValueError (TypeError when not a
-    str) otherwise."""
+    bytes, no control character nor U+2028 / U+2029); ValueError (TypeError
+    when not a str) otherwise."""
     if not isinstance(reply_id, str):
         raise TypeError(f"a reply id is a str, not {type(reply_id).__name__}")
     if not 1 <= len(reply_id.encode("utf-8", "surrogatepass")) <= MAX_MSGID_BYTES:
         raise ValueError(f"a reply id is 1 to {MAX_MSGID_BYTES} bytes (it is the message's MSGID)")
-    bad = next((ch for ch in reply_id if ord(ch) < 0x20 or ord(ch) == 0x7F), None)
+    bad = next((ch for ch in reply_id if is_name_breaker(ch)), None)
     if bad is not None:
-        raise ValueError(f"a reply id must not contain control characters (byte 0x{ord(bad):02x}): "
+        raise ValueError(f"a reply id must not contain control characters (U+{ord(bad):04X}): "
                          "it is the message's MSGID")
     try:
         reply_id.encode("utf-8")

@@ -260,15 +260,17 @@ def test_ids_and_roles_the_module_would_refuse_are_stored_not_raised(clean):
     turn = [
         HumanMessage("hi", id="turn-1\n"),
         AIMessage("hello", id="run\ud800x"),
+        HumanMessage("sep", id="turn\u20282"),
         ChatMessage(role="critic\nnotes", content="fine"),
         ChatMessage(role="", content="empty role"),
         ChatMessage(role="r" * 65, content="long role"),
+        ChatMessage(role="critic\x85", content="C1 control"),
     ]
     h.add_messages(turn)
     stored = RedisMemClient(r).get(KEY)
-    assert [m.msgid.startswith("sha256:") for m in stored[:2]] == [True, True]
-    assert [m.role for m in stored[2:]] == ["chat", "chat", "chat"]
+    assert [m.msgid.startswith("sha256:") for m in stored[:3]] == [True, True, True]
+    assert [m.role for m in stored[3:]] == ["chat", "chat", "chat", "chat"]
     back = h.messages
-    assert [getattr(m, "role", None) for m in back[2:]] == ["critic\nnotes", "", "r" * 65]
-    h.add_messages(turn[:2])
-    assert [x.duplicate for x in h.last_results] == [True, True]
+    assert [getattr(m, "role", None) for m in back[3:]] == ["critic\nnotes", "", "r" * 65, "critic\x85"]
+    h.add_messages(turn[:3])
+    assert [x.duplicate for x in h.last_results] == [True, True, True]

@@ -516,7 +516,8 @@ def test_valid_event_id_takes_u64_bounds():
     assert valid_event_id(top) == top and valid_event_id(f"{top}-{top}") == f"{top}-{top}"
 
 
-@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "tab\there", "nul\x00", "del\x7f", "\x1b[31m"])
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "tab\there", "nul\x00", "del\x7f", "\x1b[31m",
+                                 "c1\x85", "line\u2028sep", "para\u2029sep"])
 def test_reply_ids_with_control_characters_are_refused(r, bad):
     with pytest.raises(ValueError, match="control"):
         ReplyStream(r, "mem:{alice}", bad)
