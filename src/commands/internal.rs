@@ -33,14 +33,8 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(content) = args.get(3) {
         op = op.with_content(super::args::utf8("content", content)?);
     }
-    // The master link's ops were decided by a master that checked their
-    // JSON; an AOF replay (loading: no client is served) checks it all.
-    let checked = if ctx.get_flags().contains(ContextFlags::LOADING) {
-        op.validate()
-    } else {
-        op.validate_from_master()
-    };
-    checked.map_err(|e| crate::error::invalid(format!("invalid op: {e}")))?;
+    op.validate()
+        .map_err(|e| crate::error::invalid(format!("invalid op: {e}")))?;
     if let crate::session::Op::Lease { lease, .. } = &op {
         // A promoted replica (or a server after an AOF replay) grants above it.
         crate::session::note_issued(lease.token);

@@ -232,10 +232,6 @@ fn check_tokens(tokens: u64, role_bytes: usize, text_bytes: usize) -> Result<(),
 
 impl Message {
     pub fn validate(&self) -> Result<(), String> {
-        self.validate_with(Json::Walk)
-    }
-
-    fn validate_with(&self, json: Json) -> Result<(), String> {
         MessageRef {
             id: self.id,
             ts: self.ts,
@@ -244,31 +240,19 @@ impl Message {
             content: &self.content,
             meta: self.meta.as_deref(),
         }
-        .validate_with(json)
+        .validate()
     }
-}
-
-/// Whether a check walks the JSON texts (META, attribute values) again.
-#[derive(Clone, Copy, PartialEq)]
-enum Json {
-    Walk,
-    /// Checked by the master that decided the op.
-    Trust,
 }
 
 impl MessageRef<'_> {
     pub fn validate(&self) -> Result<(), String> {
-        self.validate_with(Json::Walk)
-    }
-
-    fn validate_with(&self, json: Json) -> Result<(), String> {
         check_head(self.id, self.ts, self.tokens)?;
         if self.role.is_empty() || self.role.len() > MAX_ROLE_BYTES {
             return Err(format!("bad role at id {}", self.id));
         }
         match self.meta {
-            Some(meta) if json == Json::Walk => check_stored_object("meta", meta),
-            _ => Ok(()),
+            Some(meta) => check_stored_object("meta", meta),
+            None => Ok(()),
         }
     }
 }
@@ -321,18 +305,6 @@ impl Op {
     /// Checks what an op received from outside (`MEM._APPLY`) carries, as
     /// the commands check what clients send.
     pub fn validate(&self) -> Result<(), String> {
-        self.validate_with(Json::Walk)
-    }
-
-    /// [`Op::validate`] of an op from the master link, whose JSON texts
-    /// the master walked before deciding it: not walked again on the
-    /// replica's main thread (a 4 MB META's walk was a fifth of its
-    /// MEM._APPLY). Every other check stands; an AOF replay walks them too.
-    pub fn validate_from_master(&self) -> Result<(), String> {
-        self.validate_with(Json::Trust)
-    }
-
-    fn validate_with(&self, json: Json) -> Result<(), String> {
         match self {
             Op::Append {
                 now,
@@ -345,7 +317,7 @@ impl Op {
                 if let Some(msgid) = msgid {
                     check_msgid(msgid)?;
                 }
-                message.validate_with(json)
+                message.validate()
             }
             Op::Summarize { now, summary } => {
                 check_clock(*now)?;
@@ -376,9 +348,6 @@ impl Op {
                 check_stored_name(name)?;
                 // What a client set was held to check_attr_value; a stored
                 // one must at least be JSON, as every stored member is.
-                if json == Json::Trust {
-                    return Ok(());
-                }
                 serde_json::from_str::<&serde_json::value::RawValue>(value)
                     .map(drop)
                     .map_err(|e| format!("attribute value is not valid JSON: {e}"))
