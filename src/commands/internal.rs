@@ -33,6 +33,10 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(content) = args.get(3) {
         op = op.with_content(super::args::utf8("content", content)?);
     }
+    // Every check a load makes, from the master link too: a replica must
+    // keep nothing its own RDB load would refuse (hostile pass 43: trusting
+    // the master's JSON let a bad META in, and the node then failed DEBUG
+    // RELOAD, its restart and every full sync it fed).
     op.validate()
         .map_err(|e| crate::error::invalid(format!("invalid op: {e}")))?;
     if let crate::session::Op::Lease { lease, .. } = &op {

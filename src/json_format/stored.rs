@@ -164,9 +164,10 @@ impl StoredIn {
             Some(id) => session.last_id = session.last_id.max(id),
             None => {}
         }
-        if self.external.len() > MAX_EXTERNAL_SYSTEMS {
+        // Live ones, as MEM.EXTSET counts them (expired ones are dropped).
+        if self.external.values().filter(|e| e.expires > now).count() > MAX_EXTERNAL_SYSTEMS {
             return Err(format!(
-                "{STORED_MEMBER}.external: more than {MAX_EXTERNAL_SYSTEMS} systems"
+                "{STORED_MEMBER}.external: more than {MAX_EXTERNAL_SYSTEMS} live systems"
             ));
         }
         for (system, e) in self.external {

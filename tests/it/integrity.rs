@@ -1309,7 +1309,7 @@ fn external_ids_are_bounded_on_every_way_in() {
                     .collect::<Vec<_>>()
                     .join(",")
             ),
-            "more than 1024 systems",
+            "more than 1024 live systems",
         ),
     ] {
         let e = err(&mut con, &["MEM.IMPORT", "mem:{exti}", &doc(external)]);
@@ -1320,6 +1320,22 @@ fn external_ids_are_bounded_on_every_way_in() {
         &mut con,
         &["MEM.IMPORT", "mem:{exti}", &doc(one(&name64, &id4096))],
     );
+    // Expired ids do not count (as for EXTSET): 1024 live and 5 long gone.
+    let live_and_gone = format!(
+        "{{{}}}",
+        (0..1029)
+            .map(|i| {
+                let expires = if i < 1024 {
+                    99_999_999_999_999i64
+                } else {
+                    1000
+                };
+                format!(r#""s{i}":{{"id":"c","expires":{expires}}}"#)
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    ok(&mut con, &["MEM.IMPORT", "mem:{extj}", &doc(live_and_gone)]);
 }
 
 /// A redis-server without the module, that MODULE LOAD may load it into.
