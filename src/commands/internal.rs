@@ -30,8 +30,15 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let mut op = persistence::decode_op(args[2].as_slice())
         .map_err(|e| crate::error::invalid(e.to_string()))?;
+    let mut prepared = None;
     if let Some(content) = args.get(3) {
-        op = op.with_content(super::args::utf8("content", content)?);
+        let content = super::args::utf8("content", content)?;
+        // A large message goes into the log as its stored bytes, its content
+        // not copied into the op as well.
+        prepared = op.laid_out(content);
+        if prepared.is_none() {
+            op = op.with_content(content);
+        }
     }
     // Every check a load makes, from the master link too: a replica must
     // keep nothing its own RDB load would refuse (hostile pass 43: trusting
@@ -54,12 +61,16 @@ pub fn apply(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut key = SessionKey::open(ctx, &args[1], true)?;
     let outcome = match key.session_mut() {
         // apply fails before changing anything.
-        Some(session) => session.apply(op).map_err(crate::error::session)?,
+        Some(session) => session
+            .apply_prepared(op, prepared)
+            .map_err(crate::error::session)?,
         None => {
             let Some(mut fresh) = op.new_session() else {
                 return Err(crate::error::no_such_key());
             };
-            let outcome = fresh.apply(op).map_err(crate::error::session)?;
+            let outcome = fresh
+                .apply_prepared(op, prepared)
+                .map_err(crate::error::session)?;
             key.put(fresh)?;
             outcome
         }

@@ -553,11 +553,12 @@ impl MessageLog {
         self.push_prepared(id, ts, tokens, role, meta, content, None)
     }
 
-    /// [`push`](MessageLog::push), given the message's stored bytes built
-    /// ahead ([`Prepared`]): kept as the message's own segment when it
-    /// would start one, so the main thread neither copies nor faults in a
-    /// large message's bytes. Bytes of another length than the message's
-    /// are not used.
+    /// [`push`](MessageLog::push), or, given the message's stored bytes
+    /// built ahead ([`Prepared`]), those bytes: kept as the message's own
+    /// segment when they would start one, so the main thread neither copies
+    /// nor faults in a large message's bytes. The prepared bytes stand for
+    /// role, meta and content (which a replica then need not copy into its
+    /// op at all); the caller lays them out from the same texts.
     #[allow(clippy::too_many_arguments)]
     pub fn push_prepared(
         &mut self,
@@ -570,29 +571,37 @@ impl MessageLog {
         prepared: Option<Prepared>,
     ) -> Result<(), LogError> {
         self.make_writable();
-        let len = data_len(role, meta, content);
+        let Some(Prepared(bytes)) = prepared else {
+            let len = data_len(role, meta, content);
+            self.reserve_position(len, tokens)?;
+            // Never None: target makes the segment it returns.
+            let target = self.target(len).ok_or(LogError::Full)?;
+            encode_data(role, meta, content, target);
+            self.finish_push(id, ts, tokens);
+            return Ok(());
+        };
+        debug_assert!(
+            content.is_empty() || {
+                let mut expected = Vec::new();
+                encode_data(role, meta, content, &mut expected);
+                expected == bytes
+            }
+        );
+        let len = bytes.len();
         self.reserve_position(len, tokens)?;
-        match prepared.filter(|p| p.0.len() == len && !self.tail_takes(len)) {
-            Some(Prepared(bytes)) => {
-                debug_assert!({
-                    let mut expected = Vec::new();
-                    encode_data(role, meta, content, &mut expected);
-                    expected == bytes
-                });
-                let start = self.end();
-                if self.segments.is_empty() {
-                    self.segments.reserve_exact(1); // as `target` does
-                }
-                self.segments.push_back(Segment {
-                    start,
-                    bytes: Arc::new(bytes),
-                });
+        if self.tail_takes(len) {
+            self.target(len)
+                .ok_or(LogError::Full)?
+                .extend_from_slice(&bytes);
+        } else {
+            let start = self.end();
+            if self.segments.is_empty() {
+                self.segments.reserve_exact(1); // as `target` does
             }
-            None => {
-                // Never None: target makes the segment it returns.
-                let target = self.target(len).ok_or(LogError::Full)?;
-                encode_data(role, meta, content, target);
-            }
+            self.segments.push_back(Segment {
+                start,
+                bytes: Arc::new(bytes),
+            });
         }
         self.finish_push(id, ts, tokens);
         Ok(())

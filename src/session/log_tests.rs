@@ -578,8 +578,9 @@ fn a_log_at_its_caps_grows_its_last_segment_with_room_for_one_more_message() {
 
 /// A message laid out ahead (`Prepared`, a worker's) is kept as its own
 /// segment, uncopied, and reads back as `push` would have stored it; a
-/// small one is not prepared, bytes of another length are not used, and a
-/// prepared message the tail has room for is copied there.
+/// small one is not prepared, the bytes stand for the texts (a replica's
+/// op has no content), and a prepared message the tail has room for is
+/// copied there.
 #[test]
 fn a_prepared_large_message_keeps_its_buffer_and_reads_as_pushed() {
     let meta = format!("{{\"blob\":\"{}\"}}", "m".repeat(20_000));
@@ -607,11 +608,15 @@ fn a_prepared_large_message_keeps_its_buffer_and_reads_as_pushed() {
     }
     assert_eq!(log, plain);
     assert_eq!(log.stored_len(), plain.stored_len());
-    // The wrong length: ignored, the message encoded from its parts.
-    let wrong = Prepared::of("user", None, &content[1..]).unwrap();
-    log.push_prepared(200, 1, 1, "user", None, &content, Some(wrong))
+    // The bytes stand for the texts: a replica's op carries no content.
+    let laid_out = Prepared::of("tool", Some("{}"), &content).unwrap();
+    log.push_prepared(200, 1, 1, "tool", Some("{}"), "", Some(laid_out))
         .unwrap();
-    assert_eq!(log.back().unwrap().content, content);
+    let back = log.back().unwrap();
+    assert_eq!(
+        (back.role, back.meta, back.content),
+        ("tool", Some("{}"), &*content)
+    );
     // Room in the tail: copied there, not kept.
     let mut roomy = MessageLog::new();
     roomy

@@ -332,6 +332,20 @@ impl Op {
         }
     }
 
+    /// An append's large message laid out from its header's role and META
+    /// and `content`, the text [`Op::header`] left out: applied with the op
+    /// ([`Session::apply_prepared`]), the content is copied once, into the
+    /// log, instead of into the op and then the log (a replica's main
+    /// thread). None for other ops and small messages.
+    pub fn laid_out(&self, content: &str) -> Option<Prepared> {
+        match self {
+            Op::Append { message, .. } => {
+                Prepared::of(&message.role, message.meta.as_deref(), content)
+            }
+            _ => None,
+        }
+    }
+
     /// Puts back the text that [`Op::header`] left out (copied once: a
     /// replica applies a 4 MB message on its main thread).
     pub fn with_content(mut self, content: &str) -> Op {
