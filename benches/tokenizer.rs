@@ -35,6 +35,8 @@ mod piece_count;
 #[allow(dead_code)]
 #[path = "../src/tokenizer/pretokenize.rs"]
 mod pretokenize;
+#[path = "../src/tokenizer/short_bpe.rs"]
+mod short_bpe;
 /// The module keeps its caches in a region of its own (src/module_memory.rs);
 /// here the process's allocator is the only one.
 mod module_memory {

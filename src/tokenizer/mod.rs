@@ -12,6 +12,7 @@ mod openai_tables;
 pub mod piece_count;
 pub mod pretokenize;
 mod resident;
+pub mod short_bpe;
 mod split;
 mod split_patterns;
 pub mod tool_calls;

@@ -9,6 +9,7 @@
 use bpe_openai::byte_pair_encoding::BytePairEncoding;
 
 use super::pretokenize::{self, Pattern};
+use super::short_bpe::ShortRanks;
 
 /// Exact token count of `text` (OpenAI's encodings do not normalize): the
 /// sum of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
@@ -172,7 +173,7 @@ impl PieceCache {
         let count = if self.tokens.contains(piece, h) {
             1
         } else {
-            uncached(piece)
+            self.tokens.merged_count(piece, uncached)
         };
         // A piece of n bytes has at most n tokens, so the count fits a u8.
         if let Ok(count8) = u8::try_from(count) {
@@ -224,7 +225,7 @@ impl PieceCache {
         let count = if self.tokens.contains(piece, h) {
             1
         } else {
-            uncached(piece)
+            self.tokens.merged_count(piece, uncached)
         };
         if let (Ok(count8), Some(dst)) = (u8::try_from(count), slot.bytes.get_mut(..len)) {
             dst.copy_from_slice(piece);
@@ -266,6 +267,8 @@ pub struct TokenSet {
     /// `tag << 24 | id`; 0 is empty (tags are never 0).
     entries: Box<[u32]>,
     mask: usize,
+    /// The short tokens by their bytes, for BPE of short pieces.
+    short: Option<ShortRanks>,
 }
 
 /// Token ids the entries can hold; tokens past it are left to BPE (none in
@@ -296,6 +299,17 @@ impl TokenSet {
             bpe: Some(bpe),
             entries,
             mask,
+            short: Some(ShortRanks::build(bpe)),
+        }
+    }
+
+    /// The count of a piece that is not one token: tiktoken's merge over
+    /// the short tokens for a piece of up to 16 bytes, else `uncached`.
+    #[inline]
+    fn merged_count(&self, piece: &[u8], uncached: impl Fn(&[u8]) -> usize) -> usize {
+        match self.short.as_ref().and_then(|s| s.count(piece)) {
+            Some(n) => n,
+            None => uncached(piece),
         }
     }
 
@@ -305,6 +319,7 @@ impl TokenSet {
             bpe: None,
             entries: vec![0u32; 1].into_boxed_slice(),
             mask: 0,
+            short: None,
         }
     }
 
@@ -577,6 +592,60 @@ mod tests {
                 t.count(piece),
                 "{piece:?}"
             );
+        }
+    }
+
+    /// tiktoken's merge over the short tokens (short_bpe.rs) counts every
+    /// piece of 2 to 16 bytes exactly as bpe does: random pieces over an
+    /// alphabet of ASCII, punctuation, digits, accents, CJK and emoji
+    /// (invalid UTF-8 cut at the ends too), every pair of short tokens, and
+    /// every token of 2 to 16 bytes with a byte more; longer pieces are not
+    /// its to count.
+    #[test]
+    fn short_pieces_count_as_bpe_counts_them() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+        const ALPHABET: &[&str] = &[
+            "a", "e", "t", "n", "s", "X", "Q", " ", "  ", "0", "7", "42", ".", ",", "'", "-", "_",
+            "/", "@", "#", "é", "ü", "ß", "中", "文", "日本", "😀", "\n", "\t", "ing", "tion",
+            " the", "http", "://", "0x", "ff", "==",
+        ];
+        for (bpe, _) in tables() {
+            let short = ShortRanks::build(bpe);
+            let check = |piece: &[u8]| {
+                let want = bpe.count(piece);
+                match short.count(piece) {
+                    Some(got) => assert_eq!(got, want, "{piece:?}"),
+                    None => assert!(!(2..=16).contains(&piece.len()), "{piece:?}"),
+                }
+            };
+            for _ in 0..200_000 {
+                let mut piece = Vec::new();
+                let target = rng.gen_range(2..=18);
+                while piece.len() < target {
+                    piece.extend_from_slice(ALPHABET[rng.gen_range(0..ALPHABET.len())].as_bytes());
+                }
+                piece.truncate(rng.gen_range(2..=piece.len().min(18)));
+                check(&piece);
+            }
+            let shorts: Vec<u32> = (0..bpe.num_tokens() as u32)
+                .filter(|&id| (1..=8).contains(&bpe.token_bytes(id).len()))
+                .collect();
+            for _ in 0..200_000 {
+                let a = bpe.token_bytes(shorts[rng.gen_range(0..shorts.len())]);
+                let b = bpe.token_bytes(shorts[rng.gen_range(0..shorts.len())]);
+                check(&[a, b].concat());
+            }
+            for id in 0..bpe.num_tokens() as u32 {
+                let token = bpe.token_bytes(id);
+                if (2..=15).contains(&token.len()) {
+                    check(token);
+                    check(&[token, b"s"].concat());
+                    check(&[b" ", token].concat());
+                }
+            }
+            check(b"a");
+            check(&[b'x'; 17]);
         }
     }
 }

@@ -786,9 +786,11 @@ fn encodings_hold_counting_s_tables_and_their_builds_leave_no_more_resident() {
     let server = Server::start();
     let mut con = server.client();
     count(&mut con, "gpt-4o", TEXTS[0]);
+    // 18.8 MB of counting tables, and 7.3 MB of short tokens by their
+    // bytes (tokenizer/short_bpe.rs: first-seen pieces counted ~1.6x faster).
     let o200k = encoding_memory(&mut con, "o200k_base");
     assert!(
-        (10 << 20..24 << 20).contains(&o200k),
+        (10 << 20..30 << 20).contains(&o200k),
         "o200k_base {o200k} B"
     );
     let before = anonymous_rss_kb(&mut con);

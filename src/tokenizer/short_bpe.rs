@@ -1,0 +1,246 @@
+//! BPE of short pieces (2 to 16 bytes) by tiktoken's own merge loop, over
+//! tables of the encoding's short tokens keyed by their bytes inline.
+//!
+//! A piece no cache has seen was counted by bpe's backtracking encoder,
+//! ~1.2-1.8 us for 8 bytes: its automaton and pair table are tens of MB, and
+//! each step waits on memory (docs/PERFORMANCE.md, issue 23). tiktoken's
+//! loop (rank every adjacent pair, merge the lowest, re-rank its two
+//! neighbours) needs ~17 lookups for such a piece; here each is a probe of
+//! an open-addressing table whose entries hold the token's bytes, instead of
+//! a hash map of vectors. Exact by construction: it is the loop that defines
+//! the count (tiktoken's `_byte_pair_merge`), over the encoding's ranks
+//! (token ids, in rank order); the unit tests hold it to bpe's count.
+
+use bpe_openai::byte_pair_encoding::BytePairEncoding;
+
+/// Longest piece (and token) the tables serve.
+pub const MAX_SHORT: usize = 16;
+
+/// A token of 2 to 8 bytes: its bytes (little-endian, zero-padded) and
+/// `rank << 4 | len`; `len` 0 is an empty slot. 16 bytes.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Entry8 {
+    key: u64,
+    rank_len: u32,
+    _pad: u32,
+}
+
+/// A token of 9 to 16 bytes. 24 bytes.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Entry16 {
+    lo: u64,
+    hi: u64,
+    rank: u32,
+    len: u32,
+}
+
+/// Every token of 2 to [`MAX_SHORT`] bytes of an encoding, by its bytes:
+/// o200k_base's in 4 + 2 MB, cl100k_base's in 2 + 1 MB.
+pub struct ShortRanks {
+    up_to_8: Box<[Entry8]>,
+    mask8: usize,
+    up_to_16: Box<[Entry16]>,
+    mask16: usize,
+}
+
+/// The first 8 bytes of `bytes` (at most 8 of them), little-endian,
+/// zero-padded.
+#[inline(always)]
+fn word(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = bytes.len().min(8);
+    if let (Some(dst), Some(src)) = (b.get_mut(..n), bytes.get(..n)) {
+        dst.copy_from_slice(src);
+    }
+    u64::from_le_bytes(b)
+}
+
+#[inline(always)]
+fn mix(x: u64) -> usize {
+    let h = x.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    (h ^ (h >> 32)) as usize
+}
+
+#[inline(always)]
+fn slot8(key: u64, len: usize) -> usize {
+    mix(key ^ (len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+#[inline(always)]
+fn slot16(lo: u64, hi: u64, len: usize) -> usize {
+    mix(lo ^ hi.rotate_left(23) ^ (len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// Slots for `n` entries: a power of two, at most 5/8 full.
+fn table_size(n: usize) -> usize {
+    (n * 8 / 5 + 1).next_power_of_two().max(2)
+}
+
+impl ShortRanks {
+    /// The tables of `bpe`'s short tokens (their ids are their ranks).
+    pub fn build(bpe: &BytePairEncoding) -> ShortRanks {
+        let ids = 0..bpe.num_tokens() as u32;
+        let len_of = |id: u32| bpe.token_bytes(id).len();
+        let n8 = ids
+            .clone()
+            .filter(|&id| (2..=8).contains(&len_of(id)))
+            .count();
+        let n16 = ids
+            .clone()
+            .filter(|&id| (9..=16).contains(&len_of(id)))
+            .count();
+        let size8 = table_size(n8);
+        let size16 = table_size(n16);
+        let empty8 = Entry8 {
+            key: 0,
+            rank_len: 0,
+            _pad: 0,
+        };
+        let empty16 = Entry16 {
+            lo: 0,
+            hi: 0,
+            rank: 0,
+            len: 0,
+        };
+        let mut up_to_8 = vec![empty8; size8].into_boxed_slice();
+        let mut up_to_16 = vec![empty16; size16].into_boxed_slice();
+        let (mask8, mask16) = (size8 - 1, size16 - 1);
+        for id in ids {
+            let bytes = bpe.token_bytes(id);
+            let len = bytes.len();
+            if (2..=8).contains(&len) {
+                let key = word(bytes);
+                let mut i = slot8(key, len) & mask8;
+                // At most 5/8 full: an empty slot is always found. A token
+                // twice (none in any vocabulary) keeps its first rank.
+                for _ in 0..size8 {
+                    match up_to_8.get_mut(i) {
+                        Some(e) if e.rank_len == 0 => {
+                            e.key = key;
+                            e.rank_len = (id << 4) | len as u32;
+                            break;
+                        }
+                        Some(e) if e.key == key && (e.rank_len & 15) as usize == len => break,
+                        _ => i = (i + 1) & mask8,
+                    }
+                }
+            } else if (9..=MAX_SHORT).contains(&len) {
+                let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
+                let mut i = slot16(lo, hi, len) & mask16;
+                for _ in 0..size16 {
+                    match up_to_16.get_mut(i) {
+                        Some(e) if e.len == 0 => {
+                            *e = Entry16 {
+                                lo,
+                                hi,
+                                rank: id,
+                                len: len as u32,
+                            };
+                            break;
+                        }
+                        Some(e) if (e.lo, e.hi, e.len as usize) == (lo, hi, len) => break,
+                        _ => i = (i + 1) & mask16,
+                    }
+                }
+            }
+        }
+        ShortRanks {
+            up_to_8,
+            mask8,
+            up_to_16,
+            mask16,
+        }
+    }
+
+    /// The rank of the token `bytes` (2 to 16 of them), or `u32::MAX`.
+    #[inline(always)]
+    fn rank(&self, bytes: &[u8]) -> u32 {
+        let len = bytes.len();
+        if len <= 8 {
+            let key = word(bytes);
+            let mut i = slot8(key, len) & self.mask8;
+            loop {
+                let Some(e) = self.up_to_8.get(i) else {
+                    return u32::MAX;
+                };
+                if e.rank_len == 0 {
+                    return u32::MAX;
+                }
+                if e.key == key && (e.rank_len & 15) as usize == len {
+                    return e.rank_len >> 4;
+                }
+                i = (i + 1) & self.mask8;
+            }
+        }
+        let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
+        let mut i = slot16(lo, hi, len) & self.mask16;
+        loop {
+            let Some(e) = self.up_to_16.get(i) else {
+                return u32::MAX;
+            };
+            if e.len == 0 {
+                return u32::MAX;
+            }
+            if e.len as usize == len && e.lo == lo && e.hi == hi {
+                return e.rank;
+            }
+            i = (i + 1) & self.mask16;
+        }
+    }
+
+    /// The number of tokens `piece` encodes to, when it is 2 to 16 bytes
+    /// (None otherwise: the caller counts it another way).
+    pub fn count(&self, piece: &[u8]) -> Option<usize> {
+        let n = piece.len();
+        if !(2..=MAX_SHORT).contains(&n) {
+            return None;
+        }
+        // tiktoken's loop: part i starts at `at[i]`; `rank[i]` is the rank
+        // of parts i and i + 1 merged. `len` boundaries, the last the
+        // piece's end.
+        let mut at = [0u8; MAX_SHORT + 1];
+        let mut rank = [u32::MAX; MAX_SHORT + 1];
+        for (i, a) in at.iter_mut().enumerate().take(n + 1) {
+            *a = i as u8;
+        }
+        for (i, r) in rank.iter_mut().enumerate().take(n - 1) {
+            *r = self.rank(piece.get(i..i + 2).unwrap_or_default());
+        }
+        let mut len = n + 1;
+        loop {
+            let mut min = (u32::MAX, 0);
+            for (i, &r) in rank.iter().enumerate().take(len - 1) {
+                if r < min.0 {
+                    min = (r, i);
+                }
+            }
+            let (best, i) = min;
+            if best == u32::MAX {
+                break;
+            }
+            // The rank of parts j..j+3 merged, while boundary i + 1 is still
+            // there (tiktoken's `get_rank`).
+            let span = |j: usize| -> u32 {
+                match (at.get(j), at.get(j + 3)) {
+                    (Some(&from), Some(&to)) if j + 3 < len => self.rank(
+                        piece
+                            .get(usize::from(from)..usize::from(to))
+                            .unwrap_or_default(),
+                    ),
+                    _ => u32::MAX,
+                }
+            };
+            if i > 0 {
+                rank[i - 1] = span(i - 1);
+            }
+            rank[i] = span(i);
+            // Boundary i + 1 goes.
+            at.copy_within(i + 2..len, i + 1);
+            rank.copy_within(i + 2..len, i + 1);
+            len -= 1;
+        }
+        Some(len - 1)
+    }
+}
