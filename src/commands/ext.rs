@@ -8,9 +8,7 @@ use super::{arity, finish_write, now_ms, Events, OpHeader, Propagate, SettingsOp
 use crate::config::Config;
 use crate::declare::{entry, integer, key, option, string, Access::*, CommandDecl};
 use crate::key::SessionKey;
-use crate::session::{
-    check_external_input, check_external_sizes, ExternalId, Op, MAX_EXTERNAL_SYSTEMS, MAX_TTL_SECS,
-};
+use crate::session::{check_external_sizes, ExternalId, Op, MAX_EXTERNAL_SYSTEMS, MAX_TTL_SECS};
 
 /// MEM.EXTSET key system conversation_id [EX seconds]
 pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -21,7 +19,7 @@ pub fn ext_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     check_external_sizes(args[2].len(), args[3].len()).map_err(crate::error::invalid)?;
     let system = args::utf8("system", &args[2])?;
     let id = args::utf8("conversation_id", &args[3])?;
-    check_external_input(system, id).map_err(crate::error::invalid)?;
+    args::name_chars("system", system)?;
     let opts = Options::parse(&args[4..], &EXT_SET)?;
     let cfg = Config::current();
     let ex = opts

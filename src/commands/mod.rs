@@ -462,21 +462,7 @@ pub fn replicate_op(
     header: &Op,
     content: Option<&RedisString>,
 ) {
-    replicate_header(
-        ctx,
-        keyname,
-        &persistence::encode_op_header(header),
-        content,
-    );
-}
-
-fn replicate_header(
-    ctx: &Context,
-    keyname: &RedisString,
-    header: &[u8],
-    content: Option<&RedisString>,
-) {
-    let payload = RedisString::create_from_slice(ctx.ctx, header);
+    let payload = OpHeader::of(header).to_argument(ctx);
     replicate_payload(ctx, keyname, &payload, content);
 }
 

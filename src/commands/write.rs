@@ -218,7 +218,7 @@ impl<'a> AppendArgs<'a> {
             given: self.given,
             counts,
             snapshot,
-            meta: self.meta.map(str::to_owned),
+            meta: self.meta.map(Arc::from),
             check_meta: self.meta_on_worker,
         }))
     }
@@ -342,7 +342,7 @@ struct AppendJob {
     counts: bool,
     snapshot: Option<Snapshot>,
     /// The META, counted with the content.
-    meta: Option<String>,
+    meta: Option<Arc<str>>,
     /// META is large: checked here too.
     check_meta: bool,
 }
@@ -373,7 +373,7 @@ impl AppendJob {
             content,
             recounted: model_switch::count(self.snapshot, self.counting),
             meta_checked,
-            meta: self.meta.map(Arc::from),
+            meta: self.meta,
             prepared,
         }
     }

@@ -99,6 +99,7 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
 }
 
 /// The encoded [`Op::header`] of `op` (its text travels apart).
+#[cfg(test)]
 pub fn encode_op_header(op: &Op) -> Vec<u8> {
     v2::encode_op_header(op)
 }

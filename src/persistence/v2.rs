@@ -138,6 +138,7 @@ pub fn encode_op(op: &Op) -> Vec<u8> {
 /// [`encode_op`] of the op's [`Op::header`] (its appended content or
 /// summary text left empty), without cloning the op first: that clone was
 /// four of an append's allocations.
+#[cfg(test)]
 pub fn encode_op_header(op: &Op) -> Vec<u8> {
     encode_op_with(op, false, usize::MAX).0
 }
