@@ -498,6 +498,23 @@ fn main() {
             piece_stats(bpe, messages);
             return;
         }
+        // BENCH_SPLIT_ONLY: the pre-tokenizer alone (the floor of counting).
+        if std::env::var("BENCH_SPLIT_ONLY").is_ok() {
+            let bytes: usize = messages.iter().map(String::len).sum();
+            for _ in 0..5 {
+                let t = Instant::now();
+                let mut n = 0usize;
+                for m in messages {
+                    pretokenize::for_each_piece(Pattern::O200k, m, |p| n += p.len() ^ 1);
+                }
+                black_box(n);
+                println!(
+                    "split {:.1} MB/s",
+                    bytes as f64 / t.elapsed().as_secs_f64() / 1e6
+                );
+            }
+            return;
+        }
         let t = Instant::now();
         let mut n = 0usize;
         let mut bytes = 0usize;

@@ -170,11 +170,7 @@ impl PieceCache {
             }
         }
         self.misses = self.misses.saturating_add(1);
-        let count = if self.tokens.contains(piece, h) {
-            1
-        } else {
-            self.tokens.merged_count(piece, uncached)
-        };
+        let count = self.tokens.count(piece, h, uncached);
         // A piece of n bytes has at most n tokens, so the count fits a u8.
         if let Ok(count8) = u8::try_from(count) {
             ways.rotate_right(1); // the least recently used is now first: replace it
@@ -222,11 +218,7 @@ impl PieceCache {
         if usize::from(slot.len) == len && slot.bytes.get(..len) == Some(piece) {
             return usize::from(slot.count);
         }
-        let count = if self.tokens.contains(piece, h) {
-            1
-        } else {
-            self.tokens.merged_count(piece, uncached)
-        };
+        let count = self.tokens.count(piece, h, uncached);
         if let (Ok(count8), Some(dst)) = (u8::try_from(count), slot.bytes.get_mut(..len)) {
             dst.copy_from_slice(piece);
             slot.len = len as u8;
@@ -303,13 +295,20 @@ impl TokenSet {
         }
     }
 
-    /// The count of a piece that is not one token: tiktoken's merge over
-    /// the short tokens for a piece of up to 16 bytes, else `uncached`.
+    /// The count of a piece no cache holds (`h` its hash): 1 if it is one
+    /// token, else tiktoken's merge over the short tokens for a piece of 2 to
+    /// 16 bytes (one table both asks whether it is a token and merges it: one
+    /// wait on memory where the set and the token's bytes took two more), else
+    /// `uncached`.
     #[inline]
-    fn merged_count(&self, piece: &[u8], uncached: impl Fn(&[u8]) -> usize) -> usize {
-        match self.short.as_ref().and_then(|s| s.count(piece)) {
-            Some(n) => n,
-            None => uncached(piece),
+    fn count(&self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
+        if let Some(n) = self.short.as_ref().and_then(|s| s.count(piece)) {
+            return n;
+        }
+        if self.contains(piece, h) {
+            1
+        } else {
+            uncached(piece)
         }
     }
 

@@ -191,11 +191,15 @@ impl ShortRanks {
     }
 
     /// The number of tokens `piece` encodes to, when it is 2 to 16 bytes
-    /// (None otherwise: the caller counts it another way).
+    /// (None otherwise: the caller counts it another way). A piece that is
+    /// one token counts 1 without merging, as in tiktoken.
     pub fn count(&self, piece: &[u8]) -> Option<usize> {
         let n = piece.len();
         if !(2..=MAX_SHORT).contains(&n) {
             return None;
+        }
+        if self.rank(piece) != u32::MAX {
+            return Some(1);
         }
         // tiktoken's loop: part i starts at `at[i]`; `rank[i]` is the rank
         // of parts i and i + 1 merged. `len` boundaries, the last the
