@@ -20,7 +20,11 @@
 //! rounds); BENCH_PROFILE=N (only the module's o200k counter, N passes over
 //! english-real, for `perf record`; with BENCH_PROFILE_COLD each pass on a new
 //! thread, its piece cache empty; with BENCH_PIECE_STATS only the corpus's pieces
-//! counted: how many, how many distinct, how many more than one token).
+//! counted: how many, how many distinct, how many more than one token; with
+//! BENCH_SPLIT_ONLY the pre-tokenizer alone, the floor of counting; with
+//! BENCH_MERGE the merge of the first-seen pieces of 2-16 bytes that are more
+//! than one token, alone, in ns a piece). BENCH_CORPUS=file: NUL-separated
+//! messages instead of english-real (benches/corpus.py writes them).
 
 // Tables of counters side by side: their tuple types read best in place.
 #![allow(clippy::type_complexity)]
@@ -496,6 +500,38 @@ fn main() {
         let bpe = module_tables().0;
         if std::env::var("BENCH_PIECE_STATS").is_ok() {
             piece_stats(bpe, messages);
+            return;
+        }
+        // BENCH_MERGE: the merge of first-seen pieces of 2-16 bytes that
+        // are more than one token, alone (short_bpe.rs).
+        if std::env::var("BENCH_MERGE").is_ok() {
+            let short = short_bpe::ShortRanks::build(bpe);
+            let mut seen = std::collections::HashSet::new();
+            let mut pieces: Vec<Vec<u8>> = Vec::new();
+            for m in messages {
+                pretokenize::for_each_piece(Pattern::O200k, m, |p| {
+                    if (2..=16).contains(&p.len()) && seen.insert(p.to_vec()) {
+                        pieces.push(p.to_vec());
+                    }
+                });
+            }
+            let multi: Vec<&Vec<u8>> = pieces
+                .iter()
+                .filter(|p| short.count(p) != Some(1))
+                .collect();
+            for round in 0..4 {
+                let t = Instant::now();
+                let mut n = 0;
+                for p in &multi {
+                    n += short.count(p).unwrap_or(0);
+                }
+                black_box(n);
+                println!(
+                    "round {round}: {} multi-token pieces {:.0} ns each",
+                    multi.len(),
+                    t.elapsed().as_nanos() as f64 / multi.len() as f64
+                );
+            }
             return;
         }
         // BENCH_SPLIT_ONLY: the pre-tokenizer alone (the floor of counting).

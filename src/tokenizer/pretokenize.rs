@@ -366,6 +366,17 @@ impl Classes {
         let (c0, l0) = self.at(b, i);
         // [^\r\n\p{L}\p{N}]? : tried taken first, then not.
         let prefix = c0 & (L | N | NL) == 0;
+        // An ASCII character that is no letter, followed by an ASCII
+        // character that is no letter either (or nothing): neither letter
+        // alternative can match, with the prefix or without (digits,
+        // punctuation, whitespace: half the pieces of English text).
+        let letters_ahead = c0 & L != 0
+            || l0 != 1
+            || b.get(i + 1)
+                .is_some_and(|&y| y >= 0x80 || self.ascii[usize::from(y)] & L != 0);
+        if !letters_ahead {
+            return self.o200k_no_letter(b, i, c0, l0);
+        }
         if prefix {
             if let Some(e) = self.o_lower(b, i + l0) {
                 return e;
@@ -382,6 +393,12 @@ impl Classes {
         if let Some(e) = self.o_upper(b, i) {
             return e;
         }
+        self.o200k_no_letter(b, i, c0, l0)
+    }
+
+    /// The o200k alternatives after the letter ones, for the piece at `i`
+    /// whose first character has class `c0` and length `l0`.
+    fn o200k_no_letter(&self, b: &[u8], i: usize, c0: u8, l0: usize) -> usize {
         if c0 & N != 0 {
             return self.digits(b, i);
         }
@@ -485,7 +502,7 @@ fn prev_char(b: &[u8], i: usize) -> usize {
 
 /// Calls `f` with each piece of `text` under `pattern`, in order.
 #[inline]
-pub fn for_each_piece(pattern: Pattern, text: &str, mut f: impl FnMut(&[u8])) {
+pub fn for_each_piece<'t>(pattern: Pattern, text: &'t str, mut f: impl FnMut(&'t [u8])) {
     let classes = classes();
     let b = text.as_bytes();
     let mut i = 0;

@@ -39,6 +39,11 @@ struct Entry16 {
 /// Every token of 2 to [`MAX_SHORT`] bytes of an encoding, by its bytes:
 /// o200k_base's in 4 + 2 MB, cl100k_base's in 2 + 1 MB.
 pub struct ShortRanks {
+    /// Two bits a token, one 64-bit word per token picked by its hash: a
+    /// span whose bits are not both set is no token, answered from a
+    /// table that stays in L2 (most spans the merges ask about are none).
+    filter: Box<[u64]>,
+    filter_mask: usize,
     up_to_8: Box<[Entry8]>,
     mask8: usize,
     up_to_16: Box<[Entry16]>,
@@ -71,6 +76,16 @@ fn slot8(key: u64, len: usize) -> usize {
 #[inline(always)]
 fn slot16(lo: u64, hi: u64, len: usize) -> usize {
     mix(lo ^ hi.rotate_left(23) ^ (len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// The filter word and bits of a span whose slot hash is `h`.
+#[inline(always)]
+fn filter_bits(h: usize, mask: usize) -> (usize, u64) {
+    let h = h as u64;
+    (
+        (h >> 24) as usize & mask,
+        (1u64 << ((h >> 52) & 63)) | (1u64 << ((h >> 58) & 63)),
+    )
 }
 
 /// Slots for `n` entries: a power of two, at most 5/8 full.
@@ -107,9 +122,25 @@ impl ShortRanks {
         let mut up_to_8 = vec![empty8; size8].into_boxed_slice();
         let mut up_to_16 = vec![empty16; size16].into_boxed_slice();
         let (mask8, mask16) = (size8 - 1, size16 - 1);
+        // ~16 bits a token: a span that is no token passes 1-3% of the time.
+        let filter_words = ((n8 + n16) / 8).next_power_of_two().max(1);
+        let filter_mask = filter_words - 1;
+        let mut filter = vec![0u64; filter_words].into_boxed_slice();
         for id in ids {
             let bytes = bpe.token_bytes(id);
             let len = bytes.len();
+            let h = if (2..=8).contains(&len) {
+                slot8(word(bytes), len)
+            } else {
+                let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
+                slot16(lo, hi, len)
+            };
+            if (2..=MAX_SHORT).contains(&len) {
+                let (at, bits) = filter_bits(h, filter_mask);
+                if let Some(w) = filter.get_mut(at) {
+                    *w |= bits;
+                }
+            }
             if (2..=8).contains(&len) {
                 let key = word(bytes);
                 let mut i = slot8(key, len) & mask8;
@@ -147,11 +178,20 @@ impl ShortRanks {
             }
         }
         ShortRanks {
+            filter,
+            filter_mask,
             up_to_8,
             mask8,
             up_to_16,
             mask16,
         }
+    }
+
+    /// False if no token has the slot hash `h`'s filter bits.
+    #[inline(always)]
+    fn may_hold(&self, h: usize) -> bool {
+        let (at, bits) = filter_bits(h, self.filter_mask);
+        self.filter.get(at).is_some_and(|w| w & bits == bits)
     }
 
     /// The rank of the token `bytes` (2 to 16 of them), or `u32::MAX`.
@@ -160,7 +200,11 @@ impl ShortRanks {
         let len = bytes.len();
         if len <= 8 {
             let key = word(bytes);
-            let mut i = slot8(key, len) & self.mask8;
+            let h = slot8(key, len);
+            if !self.may_hold(h) {
+                return u32::MAX;
+            }
+            let mut i = h & self.mask8;
             loop {
                 let Some(e) = self.up_to_8.get(i) else {
                     return u32::MAX;
@@ -175,7 +219,11 @@ impl ShortRanks {
             }
         }
         let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
-        let mut i = slot16(lo, hi, len) & self.mask16;
+        let h = slot16(lo, hi, len);
+        if !self.may_hold(h) {
+            return u32::MAX;
+        }
+        let mut i = h & self.mask16;
         loop {
             let Some(e) = self.up_to_16.get(i) else {
                 return u32::MAX;
