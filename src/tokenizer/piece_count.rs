@@ -80,11 +80,7 @@ struct PieceCache {
     long: Option<Box<[LongSlot]>>,
 }
 
-const EMPTY_SLOT: Slot = Slot {
-    len: 0,
-    count: 0,
-    bytes: [0; CACHED_PIECE_BYTES],
-};
+const EMPTY_SLOT: Slot = Slot { key: [0; 2] };
 
 fn empty_sets(n: usize) -> Box<[Set]> {
     vec![
@@ -103,13 +99,74 @@ struct Set {
     ways: [Slot; WAYS],
 }
 
+/// A cached piece: its [`PieceKey`] with the count in the top byte (a key
+/// of length 0 is an empty slot: empty pieces are never cached).
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Slot {
-    /// 0: empty (empty pieces are never cached).
-    len: u8,
-    count: u8,
-    bytes: [u8; CACHED_PIECE_BYTES],
+    key: PieceKey,
+}
+
+/// A piece of 1 to [`CACHED_PIECE_BYTES`] bytes as two words: its bytes,
+/// zero-padded, and its length in byte 14. A slot compares and hashes it
+/// whole, with no loop over the bytes.
+type PieceKey = [u64; 2];
+
+const COUNT_SHIFT: u32 = 56;
+const LEN_SHIFT: u32 = 48;
+
+/// The key of the piece `text[start..end]` (at most [`CACHED_PIECE_BYTES`]).
+#[inline(always)]
+fn piece_key(text: &[u8], start: usize, end: usize) -> PieceKey {
+    let len = end - start;
+    let mut bytes = [0u8; 16];
+    match text.get(start..start + 16) {
+        // Sixteen bytes from the piece's start, those past it masked off.
+        Some(chunk) => bytes.copy_from_slice(chunk),
+        None => {
+            if let (Some(dst), Some(src)) = (bytes.get_mut(..len), text.get(start..end)) {
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+    let lo = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
+    let hi = u64::from_le_bytes(bytes[8..].try_into().unwrap_or([0; 8]));
+    let mask = |n: usize| {
+        if n >= 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * n)) - 1
+        }
+    };
+    [
+        lo & mask(len),
+        (hi & mask(len.saturating_sub(8))) | ((len as u64) << LEN_SHIFT),
+    ]
+}
+
+#[inline(always)]
+fn key_hash(key: &PieceKey) -> u64 {
+    let h = (key[0] ^ key[1].rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    h ^ (h >> 29)
+}
+
+impl Slot {
+    #[inline(always)]
+    fn holds(&self, key: &PieceKey) -> bool {
+        self.key[0] == key[0] && self.key[1] & !(0xff << COUNT_SHIFT) == key[1]
+    }
+
+    fn is_empty(&self) -> bool {
+        (self.key[1] >> LEN_SHIFT) & 0xff == 0
+    }
+
+    fn count(&self) -> usize {
+        (self.key[1] >> COUNT_SHIFT) as usize
+    }
+
+    fn bare_key(&self) -> PieceKey {
+        [self.key[0], self.key[1] & !(0xff << COUNT_SHIFT)]
+    }
 }
 
 impl PieceCache {
@@ -129,13 +186,11 @@ impl PieceCache {
         // Least recently used first, so that each set's ways end in order.
         for set in self.sets.iter() {
             for slot in set.ways.iter().rev() {
-                let Some(piece) = slot.bytes.get(..usize::from(slot.len)) else {
-                    continue;
-                };
-                if piece.is_empty() {
+                if slot.is_empty() {
                     continue;
                 }
-                if let Some(to) = sets.get_mut(hash(piece) as usize & (MOST_SETS - 1)) {
+                let h = key_hash(&slot.bare_key());
+                if let Some(to) = sets.get_mut(h as usize & (MOST_SETS - 1)) {
                     to.ways.rotate_right(1);
                     to.ways[0] = *slot;
                 }
@@ -159,23 +214,30 @@ impl PieceCache {
             self.grow();
         }
         let mut total = 0;
-        let mut pending: (&[u8], u64) = (&[], 0);
-        pretokenize::for_each_piece(pattern, text, |piece| {
+        let b = text.as_bytes();
+        // The piece cut last: its bytes, key and the key's hash.
+        let mut pending: Option<(&[u8], PieceKey, u64)> = None;
+        pretokenize::for_each_piece_at(pattern, text, |start, end| {
+            let piece = b.get(start..end).unwrap_or_default();
             // A piece of one byte is one token: every byte is one in a
             // byte-level vocabulary (`TokenSet::bytes_are_tokens`).
             if piece.len() == 1 && self.tokens.bytes_are_tokens {
                 total += 1;
                 return;
             }
-            let h = hash(piece);
+            if piece.len() > CACHED_PIECE_BYTES {
+                total += self.count_long(piece, hash(piece), &uncached);
+                return;
+            }
+            let key = piece_key(b, start, end);
+            let h = key_hash(&key);
             self.prefetch(h);
-            let (previous, previous_h) = std::mem::replace(&mut pending, (piece, h));
-            if !previous.is_empty() {
-                total += self.count_hashed(previous, previous_h, &uncached);
+            if let Some((previous, key, h)) = pending.replace((piece, key, h)) {
+                total += self.count_keyed(previous, &key, h, &uncached);
             }
         });
-        if !pending.0.is_empty() {
-            total += self.count_hashed(pending.0, pending.1, &uncached);
+        if let Some((previous, key, h)) = pending {
+            total += self.count_keyed(previous, &key, h, &uncached);
         }
         total
     }
@@ -204,26 +266,33 @@ impl PieceCache {
         if self.misses >= FIRST_SETS * WAYS && self.sets.len() < MOST_SETS {
             self.grow();
         }
-        self.count_hashed(piece, hash(piece), uncached)
+        if piece.len() > CACHED_PIECE_BYTES {
+            return self.count_long(piece, hash(piece), uncached);
+        }
+        let key = piece_key(piece, 0, piece.len());
+        self.count_keyed(piece, &key, key_hash(&key), uncached)
     }
 
-    /// The count of `piece`, whose hash is `h`. The sets grow only between
-    /// texts (a prefetched set must stay where it was asked for).
+    /// The count of `piece` (at most [`CACHED_PIECE_BYTES`]), whose key is
+    /// `key` and its hash `h`. The sets grow only between texts (a prefetched
+    /// set must stay where it was asked for).
     #[inline]
-    fn count_hashed(&mut self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
-        let len = piece.len();
-        if len > CACHED_PIECE_BYTES {
-            return self.count_long(piece, h, uncached);
-        }
-        let mask = self.sets.len() - 1;
+    fn count_keyed(
+        &mut self,
+        piece: &[u8],
+        key: &PieceKey,
+        h: u64,
+        uncached: impl Fn(&[u8]) -> usize,
+    ) -> usize {
+        let mask = self.sets.len().wrapping_sub(1);
         let Some(set) = self.sets.get_mut(h as usize & mask) else {
             return uncached(piece);
         };
         let ways = &mut set.ways;
         for k in 0..WAYS {
             let Some(slot) = ways.get(k) else { break };
-            if usize::from(slot.len) == len && same(&slot.bytes, piece) {
-                let count = usize::from(slot.count);
+            if slot.holds(key) {
+                let count = slot.count();
                 if let Some(used) = ways.get_mut(..=k) {
                     used.rotate_right(1); // to the front
                 }
@@ -231,16 +300,13 @@ impl PieceCache {
             }
         }
         self.misses = self.misses.saturating_add(1);
-        let count = self.tokens.count(piece, h, uncached);
+        let count = self.tokens.count(piece, hash(piece), uncached);
         // A piece of n bytes has at most n tokens, so the count fits a u8.
         if let Ok(count8) = u8::try_from(count) {
             ways.rotate_right(1); // the least recently used is now first: replace it
-            let first = &mut ways[0];
-            if let Some(dst) = first.bytes.get_mut(..len) {
-                dst.copy_from_slice(piece);
-                first.len = len as u8;
-                first.count = count8;
-            }
+            ways[0] = Slot {
+                key: [key[0], key[1] | (u64::from(count8) << COUNT_SHIFT)],
+            };
         }
         count
     }
@@ -298,16 +364,6 @@ struct LongSlot {
     len: u8,
     count: u8,
     bytes: [u8; LONG_PIECE_BYTES],
-}
-
-/// `slot[..piece.len()] == piece` for a piece that fits the slot, without a
-/// call to memcmp (pieces are a few bytes: the call costs more than the compare).
-#[inline(always)]
-fn same(slot: &[u8; CACHED_PIECE_BYTES], piece: &[u8]) -> bool {
-    slot.iter()
-        .zip(piece)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        == 0
 }
 
 /// Every token of an encoding, by its bytes: an open-addressing table of
@@ -658,6 +714,39 @@ mod tests {
                 t.count(piece),
                 "{piece:?}"
             );
+        }
+    }
+
+    /// A piece's cache key is its bytes and length alone: the same piece
+    /// cut anywhere in a text (the bytes after it masked off, or the text
+    /// ending with it) has one key, and pieces that differ in a byte or in
+    /// length (a NUL byte more) have different keys.
+    #[test]
+    fn a_piece_has_one_key_wherever_it_is_cut() {
+        let pieces: [&[u8]; 6] = [b"a", b"ab", b"ab\0", b" together", b"abcdefghijklmn", b"\0"];
+        for piece in pieces {
+            let alone = piece_key(piece, 0, piece.len());
+            for (before, after) in [
+                ("", ""),
+                ("xyz", ""),
+                ("", "0123456789abcdef!"),
+                ("q", "zz"),
+            ] {
+                let text = [before.as_bytes(), piece, after.as_bytes()].concat();
+                let at = before.len();
+                assert_eq!(
+                    piece_key(&text, at, at + piece.len()),
+                    alone,
+                    "{piece:?} in {text:?}"
+                );
+            }
+            for other in pieces.iter().filter(|o| **o != piece) {
+                assert_ne!(
+                    piece_key(other, 0, other.len()),
+                    alone,
+                    "{piece:?} / {other:?}"
+                );
+            }
         }
     }
 

@@ -503,6 +503,14 @@ fn prev_char(b: &[u8], i: usize) -> usize {
 /// Calls `f` with each piece of `text` under `pattern`, in order.
 #[inline]
 pub fn for_each_piece<'t>(pattern: Pattern, text: &'t str, mut f: impl FnMut(&'t [u8])) {
+    let b = text.as_bytes();
+    for_each_piece_at(pattern, text, |i, e| f(b.get(i..e).unwrap_or_default()));
+}
+
+/// Calls `f` with the start and end of each piece of `text` under
+/// `pattern`, in order.
+#[inline]
+pub fn for_each_piece_at(pattern: Pattern, text: &str, mut f: impl FnMut(usize, usize)) {
     let classes = classes();
     let b = text.as_bytes();
     let mut i = 0;
@@ -518,7 +526,7 @@ pub fn for_each_piece<'t>(pattern: Pattern, text: &'t str, mut f: impl FnMut(&'t
         } else {
             i + classes.at(b, i).1.max(1)
         };
-        f(b.get(i..e).unwrap_or_default());
+        f(i, e);
         i = e;
     }
 }
