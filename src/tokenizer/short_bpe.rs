@@ -16,6 +16,33 @@ use bpe_openai::byte_pair_encoding::BytePairEncoding;
 /// Longest piece (and token) the tables serve.
 pub const MAX_SHORT: usize = 16;
 
+/// A piece of up to 16 bytes in one register pair, its spans' keys cut by
+/// shifts (a copy a probe, with its call to memcpy, was a twentieth of
+/// counting).
+#[derive(Clone, Copy)]
+struct Piece(u128);
+
+impl Piece {
+    #[inline(always)]
+    fn new(bytes: &[u8]) -> Piece {
+        let mut b = [0u8; 16];
+        let n = bytes.len().min(16);
+        if let (Some(dst), Some(src)) = (b.get_mut(..n), bytes.get(..n)) {
+            dst.copy_from_slice(src);
+        }
+        Piece(u128::from_le_bytes(b))
+    }
+
+    /// The keys of the span of `len` (1 to 16) bytes at `from`: its first
+    /// 8 bytes and the rest, little-endian, zero-padded (as [`word`]).
+    #[inline(always)]
+    fn span(self, from: usize, len: usize) -> (u64, u64) {
+        let bits = (self.0 >> (8 * (from as u32 & 15)))
+            & (u128::MAX >> (128 - 8 * (len as u32).clamp(1, 16)));
+        (bits as u64, (bits >> 64) as u64)
+    }
+}
+
 /// A token of 2 to 8 bytes: its bytes (little-endian, zero-padded) and
 /// `rank << 4 | len`; `len` 0 is an empty slot. 16 bytes.
 #[derive(Clone, Copy)]
@@ -194,13 +221,13 @@ impl ShortRanks {
         self.filter.get(at).is_some_and(|w| w & bits == bits)
     }
 
-    /// The rank of the token `bytes` (2 to 16 of them), or `u32::MAX`.
+    /// The rank of the token `piece[from..from + len]` (2 to 16 bytes), or
+    /// `u32::MAX`.
     #[inline(always)]
-    fn rank(&self, bytes: &[u8]) -> u32 {
-        let len = bytes.len();
+    fn span_rank(&self, piece: Piece, from: usize, len: usize) -> u32 {
+        let (lo, hi) = piece.span(from, len);
         if len <= 8 {
-            let key = word(bytes);
-            let h = slot8(key, len);
+            let h = slot8(lo, len);
             if !self.may_hold(h) {
                 return u32::MAX;
             }
@@ -212,13 +239,12 @@ impl ShortRanks {
                 if e.rank_len == 0 {
                     return u32::MAX;
                 }
-                if e.key == key && (e.rank_len & 15) as usize == len {
+                if e.key == lo && (e.rank_len & 15) as usize == len {
                     return e.rank_len >> 4;
                 }
                 i = (i + 1) & self.mask8;
             }
         }
-        let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
         let h = slot16(lo, hi, len);
         if !self.may_hold(h) {
             return u32::MAX;
@@ -246,7 +272,8 @@ impl ShortRanks {
         if !(2..=MAX_SHORT).contains(&n) {
             return None;
         }
-        if self.rank(piece) != u32::MAX {
+        let bytes = Piece::new(piece);
+        if self.span_rank(bytes, 0, n) != u32::MAX {
             return Some(1);
         }
         // tiktoken's loop: part i starts at `at[i]`; `rank[i]` is the rank
@@ -258,7 +285,7 @@ impl ShortRanks {
             *a = i as u8;
         }
         for (i, r) in rank.iter_mut().enumerate().take(n - 1) {
-            *r = self.rank(piece.get(i..i + 2).unwrap_or_default());
+            *r = self.span_rank(bytes, i, 2);
         }
         let mut len = n + 1;
         loop {
@@ -276,11 +303,9 @@ impl ShortRanks {
             // there (tiktoken's `get_rank`).
             let span = |j: usize| -> u32 {
                 match (at.get(j), at.get(j + 3)) {
-                    (Some(&from), Some(&to)) if j + 3 < len => self.rank(
-                        piece
-                            .get(usize::from(from)..usize::from(to))
-                            .unwrap_or_default(),
-                    ),
+                    (Some(&from), Some(&to)) if j + 3 < len => {
+                        self.span_rank(bytes, usize::from(from), usize::from(to - from))
+                    }
                     _ => u32::MAX,
                 }
             };
@@ -289,8 +314,14 @@ impl ShortRanks {
             }
             rank[i] = span(i);
             // Boundary i + 1 goes.
-            at.copy_within(i + 2..len, i + 1);
-            rank.copy_within(i + 2..len, i + 1);
+            // (A loop, not copy_within: a call to memmove for a few bytes.)
+            for k in i + 1..len - 1 {
+                if let (Some(&a), Some(&r)) = (at.get(k + 1), rank.get(k + 1)) {
+                    if let (Some(at_k), Some(rank_k)) = (at.get_mut(k), rank.get_mut(k)) {
+                        (*at_k, *rank_k) = (a, r);
+                    }
+                }
+            }
             len -= 1;
         }
         Some(len - 1)
