@@ -9,7 +9,7 @@
 use bpe_openai::byte_pair_encoding::BytePairEncoding;
 
 use super::pretokenize::{self, Pattern};
-use super::short_bpe::ShortRanks;
+use super::short_bpe::{load_le, ShortRanks};
 
 /// Exact token count of `text` (OpenAI's encodings do not normalize): the
 /// sum of the BPE counts of its pieces, as `bpe_openai::Tokenizer::count`.
@@ -119,18 +119,13 @@ const LEN_SHIFT: u32 = 48;
 #[inline(always)]
 fn piece_key(text: &[u8], start: usize, end: usize) -> PieceKey {
     let len = end - start;
-    let mut bytes = [0u8; 16];
-    match text.get(start..start + 16) {
-        // Sixteen bytes from the piece's start, those past it masked off.
-        Some(chunk) => bytes.copy_from_slice(chunk),
-        None => {
-            if let (Some(dst), Some(src)) = (bytes.get_mut(..len), text.get(start..end)) {
-                dst.copy_from_slice(src);
-            }
-        }
-    }
-    let lo = u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8]));
-    let hi = u64::from_le_bytes(bytes[8..].try_into().unwrap_or([0; 8]));
+    // Sixteen bytes from the piece's start, those past it masked off; near
+    // the text's end, its bytes alone.
+    let bytes = match text.get(start..start + 16) {
+        Some(chunk) => load_le(chunk),
+        None => load_le(text.get(start..end).unwrap_or_default()),
+    };
+    let (lo, hi) = (bytes as u64, (bytes >> 64) as u64);
     let mask = |n: usize| {
         if n >= 8 {
             u64::MAX
@@ -714,6 +709,23 @@ mod tests {
                 t.count(piece),
                 "{piece:?}"
             );
+        }
+    }
+
+    /// `load_le` reads what a zero-padded copy holds, at every length.
+    #[test]
+    fn loads_of_any_length_read_the_bytes_zero_padded() {
+        let bytes: Vec<u8> = (0..24u8).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+        for start in 0..4 {
+            for len in 0..=20 {
+                let Some(part) = bytes.get(start..start + len) else {
+                    continue;
+                };
+                let mut padded = [0u8; 16];
+                let n = len.min(16);
+                padded[..n].copy_from_slice(&part[..n]);
+                assert_eq!(load_le(part), u128::from_le_bytes(padded), "{start} {len}");
+            }
         }
     }
 

@@ -16,6 +16,39 @@ use bpe_openai::byte_pair_encoding::BytePairEncoding;
 /// Longest piece (and token) the tables serve.
 pub const MAX_SHORT: usize = 16;
 
+/// Up to 16 bytes, little-endian, zero-padded: two loads that overlap
+/// (a copy of a variable length is a call to memcpy).
+#[inline(always)]
+pub fn load_le(bytes: &[u8]) -> u128 {
+    let n = bytes.len().min(16);
+    let u64_at = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_le_bytes)
+    };
+    let u32_at = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes)
+    };
+    let byte_at = |at: usize| u64::from(bytes.get(at).copied().unwrap_or(0));
+    if n >= 8 {
+        // The last 8 bytes, shifted so that bytes 8.. land at the top half's start.
+        let tail = u64_at(n - 8).checked_shr(8 * (16 - n as u32)).unwrap_or(0);
+        u128::from(u64_at(0)) | (u128::from(tail) << 64)
+    } else if n >= 4 {
+        u128::from(u64::from(u32_at(0)) | (u64::from(u32_at(n - 4)) << (8 * (n - 4))))
+    } else if n > 0 {
+        u128::from(
+            byte_at(0) | (byte_at(n / 2) << (8 * (n / 2))) | (byte_at(n - 1) << (8 * (n - 1))),
+        )
+    } else {
+        0
+    }
+}
+
 /// A piece of up to 16 bytes in one register pair, its spans' keys cut by
 /// shifts (a copy a probe, with its call to memcpy, was a twentieth of
 /// counting).
@@ -25,12 +58,7 @@ struct Piece(u128);
 impl Piece {
     #[inline(always)]
     fn new(bytes: &[u8]) -> Piece {
-        let mut b = [0u8; 16];
-        let n = bytes.len().min(16);
-        if let (Some(dst), Some(src)) = (b.get_mut(..n), bytes.get(..n)) {
-            dst.copy_from_slice(src);
-        }
-        Piece(u128::from_le_bytes(b))
+        Piece(load_le(bytes))
     }
 
     /// The keys of the span of `len` (1 to 16) bytes at `from`: its first
