@@ -94,6 +94,9 @@ struct Entry16 {
 /// Every token of 2 to [`MAX_SHORT`] bytes of an encoding, by its bytes:
 /// o200k_base's in 4 + 2 MB, cl100k_base's in 2 + 1 MB.
 pub struct ShortRanks {
+    /// The rank of each two-byte token by its bytes, `u32::MAX` for none:
+    /// the merges' first probes, read without a hash (256 KB).
+    pairs: Box<[u32]>,
     /// Two bits a token, one 64-bit word per token picked by its hash: a
     /// span whose bits are not both set is no token, answered from a
     /// table that stays in L2 (most spans the merges ask about are none).
@@ -232,7 +235,16 @@ impl ShortRanks {
                 }
             }
         }
+        let mut pairs = vec![u32::MAX; 1 << 16].into_boxed_slice();
+        for id in (0..bpe.num_tokens() as u32).rev() {
+            if let [a, b] = *bpe.token_bytes(id) {
+                if let Some(r) = pairs.get_mut(usize::from(a) | (usize::from(b) << 8)) {
+                    *r = id;
+                }
+            }
+        }
         ShortRanks {
+            pairs,
             filter,
             filter_mask,
             up_to_8,
@@ -254,6 +266,13 @@ impl ShortRanks {
     #[inline(always)]
     fn span_rank(&self, piece: Piece, from: usize, len: usize) -> u32 {
         let (lo, hi) = piece.span(from, len);
+        if len == 2 {
+            return self
+                .pairs
+                .get(lo as usize & 0xffff)
+                .copied()
+                .unwrap_or(u32::MAX);
+        }
         if len <= 8 {
             let h = slot8(lo, len);
             if !self.may_hold(h) {
