@@ -546,6 +546,17 @@ mod tests {
                 assert_eq!(bytes, whole.bpe.token_bytes(id), "token {id}");
                 assert!(set.contains(bytes, hash(bytes)), "token {id} {bytes:?}");
                 assert_eq!(bpe.count(bytes), 1, "token {id}");
+                // The short tables (their filter, the two-byte table, the
+                // hashed ones) find every short token at its rank.
+                if let Some(short) = set.short.as_ref() {
+                    let rank = short.rank_of(bytes);
+                    match bytes.len() {
+                        2..=16 => {
+                            assert!(rank == id || bpe.token_bytes(rank) == bytes, "token {id}")
+                        }
+                        _ => assert_eq!(rank, u32::MAX, "token {id}"),
+                    }
+                }
             }
             // Pieces that are not tokens are not found.
             for piece in [
@@ -554,6 +565,9 @@ mod tests {
                 b"  \xe6\x88\x91\xe4\xbb\xac\xe5\x9c\xa8xyz",
             ] {
                 assert!(!set.contains(piece, hash(piece)), "{piece:?}");
+                if let Some(short) = set.short.as_ref() {
+                    assert_eq!(short.rank_of(piece), u32::MAX, "{piece:?}");
+                }
             }
         }
     }

@@ -261,6 +261,16 @@ impl ShortRanks {
         self.filter.get(at).is_some_and(|w| w & bits == bits)
     }
 
+    /// The rank of the token `bytes`, `u32::MAX` if it is none or not 2 to
+    /// 16 bytes.
+    #[cfg(test)]
+    pub fn rank_of(&self, bytes: &[u8]) -> u32 {
+        if !(2..=MAX_SHORT).contains(&bytes.len()) {
+            return u32::MAX;
+        }
+        self.span_rank(Piece::new(bytes), 0, bytes.len())
+    }
+
     /// The rank of the token `piece[from..from + len]` (2 to 16 bytes), or
     /// `u32::MAX`.
     #[inline(always)]
