@@ -264,6 +264,7 @@ impl ShortRanks {
     /// The rank of the token `bytes`, `u32::MAX` if it is none or not 2 to
     /// 16 bytes.
     #[cfg(test)]
+    #[allow(dead_code)] // benches/tokenizer.rs includes this file without its tests
     pub fn rank_of(&self, bytes: &[u8]) -> u32 {
         if !(2..=MAX_SHORT).contains(&bytes.len()) {
             return u32::MAX;
