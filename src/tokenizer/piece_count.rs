@@ -726,6 +726,65 @@ mod tests {
         }
     }
 
+    /// Hostile pass 45's sharpest texts, kept: every token that is UTF-8
+    /// without its first byte and without its last, and runs of two and
+    /// three random tokens (the merges, the filter and the two-byte table see
+    /// every short token's neighbourhood), counted twice (cold, then from
+    /// the cache) against tiktoken-rs.
+    #[test]
+    fn tokens_cut_and_joined_count_as_tiktoken_counts_them() {
+        let [(o200k, _), (cl100k, _)] = tables();
+        let encodings = [
+            (
+                o200k,
+                Pattern::O200k,
+                tiktoken_rs::o200k_base_singleton(),
+                16,
+            ),
+            (
+                cl100k,
+                Pattern::Cl100k,
+                tiktoken_rs::cl100k_base_singleton(),
+                17,
+            ),
+        ];
+        for (bpe, pattern, oracle, cache) in encodings {
+            let token = |id: u32| std::str::from_utf8(bpe.token_bytes(id)).ok();
+            let n = bpe.num_tokens() as u32;
+            let mut texts: Vec<String> = Vec::new();
+            for id in 0..n {
+                let bytes = bpe.token_bytes(id);
+                for cut in [bytes.get(1..), bytes.get(..bytes.len().saturating_sub(1))] {
+                    if let Some(text) = cut.and_then(|c| std::str::from_utf8(c).ok()) {
+                        texts.push(text.to_owned());
+                    }
+                }
+            }
+            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % u64::from(n)) as u32
+            };
+            for parts in [2, 3] {
+                for _ in 0..40_000 {
+                    let text: Option<String> = (0..parts).map(|_| token(next())).collect();
+                    texts.extend(text);
+                }
+            }
+            for round in 0..2 {
+                for text in texts.iter().filter(|t| !t.is_empty()) {
+                    assert_eq!(
+                        count(bpe, pattern, cache, text),
+                        oracle.encode_ordinary(text).len(),
+                        "{text:?} round {round}"
+                    );
+                }
+            }
+        }
+    }
+
     /// `load_le` reads what a zero-padded copy holds, at every length.
     #[test]
     fn loads_of_any_length_read_the_bytes_zero_padded() {
