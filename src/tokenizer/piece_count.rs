@@ -1,7 +1,9 @@
 //! The counting loop behind `Encoding::count` for OpenAI's encodings: split
-//! the text into pieces (the hand-written pre-tokenizer), look each piece up
-//! in a per-thread cache of exact counts, then in the encoding's set of whole
-//! tokens (count 1), and count the rest by BPE.
+//! the text into pieces (the hand-written pre-tokenizer), count a one-byte
+//! piece 1, look each other piece up in a per-thread cache of exact counts;
+//! a piece the cache lacks is, at 2-16 bytes, looked up and merged in the
+//! tables of the short tokens (short_bpe.rs), and otherwise looked up in the
+//! encoding's set of whole tokens (count 1) and counted by BPE.
 //!
 //! Kept free of Redis types so that benches/tokenizer.rs measures this very
 //! code (it includes the file).
