@@ -620,21 +620,7 @@ mod tests {
             "'",
             "'ll",
         ];
-        let [(o200k, _), (cl100k, _)] = tables();
-        let pairs = [
-            (
-                o200k,
-                Pattern::O200k,
-                tiktoken_rs::o200k_base_singleton(),
-                14,
-            ),
-            (
-                cl100k,
-                Pattern::Cl100k,
-                tiktoken_rs::cl100k_base_singleton(),
-                15,
-            ),
-        ];
+        let pairs = with_oracles([14, 15]);
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut next = move |n: usize| {
             x ^= x << 13;
@@ -652,6 +638,33 @@ mod tests {
         for (bpe, pattern, tik, slot) in pairs {
             assert_counts_as(tik, bpe, pattern, slot, &texts);
         }
+    }
+
+    /// o200k_base and cl100k_base: the module's tables, pattern, tiktoken-rs
+    /// (the oracle) and the piece cache numbered `slots` for each.
+    fn with_oracles(
+        slots: [usize; 2],
+    ) -> [(
+        &'static BytePairEncoding,
+        Pattern,
+        &'static tiktoken_rs::CoreBPE,
+        usize,
+    ); 2] {
+        let [(o200k, _), (cl100k, _)] = tables();
+        [
+            (
+                o200k,
+                Pattern::O200k,
+                tiktoken_rs::o200k_base_singleton(),
+                slots[0],
+            ),
+            (
+                cl100k,
+                Pattern::Cl100k,
+                tiktoken_rs::cl100k_base_singleton(),
+                slots[1],
+            ),
+        ]
     }
 
     /// Each of `texts` counts as `oracle` counts it, twice (cold, then from
@@ -747,22 +760,7 @@ mod tests {
     /// the cache) against tiktoken-rs.
     #[test]
     fn tokens_cut_and_joined_count_as_tiktoken_counts_them() {
-        let [(o200k, _), (cl100k, _)] = tables();
-        let encodings = [
-            (
-                o200k,
-                Pattern::O200k,
-                tiktoken_rs::o200k_base_singleton(),
-                16,
-            ),
-            (
-                cl100k,
-                Pattern::Cl100k,
-                tiktoken_rs::cl100k_base_singleton(),
-                17,
-            ),
-        ];
-        for (bpe, pattern, oracle, cache) in encodings {
+        for (bpe, pattern, oracle, cache) in with_oracles([16, 17]) {
             let token = |id: u32| std::str::from_utf8(bpe.token_bytes(id)).ok();
             let n = bpe.num_tokens() as u32;
             let mut texts: Vec<String> = Vec::new();
