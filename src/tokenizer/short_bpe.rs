@@ -62,7 +62,7 @@ impl Piece {
     }
 
     /// The keys of the span of `len` (1 to 16) bytes at `from`: its first
-    /// 8 bytes and the rest, little-endian, zero-padded (as [`word`]).
+    /// 8 bytes and the rest, little-endian, zero-padded (the tables' keys).
     #[inline(always)]
     fn span(self, from: usize, len: usize) -> (u64, u64) {
         let bits = (self.0 >> (8 * (from as u32 & 15)))
@@ -71,7 +71,7 @@ impl Piece {
     }
 }
 
-/// A token of 2 to 8 bytes: its bytes (little-endian, zero-padded) and
+/// A token of 3 to 8 bytes: its bytes (little-endian, zero-padded) and
 /// `rank << 4 | len`; `len` 0 is an empty slot. 16 bytes.
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -109,18 +109,6 @@ pub struct ShortRanks {
     mask16: usize,
 }
 
-/// The first 8 bytes of `bytes` (at most 8 of them), little-endian,
-/// zero-padded.
-#[inline(always)]
-fn word(bytes: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = bytes.len().min(8);
-    if let (Some(dst), Some(src)) = (b.get_mut(..n), bytes.get(..n)) {
-        dst.copy_from_slice(src);
-    }
-    u64::from_le_bytes(b)
-}
-
 #[inline(always)]
 fn mix(x: u64) -> usize {
     let h = x.wrapping_mul(0xD6E8_FEB8_6659_FD93);
@@ -147,6 +135,83 @@ fn filter_bits(h: usize, mask: usize) -> (usize, u64) {
     )
 }
 
+/// The slot hash of a token of `len` bytes whose keys are `lo` and `hi`.
+#[inline(always)]
+fn slot(lo: u64, hi: u64, len: usize) -> usize {
+    if len <= 8 {
+        slot8(lo, len)
+    } else {
+        slot16(lo, hi, len)
+    }
+}
+
+/// A token's keys and length, as [`Piece::span`] cuts them.
+type Key = (u64, u64, usize);
+
+/// An entry of the open-addressing tables.
+trait Entry: Copy {
+    fn is_empty(&self) -> bool;
+    /// The rank, if this entry is the token `key`.
+    fn rank_of(&self, key: Key) -> Option<u32>;
+}
+
+impl Entry for Entry8 {
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.rank_len == 0
+    }
+    #[inline(always)]
+    fn rank_of(&self, (lo, _, len): Key) -> Option<u32> {
+        (self.key == lo && (self.rank_len & 15) as usize == len).then_some(self.rank_len >> 4)
+    }
+}
+
+impl Entry for Entry16 {
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    #[inline(always)]
+    fn rank_of(&self, (lo, hi, len): Key) -> Option<u32> {
+        (self.len as usize == len && self.lo == lo && self.hi == hi).then_some(self.rank)
+    }
+}
+
+/// The rank of the token `key` (slot hash `h`) in `table`, or `u32::MAX`.
+#[inline(always)]
+fn find<E: Entry>(table: &[E], mask: usize, h: usize, key: Key) -> u32 {
+    let mut i = h & mask;
+    loop {
+        let Some(e) = table.get(i) else {
+            return u32::MAX;
+        };
+        if e.is_empty() {
+            return u32::MAX;
+        }
+        if let Some(rank) = e.rank_of(key) {
+            return rank;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+/// Puts `entry` (the token `key`, slot hash `h`) in `table`. At most 5/8
+/// full: an empty slot is always found. A token twice (none in any
+/// vocabulary) keeps its first rank.
+fn insert<E: Entry>(table: &mut [E], mask: usize, h: usize, entry: E, key: Key) {
+    let mut i = h & mask;
+    for _ in 0..table.len() {
+        match table.get_mut(i) {
+            Some(e) if e.is_empty() => {
+                *e = entry;
+                return;
+            }
+            Some(e) if e.rank_of(key).is_some() => return,
+            _ => i = (i + 1) & mask,
+        }
+    }
+}
+
 /// Slots for `n` entries: a power of two, at most 5/8 full.
 fn table_size(n: usize) -> usize {
     (n * 8 / 5 + 1).next_power_of_two().max(2)
@@ -159,7 +224,7 @@ impl ShortRanks {
         let len_of = |id: u32| bpe.token_bytes(id).len();
         let n8 = ids
             .clone()
-            .filter(|&id| (2..=8).contains(&len_of(id)))
+            .filter(|&id| (3..=8).contains(&len_of(id)))
             .count();
         let n16 = ids
             .clone()
@@ -186,55 +251,34 @@ impl ShortRanks {
         let filter_words = ((n8 + n16) / 8).next_power_of_two().max(1);
         let filter_mask = filter_words - 1;
         let mut filter = vec![0u64; filter_words].into_boxed_slice();
+        // Two-byte tokens are in `pairs` (below), the others here.
         for id in ids {
             let bytes = bpe.token_bytes(id);
             let len = bytes.len();
-            let h = if (2..=8).contains(&len) {
-                slot8(word(bytes), len)
-            } else {
-                let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
-                slot16(lo, hi, len)
-            };
-            if (2..=MAX_SHORT).contains(&len) {
-                let (at, bits) = filter_bits(h, filter_mask);
-                if let Some(w) = filter.get_mut(at) {
-                    *w |= bits;
-                }
+            if !(3..=MAX_SHORT).contains(&len) {
+                continue;
             }
-            if (2..=8).contains(&len) {
-                let key = word(bytes);
-                let mut i = slot8(key, len) & mask8;
-                // At most 5/8 full: an empty slot is always found. A token
-                // twice (none in any vocabulary) keeps its first rank.
-                for _ in 0..size8 {
-                    match up_to_8.get_mut(i) {
-                        Some(e) if e.rank_len == 0 => {
-                            e.key = key;
-                            e.rank_len = (id << 4) | len as u32;
-                            break;
-                        }
-                        Some(e) if e.key == key && (e.rank_len & 15) as usize == len => break,
-                        _ => i = (i + 1) & mask8,
-                    }
-                }
-            } else if (9..=MAX_SHORT).contains(&len) {
-                let (lo, hi) = (word(bytes), word(bytes.get(8..).unwrap_or_default()));
-                let mut i = slot16(lo, hi, len) & mask16;
-                for _ in 0..size16 {
-                    match up_to_16.get_mut(i) {
-                        Some(e) if e.len == 0 => {
-                            *e = Entry16 {
-                                lo,
-                                hi,
-                                rank: id,
-                                len: len as u32,
-                            };
-                            break;
-                        }
-                        Some(e) if (e.lo, e.hi, e.len as usize) == (lo, hi, len) => break,
-                        _ => i = (i + 1) & mask16,
-                    }
-                }
+            let (lo, hi) = Piece::new(bytes).span(0, len);
+            let h = slot(lo, hi, len);
+            let (at, bits) = filter_bits(h, filter_mask);
+            if let Some(w) = filter.get_mut(at) {
+                *w |= bits;
+            }
+            if len <= 8 {
+                let entry = Entry8 {
+                    key: lo,
+                    rank_len: (id << 4) | len as u32,
+                    _pad: 0,
+                };
+                insert(&mut up_to_8, mask8, h, entry, (lo, hi, len));
+            } else {
+                let entry = Entry16 {
+                    lo,
+                    hi,
+                    rank: id,
+                    len: len as u32,
+                };
+                insert(&mut up_to_16, mask16, h, entry, (lo, hi, len));
             }
         }
         let mut pairs = vec![u32::MAX; 1 << 16].into_boxed_slice();
@@ -286,41 +330,14 @@ impl ShortRanks {
                 .copied()
                 .unwrap_or(u32::MAX);
         }
-        if len <= 8 {
-            let h = slot8(lo, len);
-            if !self.may_hold(h) {
-                return u32::MAX;
-            }
-            let mut i = h & self.mask8;
-            loop {
-                let Some(e) = self.up_to_8.get(i) else {
-                    return u32::MAX;
-                };
-                if e.rank_len == 0 {
-                    return u32::MAX;
-                }
-                if e.key == lo && (e.rank_len & 15) as usize == len {
-                    return e.rank_len >> 4;
-                }
-                i = (i + 1) & self.mask8;
-            }
-        }
-        let h = slot16(lo, hi, len);
+        let h = slot(lo, hi, len);
         if !self.may_hold(h) {
             return u32::MAX;
         }
-        let mut i = h & self.mask16;
-        loop {
-            let Some(e) = self.up_to_16.get(i) else {
-                return u32::MAX;
-            };
-            if e.len == 0 {
-                return u32::MAX;
-            }
-            if e.len as usize == len && e.lo == lo && e.hi == hi {
-                return e.rank;
-            }
-            i = (i + 1) & self.mask16;
+        if len <= 8 {
+            find(&self.up_to_8, self.mask8, h, (lo, hi, len))
+        } else {
+            find(&self.up_to_16, self.mask16, h, (lo, hi, len))
         }
     }
 
