@@ -13,6 +13,11 @@
 //! of one character class a bounded number of times, so a text is split in
 //! linear time whatever its shape.
 //!
+//! ASCII text under o200k goes through an automaton equal to those
+//! functions (`ascii_dfa`: a table lookup a byte, piece ends written without
+//! a branch), handing over to them at the first non-ASCII byte; tests hold
+//! it to the regex on every ASCII string of up to five bytes of its classes.
+//!
 //! The character classes come from `regex-syntax`, the crate the regexes
 //! themselves are compiled with, so both agree on every code point's class
 //! (same Unicode version).
@@ -500,6 +505,419 @@ fn prev_char(b: &[u8], i: usize) -> usize {
     k
 }
 
+/// The o200k split of ASCII text as a table-driven automaton: one lookup a
+/// byte and the piece ends written to a buffer without a branch, where the
+/// split above branches on each piece's kind and length, and mispredicts
+/// (the same code splits `" the"` repeated at 736 MB/s and real text at 228).
+/// Boundaries the regex decides only later (a whitespace run's last
+/// character joins the next word; a contraction that fails after `'r`) are
+/// written when the deciding byte is read, a fixed one or two bytes back, or
+/// at the run's last line break (kept as it is read).
+mod ascii_dfa {
+    // Byte classes.
+    pub const LO: u8 = 0; // a-z other than below
+    pub const LO_STMD: u8 = 1;
+    pub const LO_RV: u8 = 2;
+    pub const LO_L: u8 = 3;
+    pub const LO_E: u8 = 4;
+    pub const UP: u8 = 5;
+    pub const UP_STMD: u8 = 6;
+    pub const UP_RV: u8 = 7;
+    pub const UP_L: u8 = 8;
+    pub const UP_E: u8 = 9;
+    pub const DIGIT: u8 = 10;
+    pub const SPACE: u8 = 11; // U+0020, the only optional lead of punctuation
+    pub const WS: u8 = 12; // \s other than space and line breaks
+    pub const NL: u8 = 13; // \r \n
+    pub const APOS: u8 = 14;
+    pub const PUNCT: u8 = 15;
+    pub const SLASH: u8 = 16;
+    pub const NON_ASCII: u8 = 17;
+    pub const CLASSES: usize = 18;
+
+    // States.
+    pub const START: u8 = 0;
+    pub const WORD_LO: u8 = 1; // a word with a lowercase letter
+    pub const WORD_UP: u8 = 2; // a word of capitals so far
+    pub const AP: u8 = 3; // a word, then '
+    pub const AP_E_LO: u8 = 4; // a word, 'r or 'v (lowercase): 'e' completes it
+    pub const AP_E_UP: u8 = 5;
+    pub const AP_L_LO: u8 = 6; // a word, 'l: 'l' completes it
+    pub const AP_L_UP: u8 = 7;
+    pub const DONE: u8 = 8; // a word and its contraction
+    pub const SP1: u8 = 9; // one space (no line break in the run)
+    pub const WS1: u8 = 10; // one other whitespace
+    pub const SPN: u8 = 11; // two or more, the last a space
+    pub const WSN: u8 = 12; // two or more, the last another whitespace
+    pub const NLR: u8 = 13; // a whitespace run, its last byte a line break
+    pub const NL_SP1: u8 = 14; // ... then one space
+    pub const NL_WS1: u8 = 15;
+    pub const NL_SPN: u8 = 16;
+    pub const NL_WSN: u8 = 17;
+    pub const PUNCT1: u8 = 18; // one punctuation byte: a word may follow it as one piece
+    pub const PUNCTN: u8 = 19; // a punctuation run (or a space and punctuation)
+    pub const PUNCT_TAIL: u8 = 20; // its [\r\n/]* after a line break
+    pub const DIGIT1: u8 = 21;
+    pub const DIGIT2: u8 = 22;
+    pub const DIGIT3: u8 = 23;
+    pub const STATES: usize = 24;
+
+    // What a step writes, in this order: the position after the run's last
+    // line break, two bytes back, one byte back, before this byte.
+    pub const AT_NL: u16 = 1 << 8;
+    pub const BACK2: u16 = 1 << 9;
+    pub const BACK1: u16 = 1 << 10;
+    pub const HERE: u16 = 1 << 11;
+
+    pub struct Table {
+        pub class: [u8; 256],
+        pub next: [u16; STATES * CLASSES],
+    }
+
+    fn is_lo(c: u8) -> bool {
+        c <= LO_E
+    }
+
+    fn is_up(c: u8) -> bool {
+        (UP..=UP_E).contains(&c)
+    }
+
+    /// The state of a piece that begins with a byte of class `c`.
+    fn begin(c: u8) -> u16 {
+        u16::from(match c {
+            c if is_lo(c) => WORD_LO,
+            c if is_up(c) => WORD_UP,
+            DIGIT => DIGIT1,
+            SPACE => SP1,
+            WS => WS1,
+            NL => NLR,
+            _ => PUNCT1,
+        })
+    }
+
+    /// A word's step (`up`: no lowercase letter yet).
+    fn word(c: u8) -> u16 {
+        match c {
+            c if is_lo(c) => u16::from(WORD_LO),
+            c if is_up(c) => HERE | u16::from(WORD_UP),
+            APOS => u16::from(AP),
+            c => HERE | begin(c),
+        }
+    }
+
+    fn word_up(c: u8) -> u16 {
+        match c {
+            c if is_lo(c) => u16::from(WORD_LO),
+            c if is_up(c) => u16::from(WORD_UP),
+            APOS => u16::from(AP),
+            c => HERE | begin(c),
+        }
+    }
+
+    /// A whitespace run's step on a byte that ends it (`lead`: the bytes
+    /// written before the run's last byte's piece; `last_space`: that byte
+    /// is U+0020).
+    fn run_end(c: u8, lead: u16, last_space: bool) -> u16 {
+        match c {
+            c if is_lo(c) => lead | u16::from(WORD_LO),
+            c if is_up(c) => lead | u16::from(WORD_UP),
+            APOS | PUNCT | SLASH if last_space => lead | u16::from(PUNCTN),
+            APOS | PUNCT | SLASH => lead | HERE | u16::from(PUNCT1),
+            _ => lead | HERE | u16::from(DIGIT1), // DIGIT
+        }
+    }
+
+    fn step(state: u8, c: u8) -> u16 {
+        let st = |s: u8| u16::from(s);
+        if c == NON_ASCII {
+            return 0;
+        }
+        match state {
+            START => begin(c),
+            WORD_LO => word(c),
+            WORD_UP => word_up(c),
+            AP => match c {
+                LO_STMD | UP_STMD => st(DONE),
+                LO_RV => st(AP_E_LO),
+                UP_RV => st(AP_E_UP),
+                LO_L => st(AP_L_LO),
+                UP_L => st(AP_L_UP),
+                c if is_lo(c) => BACK1 | st(WORD_LO),
+                c if is_up(c) => BACK1 | st(WORD_UP),
+                APOS | PUNCT | SLASH => BACK1 | st(PUNCTN),
+                NL => BACK1 | st(PUNCT_TAIL),
+                c => BACK1 | HERE | begin(c),
+            },
+            AP_E_LO | AP_E_UP | AP_L_LO | AP_L_UP => {
+                let done = match state {
+                    AP_E_LO | AP_E_UP => [LO_E, UP_E],
+                    _ => [LO_L, UP_L],
+                };
+                if done.contains(&c) {
+                    st(DONE)
+                } else if state == AP_E_LO || state == AP_L_LO {
+                    BACK2 | word(c)
+                } else {
+                    BACK2 | word_up(c)
+                }
+            }
+            DONE => HERE | begin(c),
+            SP1 | WS1 | SPN | WSN | NL_SP1 | NL_WS1 | NL_SPN | NL_WSN => {
+                let after_nl = matches!(state, NL_SP1 | NL_WS1 | NL_SPN | NL_WSN);
+                match c {
+                    SPACE => st(if after_nl { NL_SPN } else { SPN }),
+                    WS => st(if after_nl { NL_WSN } else { WSN }),
+                    NL => st(NLR),
+                    c => {
+                        let many = matches!(state, SPN | WSN | NL_SPN | NL_WSN);
+                        let lead = if after_nl { AT_NL } else { 0 } | if many { BACK1 } else { 0 };
+                        run_end(c, lead, matches!(state, SP1 | SPN | NL_SP1 | NL_SPN))
+                    }
+                }
+            }
+            NLR => match c {
+                NL => st(NLR),
+                SPACE => st(NL_SP1),
+                WS => st(NL_WS1),
+                c => HERE | begin(c),
+            },
+            PUNCT1 => match c {
+                c if is_lo(c) => st(WORD_LO),
+                c if is_up(c) => st(WORD_UP),
+                APOS | PUNCT | SLASH => st(PUNCTN),
+                NL => st(PUNCT_TAIL),
+                c => HERE | begin(c),
+            },
+            PUNCTN => match c {
+                APOS | PUNCT | SLASH => st(PUNCTN),
+                NL => st(PUNCT_TAIL),
+                c => HERE | begin(c),
+            },
+            PUNCT_TAIL => match c {
+                NL | SLASH => st(PUNCT_TAIL),
+                c => HERE | begin(c),
+            },
+            DIGIT1 => match c {
+                DIGIT => st(DIGIT2),
+                c => HERE | begin(c),
+            },
+            DIGIT2 => match c {
+                DIGIT => st(DIGIT3),
+                c => HERE | begin(c),
+            },
+            _ => HERE | begin(c), // DIGIT3: a fourth digit begins a piece too
+        }
+    }
+
+    pub fn build(ascii: &[u8; 128]) -> Table {
+        use super::{L, LO as LOWER, N, NL as BREAK, S};
+        let mut class = [NON_ASCII; 256];
+        for (x, cell) in class.iter_mut().enumerate().take(128) {
+            let bits = ascii.get(x).copied().unwrap_or(0);
+            let byte = x as u8;
+            let lower = byte.to_ascii_lowercase();
+            let letter_class = |base: u8| {
+                base + match lower {
+                    b's' | b't' | b'm' | b'd' => 1,
+                    b'r' | b'v' => 2,
+                    b'l' => 3,
+                    b'e' => 4,
+                    _ => 0,
+                }
+            };
+            *cell = if bits & L != 0 {
+                letter_class(if bits & LOWER != 0 { LO } else { UP })
+            } else if bits & N != 0 {
+                DIGIT
+            } else if bits & BREAK != 0 {
+                NL
+            } else if byte == b' ' {
+                SPACE
+            } else if bits & S != 0 {
+                WS
+            } else if byte == b'\'' {
+                APOS
+            } else if byte == b'/' {
+                SLASH
+            } else {
+                PUNCT
+            };
+        }
+        let mut next = [0u16; STATES * CLASSES];
+        for state in 0..STATES as u8 {
+            for c in 0..CLASSES as u8 {
+                if let Some(cell) = next.get_mut(usize::from(state) * CLASSES + usize::from(c)) {
+                    *cell = step(state, c);
+                }
+            }
+        }
+        Table { class, next }
+    }
+
+    /// The piece end a text that ends in `state` still owes (0: none):
+    /// `len` the text's length, `after_nl` the position after its last line break.
+    pub fn owed_at_end(state: u8, len: usize, after_nl: usize) -> usize {
+        match state {
+            AP => len.saturating_sub(1),
+            AP_E_LO | AP_E_UP | AP_L_LO | AP_L_UP => len.saturating_sub(2),
+            NL_SP1 | NL_WS1 | NL_SPN | NL_WSN => after_nl,
+            _ => 0,
+        }
+    }
+}
+
+fn ascii_table() -> &'static ascii_dfa::Table {
+    static TABLE: OnceLock<ascii_dfa::Table> = OnceLock::new();
+    TABLE.get_or_init(|| ascii_dfa::build(&classes().ascii))
+}
+
+/// Piece ends a step of the split hands over at most: a chunk's worth.
+const CHUNK: usize = 64;
+/// The automaton writes at most three ends a byte, and two at the text's end.
+const ENDS: usize = 3 * CHUNK + 2;
+
+/// Where the split of one text is.
+struct Cursor {
+    /// The end of the last piece written.
+    last: usize,
+    /// The automaton: the next byte it reads, its state, the position after
+    /// the last line break it read. `None` once the general split took over.
+    ascii: Option<(usize, u8, usize)>,
+}
+
+impl Cursor {
+    fn new(pattern: Pattern) -> Cursor {
+        Cursor {
+            last: 0,
+            ascii: (pattern == Pattern::O200k).then_some((0, ascii_dfa::START, 0)),
+        }
+    }
+
+    /// Writes the ends of the next pieces of `b` to `ends`; how many (0: the
+    /// text is split).
+    #[inline(always)]
+    fn fill(&mut self, pattern: Pattern, b: &[u8], ends: &mut [usize; ENDS]) -> usize {
+        loop {
+            let n = match self.ascii {
+                Some(scan) => self.fill_ascii(scan, b, ends),
+                None => self.fill_general(pattern, b, ends),
+            };
+            // A chunk inside one long piece writes no end.
+            if n > 0 || (self.ascii.is_none() && self.last >= b.len()) {
+                return n;
+            }
+        }
+    }
+
+    /// The o200k automaton over the next chunk of ASCII: on a non-ASCII
+    /// byte the general split goes on from the last end written (a piece
+    /// boundary: the automaton writes only ends it is sure of).
+    #[inline(always)]
+    fn fill_ascii(
+        &mut self,
+        (at, mut state, mut after_nl): (usize, u8, usize),
+        b: &[u8],
+        ends: &mut [usize; ENDS],
+    ) -> usize {
+        use ascii_dfa::*;
+        let table = ascii_table();
+        let stop = (at + CHUNK).min(b.len());
+        let mut n = 0usize;
+        let mut i = at;
+        while i < stop {
+            let c = table.class[usize::from(b.get(i).copied().unwrap_or(0))];
+            if c == NON_ASCII {
+                self.ascii = None;
+                break;
+            }
+            let step = table
+                .next
+                .get(usize::from(state) * CLASSES + usize::from(c))
+                .copied()
+                .unwrap_or(0);
+            state = step as u8;
+            if step & (AT_NL | BACK2 | BACK1) == 0 {
+                // The common step writes no end or one, without a branch.
+                if let Some(e) = ends.get_mut(n) {
+                    *e = i;
+                }
+                n += usize::from(step & HERE != 0);
+            } else {
+                let back = [
+                    (AT_NL, after_nl),
+                    (BACK2, i.saturating_sub(2)),
+                    (BACK1, i.saturating_sub(1)),
+                    (HERE, i),
+                ];
+                for (flag, end) in back {
+                    if step & flag != 0 {
+                        if let Some(e) = ends.get_mut(n) {
+                            *e = end;
+                        }
+                        n += 1;
+                    }
+                }
+            }
+            if c == NL {
+                after_nl = i + 1;
+            }
+            i += 1;
+        }
+        if self.ascii.is_some() {
+            if i < b.len() {
+                self.ascii = Some((i, state, after_nl));
+            } else {
+                // The text's end: what the state still owes, then the last piece.
+                let owed = owed_at_end(state, b.len(), after_nl);
+                for end in [owed, b.len()] {
+                    let before = n.checked_sub(1).and_then(|k| ends.get(k)).copied();
+                    if end > before.unwrap_or(self.last) {
+                        if let Some(e) = ends.get_mut(n) {
+                            *e = end;
+                        }
+                        n += 1;
+                    }
+                }
+                self.ascii = None;
+                self.last = b.len();
+                return n;
+            }
+        }
+        if let Some(&e) = n.checked_sub(1).and_then(|k| ends.get(k)) {
+            self.last = e;
+        }
+        n
+    }
+
+    /// The general split, a chunk of pieces at a time.
+    #[inline(always)]
+    fn fill_general(&mut self, pattern: Pattern, b: &[u8], ends: &mut [usize; ENDS]) -> usize {
+        let classes = classes();
+        let mut i = self.last;
+        let mut n = 0;
+        while i < b.len() && n < CHUNK {
+            let e = match pattern {
+                Pattern::O200k => classes.o200k(b, i),
+                Pattern::Cl100k => classes.cl100k(b, i, false),
+                Pattern::Cl100kLegacy => classes.cl100k(b, i, true),
+            };
+            // Every alternative consumes at least one character; never loop.
+            let e = if e > i {
+                e.min(b.len())
+            } else {
+                i + classes.at(b, i).1.max(1)
+            };
+            if let Some(slot) = ends.get_mut(n) {
+                *slot = e;
+            }
+            n += 1;
+            i = e;
+        }
+        self.last = i;
+        n
+    }
+}
+
 /// Calls `f` with each piece of `text` under `pattern`, in order.
 #[inline]
 pub fn for_each_piece<'t>(pattern: Pattern, text: &'t str, mut f: impl FnMut(&'t [u8])) {
@@ -511,23 +929,19 @@ pub fn for_each_piece<'t>(pattern: Pattern, text: &'t str, mut f: impl FnMut(&'t
 /// `pattern`, in order.
 #[inline]
 pub fn for_each_piece_at(pattern: Pattern, text: &str, mut f: impl FnMut(usize, usize)) {
-    let classes = classes();
     let b = text.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let e = match pattern {
-            Pattern::O200k => classes.o200k(b, i),
-            Pattern::Cl100k => classes.cl100k(b, i, false),
-            Pattern::Cl100kLegacy => classes.cl100k(b, i, true),
-        };
-        // Every alternative consumes at least one character; never loop.
-        let e = if e > i {
-            e.min(b.len())
-        } else {
-            i + classes.at(b, i).1.max(1)
-        };
-        f(i, e);
-        i = e;
+    let mut cursor = Cursor::new(pattern);
+    let mut ends = [0usize; ENDS];
+    let mut start = 0;
+    loop {
+        let n = cursor.fill(pattern, b, &mut ends);
+        if n == 0 {
+            return;
+        }
+        for &end in ends.iter().take(n) {
+            f(start, end);
+            start = end;
+        }
     }
 }
 

@@ -290,3 +290,56 @@ fn trailing_line_breaks_count_as_tiktoken_does() {
     }
     println!("bpe-openai's cl100k count differs from tiktoken's on {differ} of 48 texts");
 }
+
+/// ASCII of every class the o200k automaton tells apart (`ascii_o200k`):
+/// the contraction letters in both cases and other letters, a digit, space,
+/// other whitespace, both line breaks, `'`, `/`, other punctuation, a control.
+const ASCII_CLASSES: &[char] = &[
+    'a', 's', 'r', 'e', 'l', 'v', 'A', 'S', 'R', 'E', 'L', '0', ' ', '\t', '\u{b}', '\n', '\r',
+    '\'', '/', '.', '(', '\u{1f}',
+];
+
+#[test]
+fn every_ascii_string_of_up_to_five_classes_splits_as_the_regex() {
+    let o200k = &oracles()[0];
+    let n = ASCII_CLASSES.len();
+    let mut s = String::new();
+    for len in 1..=5u32 {
+        for mut k in 0..n.pow(len) {
+            s.clear();
+            for _ in 0..len {
+                s.push(ASCII_CLASSES[k % n]);
+                k /= n;
+            }
+            o200k.check(&s);
+        }
+    }
+}
+
+#[test]
+fn random_ascii_and_a_late_non_ascii_character_split_as_the_regex() {
+    let o200k = &oracles()[0];
+    let mut rng = Rng::new(0x5EED_A5C1);
+    let mut s = String::new();
+    for round in 0..100_000 {
+        s.clear();
+        let len = 1 + rng.below(if round % 10 == 0 { 400 } else { 40 });
+        for _ in 0..len {
+            let c = ASCII_CLASSES[rng.below(ASCII_CLASSES.len())];
+            for _ in 0..if rng.below(6) == 0 {
+                1 + rng.below(5)
+            } else {
+                1
+            } {
+                s.push(c);
+            }
+        }
+        // The automaton hands over to the general split at the first
+        // non-ASCII character, wherever it falls.
+        if round % 4 == 0 {
+            let at = rng.below(s.len() + 1);
+            s.insert(at, TRICKY[rng.below(TRICKY.len())]);
+        }
+        o200k.check(&s);
+    }
+}
