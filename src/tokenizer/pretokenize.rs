@@ -929,19 +929,32 @@ pub fn for_each_piece<'t>(pattern: Pattern, text: &'t str, mut f: impl FnMut(&'t
 /// `pattern`, in order.
 #[inline]
 pub fn for_each_piece_at(pattern: Pattern, text: &str, mut f: impl FnMut(usize, usize)) {
+    for_each_chunk(pattern, text, |mut start, ends| {
+        for &end in ends {
+            f(start, end);
+            start = end;
+        }
+    });
+}
+
+/// Most piece ends [`for_each_chunk`] hands over at once.
+pub const MAX_CHUNK_ENDS: usize = ENDS;
+
+/// Calls `f` with the pieces of `text` under `pattern` a chunk at a time: the
+/// first piece's start and the chunk's piece ends, in order (the consumer
+/// can ask memory for a whole chunk's lookups before it waits on the first).
+#[inline]
+pub fn for_each_chunk(pattern: Pattern, text: &str, mut f: impl FnMut(usize, &[usize])) {
     let b = text.as_bytes();
     let mut cursor = Cursor::new(pattern);
     let mut ends = [0usize; ENDS];
     let mut start = 0;
     loop {
         let n = cursor.fill(pattern, b, &mut ends);
-        if n == 0 {
-            return;
-        }
-        for &end in ends.iter().take(n) {
-            f(start, end);
-            start = end;
-        }
+        let Some(chunk) = ends.get(..n) else { return };
+        let Some(&last) = chunk.last() else { return };
+        f(start, chunk);
+        start = last;
     }
 }
 
