@@ -80,6 +80,8 @@ struct PieceCache {
     misses: usize,
     /// Made on the first long piece (128 KB).
     long: Option<Box<[LongSlot]>>,
+    /// A chunk's cached pieces (`count_text`): start, end, key and hash.
+    keyed: Vec<(usize, usize, PieceKey, u64)>,
 }
 
 const EMPTY_SLOT: Slot = Slot { key: [0; 2] };
@@ -173,6 +175,7 @@ impl PieceCache {
             sets: empty_sets(FIRST_SETS),
             misses: 0,
             long: None,
+            keyed: Vec::with_capacity(pretokenize::MAX_CHUNK_ENDS),
         }
     }
 
@@ -214,10 +217,10 @@ impl PieceCache {
         }
         let mut total = 0;
         let b = text.as_bytes();
-        // A chunk's cached pieces: start, end, key and hash.
-        let mut keyed = [(0usize, 0usize, [0u64; 2], 0u64); pretokenize::MAX_CHUNK_ENDS];
+        // Kept by the cache: an array on the stack was cleared on every call.
+        let mut keyed = std::mem::take(&mut self.keyed);
         pretokenize::for_each_chunk(pattern, text, |mut start, ends| {
-            let mut n = 0;
+            keyed.clear();
             for &end in ends {
                 if end - start > CACHED_PIECE_BYTES {
                     let piece = b.get(start..end).unwrap_or_default();
@@ -226,18 +229,16 @@ impl PieceCache {
                     let key = piece_key(b, start, end);
                     let h = key_hash(&key);
                     self.prefetch(h);
-                    if let Some(slot) = keyed.get_mut(n) {
-                        *slot = (start, end, key, h);
-                        n += 1;
-                    }
+                    keyed.push((start, end, key, h));
                 }
                 start = end;
             }
-            for &(start, end, key, h) in keyed.iter().take(n) {
+            for &(start, end, key, h) in keyed.iter() {
                 let piece = b.get(start..end).unwrap_or_default();
                 total += self.count_keyed(piece, &key, h, &uncached);
             }
         });
+        self.keyed = keyed;
         total
     }
 

@@ -772,7 +772,7 @@ fn ascii_table() -> &'static ascii_dfa::Table {
 }
 
 /// Piece ends a step of the split hands over at most: a chunk's worth.
-const CHUNK: usize = 64;
+const CHUNK: usize = 128;
 /// The automaton writes at most three ends a byte, and two at the text's end.
 const ENDS: usize = 3 * CHUNK + 2;
 
