@@ -109,6 +109,30 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         self.0.gen_range(0..n)
     }
+    /// `s` made `len` picks of `alphabet`, one pick in `run_odds` repeated
+    /// 1 to `max_run` times (runs of one character decide the backtracking).
+    fn text(
+        &mut self,
+        s: &mut String,
+        alphabet: &[char],
+        len: usize,
+        run_odds: usize,
+        max_run: usize,
+    ) {
+        s.clear();
+        for _ in 0..len {
+            let c = alphabet[self.below(alphabet.len())];
+            let times = if self.below(run_odds) == 0 {
+                1 + self.below(max_run)
+            } else {
+                1
+            };
+            for _ in 0..times {
+                s.push(c);
+            }
+        }
+    }
+
     /// Any Unicode scalar value, ASCII and the BMP more often.
     fn any_char(&mut self) -> char {
         let cp = match self.below(4) {
@@ -146,19 +170,8 @@ fn random_strings_of_tricky_characters() {
     let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let mut s = String::new();
     for round in 0..60_000 {
-        s.clear();
         let len = 1 + rng.below(if round % 10 == 0 { 300 } else { 24 });
-        for _ in 0..len {
-            // Runs of one character too (they decide the backtracking).
-            let c = TRICKY[rng.below(TRICKY.len())];
-            for _ in 0..if rng.below(8) == 0 {
-                1 + rng.below(6)
-            } else {
-                1
-            } {
-                s.push(c);
-            }
-        }
+        rng.text(&mut s, TRICKY, len, 8, 6);
         for o in &oracles {
             o.check(&s);
         }
@@ -322,18 +335,8 @@ fn random_ascii_and_a_late_non_ascii_character_split_as_the_regex() {
     let mut rng = Rng::new(0x5EED_A5C1);
     let mut s = String::new();
     for round in 0..100_000 {
-        s.clear();
         let len = 1 + rng.below(if round % 10 == 0 { 400 } else { 40 });
-        for _ in 0..len {
-            let c = ASCII_CLASSES[rng.below(ASCII_CLASSES.len())];
-            for _ in 0..if rng.below(6) == 0 {
-                1 + rng.below(5)
-            } else {
-                1
-            } {
-                s.push(c);
-            }
-        }
+        rng.text(&mut s, ASCII_CLASSES, len, 6, 5);
         // The automaton hands over to the general split at the first
         // non-ASCII character, wherever it falls.
         if round % 4 == 0 {
