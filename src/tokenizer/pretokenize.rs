@@ -771,7 +771,8 @@ fn ascii_table() -> &'static ascii_dfa::Table {
     TABLE.get_or_init(|| ascii_dfa::build(&classes().ascii))
 }
 
-/// Piece ends a step of the split hands over at most: a chunk's worth.
+/// What one step of the split covers: this many bytes for the automaton,
+/// this many pieces for the general split.
 const CHUNK: usize = 128;
 /// The automaton writes at most three ends a byte, and two at the text's end.
 const ENDS: usize = 3 * CHUNK + 2;
