@@ -595,19 +595,12 @@ mod ascii_dfa {
         })
     }
 
-    /// A word's step (`up`: no lowercase letter yet).
-    fn word(c: u8) -> u16 {
+    /// A word's step (`lower`: it has a lowercase letter, so a capital
+    /// begins the next piece).
+    fn word(c: u8, lower: bool) -> u16 {
         match c {
             c if is_lo(c) => u16::from(WORD_LO),
-            c if is_up(c) => HERE | u16::from(WORD_UP),
-            APOS => u16::from(AP),
-            c => HERE | begin(c),
-        }
-    }
-
-    fn word_up(c: u8) -> u16 {
-        match c {
-            c if is_lo(c) => u16::from(WORD_LO),
+            c if is_up(c) && lower => HERE | u16::from(WORD_UP),
             c if is_up(c) => u16::from(WORD_UP),
             APOS => u16::from(AP),
             c => HERE | begin(c),
@@ -634,8 +627,8 @@ mod ascii_dfa {
         }
         match state {
             START => begin(c),
-            WORD_LO => word(c),
-            WORD_UP => word_up(c),
+            WORD_LO => word(c, true),
+            WORD_UP => word(c, false),
             AP => match c {
                 LO_STMD | UP_STMD => st(DONE),
                 LO_RV => st(AP_E_LO),
@@ -655,10 +648,10 @@ mod ascii_dfa {
                 };
                 if done.contains(&c) {
                     st(DONE)
-                } else if state == AP_E_LO || state == AP_L_LO {
-                    BACK2 | word(c)
                 } else {
-                    BACK2 | word_up(c)
+                    // No contraction: the word ended before the `'`, and the
+                    // `'` with its letter is a word of its own, going on.
+                    BACK2 | word(c, matches!(state, AP_E_LO | AP_L_LO))
                 }
             }
             DONE => HERE | begin(c),
@@ -779,6 +772,7 @@ const ENDS: usize = 3 * CHUNK + 2;
 
 /// Where the split of one text is.
 struct Cursor {
+    pattern: Pattern,
     /// The end of the last piece written.
     last: usize,
     /// The automaton: the next byte it reads, its state, the position after
@@ -789,6 +783,7 @@ struct Cursor {
 impl Cursor {
     fn new(pattern: Pattern) -> Cursor {
         Cursor {
+            pattern,
             last: 0,
             ascii: (pattern == Pattern::O200k).then_some((0, ascii_dfa::START, 0)),
         }
@@ -797,11 +792,11 @@ impl Cursor {
     /// Writes the ends of the next pieces of `b` to `ends`; how many (0: the
     /// text is split).
     #[inline(always)]
-    fn fill(&mut self, pattern: Pattern, b: &[u8], ends: &mut [usize; ENDS]) -> usize {
+    fn fill(&mut self, b: &[u8], ends: &mut [usize; ENDS]) -> usize {
         loop {
             let n = match self.ascii {
                 Some(scan) => self.fill_ascii(scan, b, ends),
-                None => self.fill_general(pattern, b, ends),
+                None => self.fill_general(b, ends),
             };
             // A chunk inside one long piece writes no end.
             if n > 0 || (self.ascii.is_none() && self.last >= b.len()) {
@@ -892,12 +887,12 @@ impl Cursor {
 
     /// The general split, a chunk of pieces at a time.
     #[inline(always)]
-    fn fill_general(&mut self, pattern: Pattern, b: &[u8], ends: &mut [usize; ENDS]) -> usize {
+    fn fill_general(&mut self, b: &[u8], ends: &mut [usize; ENDS]) -> usize {
         let classes = classes();
         let mut i = self.last;
         let mut n = 0;
         while i < b.len() && n < CHUNK {
-            let e = match pattern {
+            let e = match self.pattern {
                 Pattern::O200k => classes.o200k(b, i),
                 Pattern::Cl100k => classes.cl100k(b, i, false),
                 Pattern::Cl100kLegacy => classes.cl100k(b, i, true),
@@ -951,7 +946,7 @@ pub fn for_each_chunk(pattern: Pattern, text: &str, mut f: impl FnMut(usize, &[u
     let mut ends = [0usize; ENDS];
     let mut start = 0;
     loop {
-        let n = cursor.fill(pattern, b, &mut ends);
+        let n = cursor.fill(b, &mut ends);
         let Some(chunk) = ends.get(..n) else { return };
         let Some(&last) = chunk.last() else { return };
         f(start, chunk);
