@@ -233,7 +233,21 @@ def cases(scale):
         for i in range(3):
             r.execute_command("MEM.ATTRSET", "v", f"n{i}", value)
 
+    def punctuation_runs(r):
+        # One piece a text, just under each encoding's inline cap (counted on
+        # the main thread): runs of one punctuation character, bpe's
+        # backtracking encoder's slowest shape (hostile pass 46: 12.7-36 ms).
+        for model, n in (("gpt-4o", 16 * 1024 - 1), ("gpt-4", 32 * 1024 - 1)):
+            for c in "-=*/#":
+                r.execute_command("MEM.COUNT", model, c * n)
+                r.execute_command("MEM.APPEND", f"p{c}", "user", c * n, "MODEL", model)
+                pipe = r.pipeline(transaction=True)
+                pipe.execute_command("MEM.APPEND", f"q{c}", "user", c * n, "MODEL", model)
+                pipe.execute()
+        return {"texts": 30}
+
     return [
+        ("runs of one punctuation character at the inline caps (COUNT, APPEND, MULTI)", None, punctuation_runs),
         ("MEM.APPEND of 4 MB content with a 4 MB META (x3)", None, largest_message),
         ("MEM.ATTRSET of a 4 MB value (x3)", None, largest_attribute),
         (f"appends growing a session to {20 * scale} MB (64 KB each, TOKENS given)", None, grow),

@@ -485,6 +485,14 @@ fn main() {
     let budget = Duration::from_secs_f64(secs);
     let corpora = corpora();
 
+    // BENCH_LONG_PIECES: texts at the inline caps that are one long piece
+    // (a run of one or two punctuation characters, random punctuation,
+    // letters): the module's count of each, best of 3, against bpe's
+    // backtracking encoder's count of the same piece; the slowest of each.
+    if std::env::var("BENCH_LONG_PIECES").is_ok() {
+        long_pieces();
+        return;
+    }
     // BENCH_PROFILE=N: only the module's o200k counter, N passes over the
     // real English corpus (for perf record / whole-process timing).
     if std::env::var("BENCH_PROFILE").is_ok() {
@@ -833,4 +841,73 @@ fn piece_stats(
         multi.len(),
         multi_bytes as f64 / multi.len().max(1) as f64
     );
+}
+
+/// BENCH_LONG_PIECES (see main).
+fn long_pieces() {
+    use pretokenize::Pattern;
+    let (o200k, cl100k) = module_tables();
+    let punct: Vec<u8> = (33u8..127).filter(|b| !b.is_ascii_alphanumeric()).collect();
+    for (name, bpe, pattern, slot, n) in [
+        ("o200k_base", o200k, Pattern::O200k, 0, 16_383usize),
+        ("cl100k_base", cl100k, Pattern::Cl100k, 1, 32_767),
+    ] {
+        let mut shapes: Vec<(String, Vec<u8>)> = Vec::new();
+        for &a in &punct {
+            shapes.push(((a as char).to_string(), vec![a; n]));
+            for &b in &punct {
+                if a < b {
+                    let two = [a, b].iter().cycle().take(n).copied().collect();
+                    shapes.push((format!("{}{}", a as char, b as char), two));
+                }
+            }
+        }
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut random = |alphabet: &[u8]| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    alphabet[(x % alphabet.len() as u64) as usize]
+                })
+                .collect()
+        };
+        shapes.push(("random punctuation".into(), random(&punct)));
+        shapes.push(("random a-z".into(), random(b"abcdefghijklmnopqrstuvwxyz")));
+        let best_ms = |f: &dyn Fn() -> usize| {
+            (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    black_box(f());
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .fold(f64::MAX, f64::min)
+        };
+        let (mut module, mut backtracking) = ((0.0, String::new()), (0.0, String::new()));
+        for (shape, bytes) in &shapes {
+            let text = std::str::from_utf8(bytes).unwrap();
+            let ours = best_ms(&|| piece_count::count(bpe, pattern, slot, text));
+            let theirs = best_ms(&|| bpe.count(bytes));
+            assert_eq!(
+                piece_count::count(bpe, pattern, slot, text),
+                bpe.count(bytes),
+                "{shape}"
+            );
+            if ours > module.0 {
+                module = (ours, shape.clone());
+            }
+            if theirs > backtracking.0 {
+                backtracking = (theirs, shape.clone());
+            }
+        }
+        println!(
+            "BENCH_LONG_PIECES {{\"encoding\":\"{name}\",\"bytes\":{n},\"shapes\":{},\"module_worst_ms\":{:.2},\"module_worst_shape\":{:?},\"backtracking_worst_ms\":{:.2},\"backtracking_worst_shape\":{:?}}}",
+            shapes.len(),
+            module.0,
+            module.1,
+            backtracking.0,
+            backtracking.1
+        );
+    }
 }

@@ -383,6 +383,10 @@ mod tests {
             " elektrikiot",
             "ческу",
             " rappresentaacr",
+            // One piece of 400 and of 1,200 bytes: counted by the same
+            // merge at any length.
+            &"література".repeat(20),
+            &"ческу".repeat(120),
         ];
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(0x9E37_79B9_7F4A_7C15);

@@ -84,7 +84,11 @@ def corpus(n=400, seed=20261201):
         for _ in range(rng.randint(1, 6)):
             text += rng.choice(["", " ", "\n", "\n\n", "\t", "，", ". "]) + rng.choice(pieces)()
         out.append(text)
-    out += ["", " ", "a", "中", "🎉", "'s", "...", "\u00a0", "  x  ", "1234567890", "x" * 3000, " " * 500, "\n" * 300, "ab" * 2000]
+    out += ["", " ", "a", "中", "🎉", "'s", "...", "\u00a0", "  x  ", "1234567890", "x" * 3000, " " * 500, "\n" * 300, "ab" * 2000,
+            # Long pieces: runs of punctuation (bpe's backtracking encoder's
+            # slowest shape) and a word of tokens added after training,
+            # one piece of 400 bytes (Llama 3 undercounted it, 59 for 80).
+            "-" * 4000, "=" * 3999, "/" * 1000, "литература" * 20, "література" * 20]
     # A long mixed text (above the async threshold: counted on the worker pool).
     out.append("\n".join(rng.choice(pieces)() for _ in range(4000)))
     return out

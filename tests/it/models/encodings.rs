@@ -549,7 +549,7 @@ fn operators_add_and_correct_models_at_runtime_and_in_the_config() {
 
 /// Pathological shapes counted right under every open-weight encoding (1 MB,
 /// against the tiktoken crate, whose own counting of such runs takes
-/// seconds), then 4 MB of each under one of them, stored by MEM.APPEND (a
+/// seconds; long pieces at the inline cap), then 4 MB of each under one of them, stored by MEM.APPEND (a
 /// worker counts) with the server up.
 #[test]
 fn pathological_inputs_for_every_encoding() {
@@ -573,6 +573,18 @@ fn pathological_inputs_for_every_encoding() {
             assert_eq!(got, reference.count(text) as i64, "{model} {name}");
             assert!(server_alive(&mut con), "{model} {name}");
         }
+        // Long pieces at the inline cap (the crate's merge is quadratic on
+        // them), and a word of tokens added after training (Llama 3
+        // `література`) repeated into one piece of 400 bytes, which bpe's
+        // backtracking encoder undercounted (59 for tiktoken's 80).
+        for (name, text) in [
+            ("dashes", "-".repeat(4000)),
+            ("equals signs", "=".repeat(3999)),
+            ("a word of added tokens", "література".repeat(20)),
+        ] {
+            let got = count(&mut con, model, &text);
+            assert_eq!(got, reference.count(&text) as i64, "{model} {name}");
+        }
     }
     for (name, text) in &shapes(4 * 1024 * 1024) {
         let r = map_reply(
@@ -581,6 +593,52 @@ fn pathological_inputs_for_every_encoding() {
         );
         assert!(int_field(&r, "tokens") > 4, "{name}");
         assert!(server_alive(&mut con), "{name}");
+    }
+}
+
+/// Long pieces counted exactly on every path into counting: runs of one
+/// punctuation character (bpe's backtracking encoder's slowest shape, now
+/// counted by tiktoken's merge past 126 bytes) just under each OpenAI
+/// encoding's inline cap and past it (a worker), by MEM.COUNT, MEM.APPEND
+/// and MEM.APPEND in MULTI/EXEC, against tiktoken-rs (the open-weight
+/// encodings' long pieces: `pathological_inputs_for_every_encoding`).
+#[test]
+fn long_pieces_count_exactly_on_every_path() {
+    let server = Server::start();
+    let mut con = server.client();
+    let openai = [
+        ("gpt-4o", tiktoken_rs::o200k_base_singleton(), 16 * 1024 - 1),
+        ("gpt-4", tiktoken_rs::cl100k_base_singleton(), 32 * 1024 - 1),
+    ];
+    for (model, oracle, under_cap) in openai {
+        let texts = ["-", "=", "/", "*"]
+            .into_iter()
+            .flat_map(|c| [(c, 127), (c, 1000)])
+            .chain([("-", under_cap), ("/", under_cap), ("-", under_cap + 2)]);
+        for (c, n) in texts {
+            let text = c.repeat(n);
+            let want = oracle.encode_ordinary(&text).len() as i64;
+            assert_eq!(count(&mut con, model, &text), want, "{model} {c} x {n}");
+            let key = format!("{model}{c}{n}");
+            let r = map_reply(
+                &mut con,
+                &["MEM.APPEND", &key, "user", &text, "MODEL", model],
+            );
+            let role = count(&mut con, model, "user");
+            assert_eq!(int_field(&r, "tokens"), want + 3 + role, "{key}");
+            if n < under_cap + 2 {
+                let mut pipe = redis::pipe();
+                pipe.atomic()
+                    .cmd("MEM.APPEND")
+                    .arg(format!("m{key}"))
+                    .arg("user");
+                pipe.arg(&text).arg("MODEL").arg(model);
+                let replies: Vec<redis::Value> = pipe.query(&mut con).unwrap();
+                assert_eq!(replies.len(), 1, "{key}");
+                let r = map_reply(&mut con, &["MEM.INFO", &format!("m{key}")]);
+                assert_eq!(int_field(&r, "total_tokens"), want + 3 + role, "{key}");
+            }
+        }
     }
 }
 
