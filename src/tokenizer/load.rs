@@ -18,6 +18,7 @@ use bpe_openai::{Normalizable, NormalizedString};
 use either::Either;
 
 use super::openai_tables;
+use super::piece_count::MERGE_MAX_BYTES;
 use super::pretokenize::{self, Pattern};
 use super::split::{Splitter, Stage};
 use super::split_patterns as patterns;
@@ -43,8 +44,12 @@ pub struct Bpe {
     /// order (it takes such a token as a base one) and undercounted words
     /// that hold one (Llama 3 `література`: 2 tokens, tiktoken 4; the word
     /// 20 times over, one piece of 400 bytes: 59, tiktoken 80), so these
-    /// vocabularies count every piece by plain rank-order merging (bpe's
-    /// heap encoder: exact, O(n log n), ~0.2 us a byte on any shape).
+    /// vocabularies count pieces by plain rank-order merging (bpe's heap
+    /// encoder: exact, O(n log n), ~0.2 us a byte on any shape), up to
+    /// `MERGE_MAX_BYTES`: its heap holds ~17 bytes a byte of the piece, and
+    /// a longer piece (64 KB of letters with no space or punctuation, only
+    /// ever counted on a worker) would take that much of used_memory at
+    /// once. Such a piece is counted by the backtracking encoder.
     rank_order_broken: bool,
 }
 
@@ -58,7 +63,7 @@ impl Bpe {
         if !self.whole.is_empty() && self.whole.contains(piece) {
             return 1;
         }
-        if self.rank_order_broken {
+        if self.rank_order_broken && piece.len() <= MERGE_MAX_BYTES {
             return self.encoding.encode_via_bitfield(piece).len();
         }
         self.encoding.count(piece)

@@ -19,9 +19,9 @@ use super::short_bpe::{load_le, ShortRanks};
 /// the piece and the vocabulary).
 pub fn count(bpe: &'static BytePairEncoding, pattern: Pattern, cache: usize, text: &str) -> usize {
     // Only where there is no cache (below) does a piece longer than the
-    // long-piece cache's get here.
+    // long-piece cache's and within the merge's reach get here.
     let uncached = |piece: &[u8]| {
-        if piece.len() > LONG_PIECE_BYTES {
+        if (LONG_PIECE_BYTES + 1..=MERGE_MAX_BYTES).contains(&piece.len()) {
             token_set(bpe, cache).count_longest(piece, hash(piece), |p| bpe.count(p))
         } else {
             bpe.count(piece)
@@ -360,6 +360,10 @@ impl PieceCache {
 }
 
 const LONG_PIECE_BYTES: usize = 126;
+/// The longest piece [`TokenSet::merge_count`] (and, for the open-weight
+/// vocabularies that need it, bpe's heap encoder) counts: twice the largest
+/// inline cap.
+pub const MERGE_MAX_BYTES: usize = 64 * 1024;
 const LONG_SLOTS: usize = 1024;
 
 /// A cached long piece: 128 bytes.
@@ -440,9 +444,14 @@ impl TokenSet {
     /// `-` x 16,383, 12.6 ms; hostile pass 46), the merge 0.1-0.2 us on
     /// any shape; up to 126 bytes the encoder is at most ~0.08 us a byte and
     /// 4x the merge's speed on the pieces text has (docs/PERFORMANCE.md).
+    ///
+    /// The merge holds ~17 bytes a byte of the piece (its heap and links);
+    /// past [`MERGE_MAX_BYTES`], which only a worker counts (the inline caps
+    /// are 16 and 32 KB), the encoder's ~1.5 do: a 4 MB piece would
+    /// otherwise take 70 MB of used_memory for a moment.
     #[cold]
     fn count_longest(&self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
-        if self.bpe.is_none() {
+        if self.bpe.is_none() || piece.len() > MERGE_MAX_BYTES {
             uncached(piece)
         } else if self.contains(piece, h) {
             1
@@ -832,13 +841,23 @@ mod tests {
             }
             assert_counts_as(tik, bpe, pattern, slot, &pieces);
         }
-        // At the inline caps, the slowest shape for bpe's encoder.
+        // At the inline caps, the slowest shape for bpe's encoder; past the
+        // merge's reach, through the whole count (bpe's encoder).
         let [(o200k, _), (cl100k, _)] = tables();
-        for (bpe, slot, n) in [(o200k, 16, 16_383), (cl100k, 17, 32_767)] {
+        let caps = [
+            (o200k, Pattern::O200k, 16, 16_383),
+            (cl100k, Pattern::Cl100k, 17, 32_767),
+        ];
+        for (bpe, pattern, slot, n) in caps {
             for c in [b'-', b'/', b'='] {
                 let run = vec![c; n];
                 assert_eq!(token_set(bpe, slot).merge_count(&run), bpe.count(&run));
             }
+            let longest = "-".repeat(MERGE_MAX_BYTES + 1);
+            assert_eq!(
+                count(bpe, pattern, slot, &longest),
+                bpe.count(longest.as_bytes())
+            );
         }
     }
 
