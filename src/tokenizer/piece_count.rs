@@ -90,6 +90,9 @@ struct PieceCache {
     long: Option<Box<[LongSlot]>>,
     /// A chunk's cached pieces (`count_text`): start, end, key and hash.
     keyed: Vec<(usize, usize, PieceKey, u64)>,
+    /// A chunk's piece ends, as the split writes them (`count_text`; taken
+    /// while it runs).
+    ends: Option<Box<pretokenize::ChunkEnds>>,
 }
 
 const EMPTY_SLOT: Slot = Slot { key: [0; 2] };
@@ -184,6 +187,7 @@ impl PieceCache {
             misses: 0,
             long: None,
             keyed: Vec::with_capacity(pretokenize::MAX_CHUNK_ENDS),
+            ends: Some(Box::new([0; pretokenize::MAX_CHUNK_ENDS])),
         }
     }
 
@@ -225,9 +229,13 @@ impl PieceCache {
         }
         let mut total = 0;
         let b = text.as_bytes();
-        // Kept by the cache: an array on the stack was cleared on every call.
+        // Kept by the cache: arrays on the stack were cleared on every call.
         let mut keyed = std::mem::take(&mut self.keyed);
-        pretokenize::for_each_chunk(pattern, text, |mut start, ends| {
+        let mut chunk_ends = self
+            .ends
+            .take()
+            .unwrap_or_else(|| Box::new([0; pretokenize::MAX_CHUNK_ENDS]));
+        pretokenize::for_each_chunk_in(pattern, text, &mut chunk_ends, |mut start, ends| {
             keyed.clear();
             for &end in ends {
                 if end - start > CACHED_PIECE_BYTES {
@@ -247,6 +255,7 @@ impl PieceCache {
             }
         });
         self.keyed = keyed;
+        self.ends = Some(chunk_ends);
         total
     }
 
