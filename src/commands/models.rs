@@ -59,8 +59,9 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(encoding_build::busy(encoding));
     }
     // Copied (at most mem.max-message-bytes each, a memcpy) so the worker
-    // owns them.
-    let bytes = raw.as_slice().to_vec();
+    // owns them; the text into the module's region, out of used_memory (a
+    // keyless read must not make Redis evict keys: module_memory.rs).
+    let bytes = crate::module_memory::for_module(|| raw.as_slice().to_vec());
     let role = role.map(str::to_owned);
     let meta = meta.map(str::to_owned);
     offload::reply_from_worker(ctx, move || {

@@ -24,7 +24,7 @@ pub fn count(bpe: &'static BytePairEncoding, pattern: Pattern, cache: usize, tex
         if (LONG_PIECE_BYTES + 1..=MERGE_MAX_BYTES).contains(&piece.len()) {
             token_set(bpe, cache).count_longest(piece, hash(piece), |p| bpe.count(p))
         } else {
-            bpe.count(piece)
+            count_scratch(piece, |p| bpe.count(p))
         }
     };
     let counted = PIECE_CACHES.try_with(|caches| {
@@ -370,9 +370,30 @@ impl PieceCache {
 
 const LONG_PIECE_BYTES: usize = 126;
 /// The longest piece [`TokenSet::merge_count`] (and, for the open-weight
-/// vocabularies that need it, bpe's heap encoder) counts: twice the largest
-/// inline cap.
-pub const MERGE_MAX_BYTES: usize = 64 * 1024;
+/// vocabularies that need it, bpe's heap encoder) counts: the default
+/// `mem.max-message-bytes`. Their heaps and links hold ~17 bytes a byte of
+/// the piece (70 MB for 4 MB, outside `used_memory`: [`count_scratch`]); a
+/// longer piece, only where an operator raised the limit, goes to bpe's
+/// backtracking encoder (~1.5 bytes a byte, up to ~1 us a byte in time).
+pub const MERGE_MAX_BYTES: usize = 4 << 20;
+
+/// A piece from this many bytes is counted with its scratch memory in the
+/// module's region ([`count_scratch`]).
+const SCRATCH_IN_REGION_BYTES: usize = 4096;
+
+/// `count(piece)`, whose scratch memory (a heap, links, bpe's encoder's
+/// token stack and bitfield) is, for a long piece, the module's own: charged
+/// to Redis's `used_memory`, one 4 MB piece on a worker took 25 bytes a
+/// byte at once and a keyless MEM.COUNT evicted 4,185 keys under
+/// allkeys-lru (hostile pass 48).
+#[inline]
+pub fn count_scratch(piece: &[u8], count: impl FnOnce(&[u8]) -> usize) -> usize {
+    if piece.len() >= SCRATCH_IN_REGION_BYTES {
+        crate::module_memory::for_module(|| count(piece))
+    } else {
+        count(piece)
+    }
+}
 const LONG_SLOTS: usize = 1024;
 
 /// A cached long piece: 128 bytes.
@@ -454,10 +475,7 @@ impl TokenSet {
     /// any shape; up to 126 bytes the encoder is at most ~0.08 us a byte and
     /// 4x the merge's speed on the pieces text has (docs/PERFORMANCE.md).
     ///
-    /// The merge holds ~17 bytes a byte of the piece (its heap and links);
-    /// past [`MERGE_MAX_BYTES`], which only a worker counts (the inline caps
-    /// are 16 and 32 KB), the encoder's ~1.5 do: a 4 MB piece would
-    /// otherwise take 70 MB of used_memory for a moment.
+    /// Up to [`MERGE_MAX_BYTES`], with its scratch in the module's region.
     #[cold]
     fn count_longest(&self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
         if self.bpe.is_none() || piece.len() > MERGE_MAX_BYTES {
@@ -465,7 +483,7 @@ impl TokenSet {
         } else if self.contains(piece, h) {
             1
         } else {
-            self.merge_count(piece)
+            count_scratch(piece, |p| self.merge_count(p))
         }
     }
 
@@ -862,7 +880,8 @@ mod tests {
                 let run = vec![c; n];
                 assert_eq!(token_set(bpe, slot).merge_count(&run), bpe.count(&run));
             }
-            let longest = "-".repeat(MERGE_MAX_BYTES + 1);
+            // (Dots: the encoder's quick shape.)
+            let longest = ".".repeat(MERGE_MAX_BYTES + 1);
             assert_eq!(
                 count(bpe, pattern, slot, &longest),
                 bpe.count(longest.as_bytes())

@@ -153,3 +153,51 @@ fn memory_usage_tracks_content_size() {
         "MEMORY USAGE after summarizing 25 messages: {after} (was {big})"
     );
 }
+
+/// Counting one long piece (on a worker: MEM.COUNT, keyless) raises Redis's
+/// memory peak no more than any command of that size does: the counters'
+/// scratch (heaps, links, bpe's encoder's stacks) and the worker's copy of
+/// the text are the module's own, outside used_memory. Charged to it, one
+/// 4 MB piece took ~25 bytes a byte at once, and a keyless read made Redis
+/// evict 4,185 keys under allkeys-lru (hostile pass 48). used_memory_peak
+/// only rises (CONFIG RESETSTAT leaves it), so EXISTS of the same text, an
+/// argument Redis parses and frees, sets the mark first.
+#[test]
+fn counting_a_long_piece_raises_used_memory_no_more_than_its_argument() {
+    let server = Server::start();
+    let mut con = server.client();
+    let n = 4 * 1024 * 1024 - 1;
+    let texts = [
+        ("gpt-4o", "-".repeat(n)),
+        ("gpt-4", "a".repeat(n)),
+        ("llama-3.1-8b", "a".repeat(n)),
+        (
+            "gpt-4o",
+            format!("{} ", "=".repeat(65_535)).repeat(n / 65_536),
+        ),
+    ];
+    for (model, _) in &texts {
+        // The encoding built first (its tables are the module's too).
+        cmd(&mut con, &["MEM.COUNT", model, "warm"]).unwrap();
+    }
+    let _: i64 = redis::cmd("EXISTS")
+        .arg(&texts[0].1)
+        .query(&mut con)
+        .unwrap();
+    let mark = info_int(&mut con, "memory", "used_memory_peak");
+    for (model, text) in &texts {
+        let tokens: i64 = redis::cmd("MEM.COUNT")
+            .arg(model)
+            .arg(text)
+            .query(&mut con)
+            .unwrap();
+        assert!(tokens > 0, "{model}");
+        let peak = info_int(&mut con, "memory", "used_memory_peak");
+        assert!(
+            peak - mark < 2 * 1024 * 1024,
+            "{model}: the peak rose {} bytes counting {} bytes",
+            peak - mark,
+            text.len()
+        );
+    }
+}

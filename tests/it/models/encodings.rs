@@ -581,6 +581,8 @@ fn pathological_inputs_for_every_encoding() {
             ("dashes", "-".repeat(4000)),
             ("equals signs", "=".repeat(3999)),
             ("a word of added tokens", "література".repeat(20)),
+            // Past 64 KB (hostile pass 48: 9,830 for tiktoken's 13,108).
+            ("the word past 64 KB", "література".repeat(3_277)),
         ] {
             let got = count(&mut con, model, &text);
             assert_eq!(got, reference.count(&text) as i64, "{model} {name}");
