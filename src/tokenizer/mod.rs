@@ -113,6 +113,13 @@ impl Encoding {
         if text.is_empty() {
             return 0;
         }
+        // What counting allocates for a while (a normalized copy, the
+        // split's and the encoders' scratch) is the module's own, outside
+        // used_memory: a keyless read must not make Redis evict keys.
+        piece_count::count_scratch(text.as_bytes(), |_| self.count_here(text) as usize) as u64
+    }
+
+    fn count_here(self, text: &str) -> u64 {
         let tokenizer = self.bpe();
         if let Some(pattern) = self.openai_pattern() {
             let bpe = tokenizer.bpe.encoding();
