@@ -12,10 +12,7 @@ fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
 }
 
 fn used_memory(con: &mut redis::Connection) -> i64 {
-    session::info_field(con, "memory", "used_memory")
-        .unwrap()
-        .parse()
-        .unwrap()
+    session::info_int(con, "memory", "used_memory")
 }
 
 fn body(i: usize) -> String {

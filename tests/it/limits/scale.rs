@@ -8,10 +8,7 @@ use crate::support::server::*;
 use crate::support::session;
 
 fn used_memory(con: &mut redis::Connection) -> i64 {
-    session::info_field(con, "memory", "used_memory")
-        .unwrap()
-        .parse()
-        .unwrap()
+    session::info_int(con, "memory", "used_memory")
 }
 
 fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {

@@ -3,15 +3,7 @@
 //! each, and what the burst allocated is given back.
 
 use crate::support::server::*;
-
-fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
-    let want = format!("{field}:");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&want))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
-}
+use crate::support::session::info_int;
 
 /// used_memory once the burst's connections are gone.
 fn used_memory(con: &mut redis::Connection) -> i64 {

@@ -342,16 +342,6 @@ pub fn str_field(fields: &[(String, redis::Value)], name: &str) -> String {
     redis::from_redis_value(v).unwrap()
 }
 
-/// An integer field of an INFO section (`memory`, `clients`...).
-pub fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
-    let want = format!("{field}:");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&want))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {want} in INFO {section}:\n{info}"))
-}
-
 /// An integer field of `INFO mem` (without the `mem_` prefix).
 pub fn info_mem(con: &mut redis::Connection, field: &str) -> i64 {
     let info: String = redis::cmd("INFO").arg("mem").query(con).expect("INFO mem");

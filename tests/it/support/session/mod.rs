@@ -554,6 +554,13 @@ pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Op
     })
 }
 
+/// An integer field of an INFO section (`memory`, `clients`...).
+pub fn info_int(con: &mut redis::Connection, section: &str, field: &str) -> i64 {
+    info_field(con, section, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no integer {field} in INFO {section}"))
+}
+
 /// Waits for a background AOF rewrite / save to finish.
 pub fn wait_persistence_idle(con: &mut redis::Connection) {
     wait_until("persistence idle", 60, || {
