@@ -59,15 +59,23 @@ pub fn count(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(encoding_build::busy(encoding));
     }
     // Copied (at most mem.max-message-bytes each, a memcpy) so the worker
-    // owns them; the text into the module's region, out of used_memory (a
-    // keyless read must not make Redis evict keys: module_memory.rs).
-    let bytes = crate::module_memory::for_module(|| raw.as_slice().to_vec());
-    let role = role.map(str::to_owned);
-    let meta = meta.map(str::to_owned);
+    // owns them, into the module's region, out of used_memory, as all the
+    // worker allocates to check and count them (META's parse and its tool
+    // calls' rendering: 4-8 bytes a byte of META, hostile pass 49): a keyless
+    // read must not make Redis evict keys (module_memory.rs).
+    let (bytes, role, meta) = crate::module_memory::for_module(|| {
+        (
+            raw.as_slice().to_vec(),
+            role.map(str::to_owned),
+            meta.map(str::to_owned),
+        )
+    });
     offload::reply_from_worker(ctx, move || {
-        let text = args::utf8_bytes("text", &bytes)?;
-        tokens(counting, role.as_deref(), text, meta.as_deref())
-            .map(|n| RedisValue::Integer(n as i64))
+        crate::module_memory::for_module(|| {
+            let text = args::utf8_bytes("text", &bytes)?;
+            tokens(counting, role.as_deref(), text, meta.as_deref())
+                .map(|n| RedisValue::Integer(n as i64))
+        })
     })
 }
 
