@@ -495,6 +495,8 @@ impl TokenSet {
     /// merged since; it is skipped.
     fn merge_count(&self, piece: &[u8]) -> usize {
         use std::cmp::Reverse;
+        // Never taken: `count_longest` asks only with tables and at most
+        // MERGE_MAX_BYTES.
         let (Some(bpe), Ok(n)) = (self.bpe, u32::try_from(piece.len())) else {
             return piece.len();
         };
