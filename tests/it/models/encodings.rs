@@ -566,8 +566,8 @@ fn pathological_inputs_for_every_encoding() {
             ("han", "中".repeat(n / 3)),
         ]
     };
-    for &(model, _, reference) in FAMILIES {
-        let reference = tiktoken::get_encoding(reference).unwrap();
+    for &(model, _, reference_name) in FAMILIES {
+        let reference = tiktoken::get_encoding(reference_name).unwrap();
         for (name, text) in &shapes(1024 * 1024) {
             let got = count(&mut con, model, text);
             assert_eq!(got, reference.count(text) as i64, "{model} {name}");
@@ -577,13 +577,18 @@ fn pathological_inputs_for_every_encoding() {
         // them), and a word of tokens added after training (Llama 3
         // `література`) repeated into one piece of 400 bytes, which bpe's
         // backtracking encoder undercounted (59 for tiktoken's 80).
-        for (name, text) in [
+        let mut long = vec![
             ("dashes", "-".repeat(4000)),
             ("equals signs", "=".repeat(3999)),
             ("a word of added tokens", "література".repeat(20)),
-            // Past 64 KB (hostile pass 48: 9,830 for tiktoken's 13,108).
-            ("the word past 64 KB", "література".repeat(3_277)),
-        ] {
+        ];
+        if matches!(reference_name, "llama3" | "glm4" | "glm5") {
+            // Past 64 KB, where the vocabularies with such tokens went back
+            // to the backtracking encoder for a while (hostile pass 48:
+            // 9,830 for tiktoken's 13,108).
+            long.push(("the word past 64 KB", "література".repeat(3_277)));
+        }
+        for (name, text) in long {
             let got = count(&mut con, model, &text);
             assert_eq!(got, reference.count(&text) as i64, "{model} {name}");
         }
