@@ -18,7 +18,7 @@ use bpe_openai::{Normalizable, NormalizedString};
 use either::Either;
 
 use super::openai_tables;
-use super::piece_count::{count_scratch, MERGE_MAX_BYTES};
+use super::piece_count::MERGE_MAX_BYTES;
 use super::pretokenize::{self, Pattern};
 use super::split::{Splitter, Stage};
 use super::split_patterns as patterns;
@@ -47,7 +47,8 @@ pub struct Bpe {
     /// vocabularies count pieces by plain rank-order merging (bpe's heap
     /// encoder: exact, O(n log n), ~0.2 us a byte on any shape), up to
     /// `MERGE_MAX_BYTES` (the default `mem.max-message-bytes`): its heap
-    /// holds ~17 bytes a byte of the piece, in the module's region. A longer
+    /// holds ~17 bytes a byte of the piece (in the module's region:
+    /// `Encoding::count`). A longer
     /// piece (only where an operator raised the limit) is counted by the
     /// backtracking encoder, and may undercount such tokens.
     rank_order_broken: bool,
@@ -63,13 +64,11 @@ impl Bpe {
         if !self.whole.is_empty() && self.whole.contains(piece) {
             return 1;
         }
-        count_scratch(piece, |piece| {
-            if self.rank_order_broken && piece.len() <= MERGE_MAX_BYTES {
-                self.encoding.encode_via_bitfield(piece).len()
-            } else {
-                self.encoding.count(piece)
-            }
-        })
+        if self.rank_order_broken && piece.len() <= MERGE_MAX_BYTES {
+            self.encoding.encode_via_bitfield(piece).len()
+        } else {
+            self.encoding.count(piece)
+        }
     }
 }
 

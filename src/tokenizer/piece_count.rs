@@ -19,12 +19,12 @@ use super::short_bpe::{load_le, ShortRanks};
 /// the piece and the vocabulary).
 pub fn count(bpe: &'static BytePairEncoding, pattern: Pattern, cache: usize, text: &str) -> usize {
     // Only where there is no cache (below) does a piece longer than the
-    // long-piece cache's and within the merge's reach get here.
+    // long-piece cache's get here.
     let uncached = |piece: &[u8]| {
-        if (LONG_PIECE_BYTES + 1..=MERGE_MAX_BYTES).contains(&piece.len()) {
+        if piece.len() > LONG_PIECE_BYTES {
             token_set(bpe, cache).count_longest(piece, hash(piece), |p| bpe.count(p))
         } else {
-            count_scratch(piece, |p| bpe.count(p))
+            bpe.count(piece)
         }
     };
     let counted = PIECE_CACHES.try_with(|caches| {
@@ -372,28 +372,11 @@ const LONG_PIECE_BYTES: usize = 126;
 /// The longest piece [`TokenSet::merge_count`] (and, for the open-weight
 /// vocabularies that need it, bpe's heap encoder) counts: the default
 /// `mem.max-message-bytes`. Their heaps and links hold ~17 bytes a byte of
-/// the piece (70 MB for 4 MB, outside `used_memory`: [`count_scratch`]); a
+/// the piece (70 MB for 4 MB, in the module's region: `Encoding::count`); a
 /// longer piece, only where an operator raised the limit, goes to bpe's
 /// backtracking encoder (~1.5 bytes a byte, up to ~1 us a byte in time).
 pub const MERGE_MAX_BYTES: usize = 4 << 20;
 
-/// A piece from this many bytes is counted with its scratch memory in the
-/// module's region ([`count_scratch`]).
-const SCRATCH_IN_REGION_BYTES: usize = 4096;
-
-/// `count(piece)`, whose scratch memory (a heap, links, bpe's encoder's
-/// token stack and bitfield) is, for a long piece, the module's own: charged
-/// to Redis's `used_memory`, one 4 MB piece on a worker took 25 bytes a
-/// byte at once and a keyless MEM.COUNT evicted 4,185 keys under
-/// allkeys-lru (hostile pass 48).
-#[inline]
-pub fn count_scratch(piece: &[u8], count: impl FnOnce(&[u8]) -> usize) -> usize {
-    if piece.len() >= SCRATCH_IN_REGION_BYTES {
-        crate::module_memory::for_module(|| count(piece))
-    } else {
-        count(piece)
-    }
-}
 const LONG_SLOTS: usize = 1024;
 
 /// A cached long piece: 128 bytes.
@@ -474,8 +457,7 @@ impl TokenSet {
     /// `-` x 16,383, 12.6 ms; hostile pass 46), the merge 0.1-0.2 us on
     /// any shape; up to 126 bytes the encoder is at most ~0.08 us a byte and
     /// 4x the merge's speed on the pieces text has (docs/PERFORMANCE.md).
-    ///
-    /// Up to [`MERGE_MAX_BYTES`], with its scratch in the module's region.
+    /// Past [`MERGE_MAX_BYTES`], `uncached`.
     #[cold]
     fn count_longest(&self, piece: &[u8], h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
         if self.bpe.is_none() || piece.len() > MERGE_MAX_BYTES {
@@ -483,7 +465,7 @@ impl TokenSet {
         } else if self.contains(piece, h) {
             1
         } else {
-            count_scratch(piece, |p| self.merge_count(p))
+            self.merge_count(piece)
         }
     }
 
