@@ -88,8 +88,8 @@ struct PieceCache {
     misses: usize,
     /// Made on the first long piece (128 KB).
     long: Option<Box<[LongSlot]>>,
-    /// A chunk's cached pieces (`count_text`): start, end, key and hash.
-    keyed: Vec<(usize, usize, PieceKey, u64)>,
+    /// A chunk's cached pieces (`count_text`): key and hash.
+    keyed: Option<Box<[(PieceKey, u64); pretokenize::MAX_CHUNK_ENDS]>>,
     /// A chunk's piece ends, as the split writes them (`count_text`; taken
     /// while it runs).
     ends: Option<Box<pretokenize::ChunkEnds>>,
@@ -130,28 +130,40 @@ type PieceKey = [u64; 2];
 const COUNT_SHIFT: u32 = 56;
 const LEN_SHIFT: u32 = 48;
 
-/// The key of the piece `text[start..end]` (at most [`CACHED_PIECE_BYTES`]).
+/// The key of the piece `text[start..end]` (1 to [`CACHED_PIECE_BYTES`]
+/// bytes).
 #[inline(always)]
 fn piece_key(text: &[u8], start: usize, end: usize) -> PieceKey {
-    let len = end - start;
+    let len = end.wrapping_sub(start);
     // Sixteen bytes from the piece's start, those past it masked off; near
     // the text's end, its bytes alone.
-    let bytes = match text.get(start..start + 16) {
-        Some(chunk) => load_le(chunk),
+    let bytes = match text.get(start..start.wrapping_add(16)) {
+        Some(chunk) => <[u8; 16]>::try_from(chunk).map_or(0, u128::from_le_bytes),
         None => load_le(text.get(start..end).unwrap_or_default()),
-    };
-    let (lo, hi) = (bytes as u64, (bytes >> 64) as u64);
-    let mask = |n: usize| {
-        if n >= 8 {
-            u64::MAX
-        } else {
-            (1u64 << (8 * n)) - 1
-        }
-    };
+    } & KEY_MASKS[len & 15];
     [
-        lo & mask(len),
-        (hi & mask(len.saturating_sub(8))) | ((len as u64) << LEN_SHIFT),
+        bytes as u64,
+        (bytes >> 64) as u64 | ((len as u64) << LEN_SHIFT),
     ]
+}
+
+/// The mask of a piece's first `len` bytes of sixteen, by `len`.
+const KEY_MASKS: [u128; 16] = {
+    let mut masks = [0u128; 16];
+    let mut len = 1;
+    while len < 16 {
+        masks[len] = u128::MAX >> (128 - 8 * len);
+        len += 1;
+    }
+    masks
+};
+
+/// The bytes of the piece whose key is `key`.
+#[inline(always)]
+fn key_bytes(key: &PieceKey) -> ([u8; 16], usize) {
+    let len = ((key[1] >> LEN_SHIFT) & 0xff) as usize;
+    let bits = u128::from(key[0]) | (u128::from(key[1] & ((1 << LEN_SHIFT) - 1)) << 64);
+    (bits.to_le_bytes(), len.min(CACHED_PIECE_BYTES))
 }
 
 #[inline(always)]
@@ -186,7 +198,7 @@ impl PieceCache {
             sets: empty_sets(FIRST_SETS),
             misses: 0,
             long: None,
-            keyed: Vec::with_capacity(pretokenize::MAX_CHUNK_ENDS),
+            keyed: Some(Box::new([([0; 2], 0); pretokenize::MAX_CHUNK_ENDS])),
             ends: Some(Box::new([0; pretokenize::MAX_CHUNK_ENDS])),
         }
     }
@@ -230,31 +242,41 @@ impl PieceCache {
         let mut total = 0;
         let b = text.as_bytes();
         // Kept by the cache: arrays on the stack were cleared on every call.
-        let mut keyed = std::mem::take(&mut self.keyed);
+        let mut keyed = self
+            .keyed
+            .take()
+            .unwrap_or_else(|| Box::new([([0; 2], 0); pretokenize::MAX_CHUNK_ENDS]));
         let mut chunk_ends = self
             .ends
             .take()
             .unwrap_or_else(|| Box::new([0; pretokenize::MAX_CHUNK_ENDS]));
+        // (Indices masked by MAX_CHUNK_ENDS - 1, a power of two no chunk
+        // reaches, need no bounds check.)
+        const LAST: usize = pretokenize::MAX_CHUNK_ENDS - 1;
         pretokenize::for_each_chunk_in(pattern, text, &mut chunk_ends, |mut start, ends| {
-            keyed.clear();
+            // (A sum of the chunk's own stays in a register; `total`,
+            // captured, was added to in memory a piece at a time.)
+            let mut sum = 0;
+            let mut n = 0;
             for &end in ends {
                 if end - start > CACHED_PIECE_BYTES {
                     let piece = b.get(start..end).unwrap_or_default();
-                    total += self.count_long(piece, hash(piece), &uncached);
+                    sum += self.count_long(piece, hash(piece), &uncached);
                 } else {
                     let key = piece_key(b, start, end);
                     let h = key_hash(&key);
                     self.prefetch(h);
-                    keyed.push((start, end, key, h));
+                    keyed[n & LAST] = (key, h);
+                    n += 1;
                 }
                 start = end;
             }
-            for &(start, end, key, h) in keyed.iter() {
-                let piece = b.get(start..end).unwrap_or_default();
-                total += self.count_keyed(piece, &key, h, &uncached);
+            for &(key, h) in keyed.get(..n).unwrap_or_default() {
+                sum += self.count_keyed(&key, h, &uncached);
             }
+            total += sum;
         });
-        self.keyed = keyed;
+        self.keyed = Some(keyed);
         self.ends = Some(chunk_ends);
         total
     }
@@ -287,21 +309,33 @@ impl PieceCache {
             return self.count_long(piece, hash(piece), uncached);
         }
         let key = piece_key(piece, 0, piece.len());
-        self.count_keyed(piece, &key, key_hash(&key), uncached)
+        self.count_keyed(&key, key_hash(&key), uncached)
     }
 
     /// The count of `piece` (at most [`CACHED_PIECE_BYTES`]), whose key is
     /// `key` and its hash `h`. The sets grow only between texts (a prefetched
     /// set must stay where it was asked for).
     #[inline]
-    fn count_keyed(
+    fn count_keyed(&mut self, key: &PieceKey, h: u64, uncached: impl Fn(&[u8]) -> usize) -> usize {
+        let mask = self.sets.len().wrapping_sub(1);
+        match self.sets.get(h as usize & mask) {
+            Some(Set { ways: [first, ..] }) if first.holds(key) => first.count(),
+            _ => self.count_keyed_further(key, h, uncached),
+        }
+    }
+
+    /// [`PieceCache::count_keyed`] past the most recently used way (kept
+    /// out of the loop of lookups, whose registers it took).
+    #[inline(never)]
+    fn count_keyed_further(
         &mut self,
-        piece: &[u8],
         key: &PieceKey,
         h: u64,
         uncached: impl Fn(&[u8]) -> usize,
     ) -> usize {
         let mask = self.sets.len().wrapping_sub(1);
+        let (bytes, len) = key_bytes(key);
+        let piece = bytes.get(..len).unwrap_or_default();
         let Some(set) = self.sets.get_mut(h as usize & mask) else {
             return uncached(piece);
         };
@@ -1001,6 +1035,9 @@ mod tests {
         let pieces: [&[u8]; 6] = [b"a", b"ab", b"ab\0", b" together", b"abcdefghijklmn", b"\0"];
         for piece in pieces {
             let alone = piece_key(piece, 0, piece.len());
+            // A miss counts the piece its key holds.
+            let (bytes, len) = key_bytes(&alone);
+            assert_eq!(bytes.get(..len), Some(piece), "{piece:?}");
             for (before, after) in [
                 ("", ""),
                 ("xyz", ""),
