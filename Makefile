@@ -6,7 +6,7 @@ SO      := target/release/libredis_mem.so
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $(SUDO) apt-get
 
-.PHONY: deps build run test test-compat bench density holds clean redis-suite
+.PHONY: deps build run test test-compat bench density instructions holds clean redis-suite
 
 # RUNLEVEL=1 keeps Debian from starting its own redis-server service on 6379.
 deps:
@@ -81,6 +81,14 @@ bench: build
 # memory-only loop: make density DENSITY_ARGS="--memory-only --sizes 200 --sessions 20000 --runs 1"
 density: build
 	benches/run_bench.sh --density-only $(DENSITY_ARGS)
+
+# Instructions and cache misses a command costs in the server, counted by valgrind's
+# cachegrind rather than timed (times here move 10-30% by the hour): cold MEM.COUNT
+# of part 8's 600 B messages and XADD of the same bytes, per command; with
+# INSTRUCTIONS_ARGS="--against other.so" two builds side by side. benches/instructions.py.
+instructions: build
+	@command -v valgrind >/dev/null 2>&1 || { $(APT) update -qq && $(APT) install -y -qq valgrind; }
+	benches/run_bench.sh --instructions-only $(INSTRUCTIONS_ARGS)
 
 clean:
 	cargo clean

@@ -3,6 +3,7 @@
 #
 #   benches/run_bench.sh [--quick] [--parts 5,1,2,3,4,6] [--perf]
 #   benches/run_bench.sh --density-only [density.py options]   (`make density`)
+#   benches/run_bench.sh --instructions-only [instructions.py options]   (`make instructions`)
 #
 # Builds the release module, prepares a Python venv with redis-py
 # (target/venv if it exists, else target/venv-bench), runs the tokenizer bench
@@ -24,6 +25,8 @@ START=$(date +%s)
 log() { echo "[bench] $*" >&2; }
 DENSITY_ONLY=""
 if [ "${1:-}" = "--density-only" ]; then DENSITY_ONLY=1; shift; fi
+INSTRUCTIONS_ONLY=""
+if [ "${1:-}" = "--instructions-only" ]; then INSTRUCTIONS_ONLY=1; shift; fi
 
 HARNESS=""
 cleanup() {
@@ -92,6 +95,15 @@ harness() {
     HARNESS=""
     return $rc
 }
+
+if [ -n "$INSTRUCTIONS_ONLY" ]; then
+    # Under valgrind a server is ~50x slower: a run of 6,000 messages takes ~1-2 minutes.
+    harness timeout --signal=TERM 1800 "$VENV/bin/python" "$ROOT/benches/instructions.py" \
+        --module "$SO" "$@"
+    rc=$?
+    log "done in $(( $(date +%s) - START )) s"
+    exit $rc
+fi
 
 if [ -n "$DENSITY_ONLY" ]; then
     if [ -n "${MAKELEVEL:-}" ]; then CMD="make density${*:+ DENSITY_ARGS=\"$*\"}"; else CMD="benches/run_bench.sh --density-only${*:+ $*}"; fi
