@@ -453,7 +453,9 @@ def part8(srv, res, a):
                 "us/call", f"{mid[1]:.2f} / {mid[2]:.2f}")
     res.notes.append(f"Part 8 corpus: {len(texts)} distinct 600 B messages from "
                      f"{', '.join(corpus.SOURCES)}, sha256 {corpus.digest(texts)}; "
-                     f"best of {a.reps8} fresh servers.")
+                     f"best of {a.reps8} fresh servers; the commands written beforehand "
+                     "and sent raw, 64 at a time (send_raw), so that the client's work "
+                     "does not take the server's CPU.")
     x = best.get("XADD MAXLEN 30", float("nan"))
     rp = best.get("RPUSH", float("nan"))
     for label, _, _ in variants:
