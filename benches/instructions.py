@@ -10,8 +10,9 @@ most changes to counting are worth. Valgrind's cachegrind counts what a change
 does instead: each server runs under it twice, once with the warm-up alone and
 once with N commands more, and the difference over N is a command's own cost.
 The commands are part 8's (bench.py): MEM.COUNT gpt-4o <600 B> ROLE user over
-the same distinct messages, cold (a fresh server: tables built, no piece seen),
-and XADD MAXLEN 30 of the same bytes for scale. Misses are cachegrind's model:
+the same distinct messages, cold (a fresh server: tables built, no piece seen);
+MEM.APPEND ... TOKENS 150 (the append without counting) and XADD MAXLEN 30 of the
+same bytes, each into 200 keys filled to 30 entries first. Misses are cachegrind's model:
 a 48 KB first-level data cache and, as "L2", a 2 MB last level (this machine's
 L2 a core; its L3 is not modelled). Counts are exact from run to run; what they
 leave out is what time the machine's other work takes, and how well misses
@@ -44,7 +45,8 @@ def free_port():
 
 
 def run(module, commands, out, workdir):
-    """One server under cachegrind: the warm-up, then `commands`, then exit."""
+    """One server under cachegrind: the warm-up, then each list of `commands`,
+    then exit."""
     port = free_port()
     server = subprocess.Popen(
         ["valgrind", "--tool=cachegrind", "--cache-sim=yes", L2,
@@ -62,8 +64,8 @@ def run(module, commands, out, workdir):
                 raise RuntimeError("redis-server under valgrind exited")
             time.sleep(0.1)
     r.execute_command("MEM.COUNT", "gpt-4o", "tables built")
-    if commands:
-        send_raw(port, commands)
+    for some in commands:
+        send_raw(port, some)
     try:
         r.shutdown(nosave=True)
     except redis.ConnectionError:
@@ -86,11 +88,12 @@ def load(path):
     return by_fn
 
 
-def per_command(module, commands, workdir):
-    """A command's instructions and misses, and its costliest functions."""
+def per_command(module, commands, workdir, setup=()):
+    """A command's instructions and misses, and its costliest functions
+    (`setup` runs in both servers: what is measured is `commands` alone)."""
     files = [os.path.join(workdir, f"cg.{n}.out") for n in (0, 1)]
-    run(module, [], files[0], workdir)
-    run(module, commands, files[1], workdir)
+    run(module, [c for c in [setup] if c], files[0], workdir)
+    run(module, [c for c in [setup, commands] if c], files[1], workdir)
     base, more = load(files[0]), load(files[1])
     n = len(commands)
     cost = defaultdict(lambda: defaultdict(float))
@@ -117,23 +120,38 @@ def main():
     a = ap.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("valgrind is missing: `make instructions` installs it (apt-get install valgrind)")
-    texts = corpus.messages(12000, 600)[6000:6000 + a.messages]
+    all_texts = corpus.messages(12000, 600)
+    fill, texts = all_texts[:6000], all_texts[6000:6000 + a.messages]
     count = [["MEM.COUNT", "gpt-4o", m, "ROLE", "user"] for m in texts]
-    xadd = [["XADD", f"xs:{i % 200}", "MAXLEN", "30", "*", "content", m]
-            for i, m in enumerate(texts)]
+
+    # Part 8's sessions and streams: 200 of each, filled to their caps (30)
+    # first, so that every measured call trims.
+    def xadd(items):
+        return [["XADD", f"xs:{i % 200}", "MAXLEN", "30", "*", "content", m]
+                for i, m in enumerate(items)]
+
+    def append(items):
+        return [["MEM.APPEND", f"mem:{i % 200}", "user", m, "TOKENS", "150"]
+                for i, m in enumerate(items)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="redis-mem-instructions-") as workdir:
-        modules = [a.module] + ([a.against] if a.against else [])
-        for module in modules:
-            total, cost = per_command(os.path.abspath(module), count, workdir)
-            rows.append((f"MEM.COUNT cold, {os.path.basename(module)}", total))
-            print(f"\nMEM.COUNT gpt-4o <600 B> ROLE user, cold: {module}")
+        def measure(name, module, commands, setup=()):
+            total, cost = per_command(os.path.abspath(module), commands, workdir, setup)
+            rows.append((name, total))
+            print(f"\n{name}: {module}")
             top = sorted(cost.items(), key=lambda kv: -kv[1]["Ir"])[:a.functions]
             for fn, events in top:
                 print(f"  {events['Ir']:9.0f} instructions  {misses(events, 'D1'):6.0f} D1 "
-                      f"{misses(events, 'DL'):5.0f} L2 misses  {fn[:80]}")
-        total, _ = per_command(os.path.abspath(a.module), xadd, workdir)
-        rows.append(("XADD MAXLEN 30, same bytes", total))
+                      f"{misses(events, 'DL'):5.1f} L2 misses  {fn[:80]}")
+            worst = max(cost.items(), key=lambda kv: misses(kv[1], "DL"))
+            print(f"  most L2 misses: {misses(worst[1], 'DL'):.1f} in {worst[0][:80]}")
+
+        modules = [a.module] + ([a.against] if a.against else [])
+        for module in modules:
+            measure(f"MEM.COUNT cold, {os.path.basename(module)}", module, count)
+        for name, build in [("MEM.APPEND TOKENS 150 (no counting), at the caps", append),
+                            ("XADD MAXLEN 30, same bytes, at the caps", xadd)]:
+            measure(name, a.module, build(texts), build(fill))
     print(f"\n{a.messages} distinct 600 B messages (benches/corpus.py), per command:")
     print("| command | instructions | D1 misses | L2 (2 MB) misses |")
     print("|---|---|---|---|")
