@@ -513,7 +513,7 @@ fn main() {
         // BENCH_MERGE: the merge of first-seen pieces of 2-16 bytes that
         // are more than one token, alone (short_bpe.rs).
         if std::env::var("BENCH_MERGE").is_ok() {
-            let short = short_bpe::ShortRanks::build(bpe);
+            let short = short_bpe::ShortRanks::build(bpe).expect("o200k_base's short tables");
             let mut seen = std::collections::HashSet::new();
             let mut pieces: Vec<Vec<u8>> = Vec::new();
             for m in messages {
