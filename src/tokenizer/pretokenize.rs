@@ -574,9 +574,10 @@ mod ascii_dfa {
         /// The step: the next state and what it writes.
         pub next: [u16; STATES * CLASSES],
         /// The next state alone, times `CLASSES`: the row the following
-        /// byte's class indexes. The split's speed is this chain, one load
-        /// and one add a step (a multiply and a mask besides made it 8
-        /// cycles a byte, not 6).
+        /// byte's class indexes, one load and one add a step (a multiply
+        /// and a mask besides made it 8 cycles a byte, not 6). Stepped for
+        /// the rare pairs and a chunk's odd last byte; the rest goes two
+        /// bytes a step (`pair_row`).
         pub row: [u16; STATES * CLASSES],
         /// Two steps at once, indexed by the state times `PAIRS` plus
         /// `pair(c1, c2)`: whether each byte ends a piece (`HERE1`,

@@ -261,19 +261,16 @@ impl ShortRanks {
             return None;
         }
         let ids = 0..bpe.num_tokens() as u32;
-        let len_of = |id: u32| bpe.token_bytes(id).len();
-        let n5 = ids
-            .clone()
-            .filter(|&id| (3..=5).contains(&len_of(id)))
-            .count();
-        let n8 = ids
-            .clone()
-            .filter(|&id| (6..=8).contains(&len_of(id)))
-            .count();
-        let n16 = ids
-            .clone()
-            .filter(|&id| (9..=16).contains(&len_of(id)))
-            .count();
+        // The tokens of each table's lengths, in one pass.
+        let (mut n5, mut n8, mut n16) = (0, 0, 0);
+        for id in ids.clone() {
+            match bpe.token_bytes(id).len() {
+                3..=5 => n5 += 1,
+                6..=8 => n8 += 1,
+                9..=MAX_SHORT => n16 += 1,
+                _ => {}
+            }
+        }
         let size5 = table_size(n5);
         let size8 = table_size(n8);
         let size16 = table_size(n16);
