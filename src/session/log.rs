@@ -1,5 +1,6 @@
-//! The messages of a session, held compactly: a fixed 24-byte head per
-//! message (id, time, tokens, where its bytes end) in a ring, and every
+//! The messages of a session, held compactly: a head per message (id,
+//! time, tokens, where its bytes end; 12 bytes while the ids run without a
+//! gap, `heads.rs`) in a ring, and every
 //! message's role, meta and content back to back in segments of up to
 //! 8 KiB (a larger message has one of its own).
 //!
@@ -10,7 +11,7 @@
 //! text). The RDB format 3 writes these bytes verbatim (docs/FORMAT.md).
 //!
 //! Evicting the oldest message only moves a cursor; a segment goes when all
-//! of its messages have, and the first one is compacted once half of it is
+//! of its messages have, and the first one is compacted once a third of it is
 //! evicted. A log of one segment at its caps reuses the space its evicted
 //! message leaves instead of growing. Segments are sized to the allocator's
 //! size classes, so their capacity is what they cost, and no write moves
