@@ -210,24 +210,48 @@ fn count(mut messages: Vec<Counted>, counting: Counting) -> Vec<Counted> {
     messages
 }
 
-/// One message of a batch: appended, or a retry of a message the session
-/// holds (or held), or of an earlier one of the batch, by msgid.
-enum Step {
-    New(Op, Option<Wire>, Option<Prepared>),
-    Duplicate { id: u64, tokens: u64 },
+/// One message of a batch, ready to append. Whether it is a retry is
+/// settled when its turn comes, as consecutive MEM.APPENDs would settle
+/// it: an earlier message of the batch may evict the one its msgid names
+/// and push that msgid out of the ones the session remembers.
+struct Step {
+    op: Op,
+    wire: Option<Wire>,
+    prepared: Option<Prepared>,
+    /// What its msgid named when the batch was checked.
+    retry_of: Option<RetryOf>,
 }
 
-/// The steps of a batch: ids from `last_id` up for the new messages.
+/// The message a batch's message may be a retry of.
+#[derive(Clone, Copy)]
+enum RetryOf {
+    /// The session's (held or departed), before the batch: `(id, tokens)`.
+    Session(u64, u64),
+    /// An earlier message of the batch.
+    Earlier,
+}
+
+impl Step {
+    fn msgid(&self) -> Option<&str> {
+        match &self.op {
+            Op::Append { msgid, .. } => msgid.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// The steps of a batch, each message's retry looked up in the session
+/// as it is before the batch (the ids of new messages are given when they
+/// are appended).
 fn steps(
     messages: Vec<Counted>,
     session: Option<&Session>,
     settings: &Settings,
     now: i64,
 ) -> Result<Vec<Step>, RedisError> {
-    let mut last_id = session.map_or(0, |s| s.last_id);
-    // msgid -> (id, tokens) of the batch's own new messages (a batch holds
-    // up to MAX_BATCH: a map, not a scan per item).
-    let mut batch_msgids: HashMap<String, (u64, u64)> = HashMap::new();
+    // The msgids of the batch's new messages (a batch holds up to
+    // MAX_BATCH: a set, not a scan per item).
+    let mut batch_msgids: std::collections::HashSet<String> = Default::default();
     let mut steps = Vec::with_capacity(messages.len());
     // The session's msgids, indexed once when the batch names several: a
     // scan of the held ones per item held the main thread ~2 us per held
@@ -243,27 +267,30 @@ fn steps(
         None => session.and_then(|s| s.find_msgid(msgid)),
     };
     // A tool result needs a message before it: once one of the batch is
-    // new, the session is not looked at again.
+    // new, the session is not looked at again. The first message appended
+    // is the first that is not a retry here: nothing changes before it.
     let mut appended = false;
     for (i, m) in messages.into_iter().enumerate() {
-        if let Some(msgid) = &m.msgid {
-            let earlier = batch_msgids.get(msgid).copied();
-            if let Some((id, tokens)) = earlier.or_else(|| find(msgid)) {
-                steps.push(Step::Duplicate { id, tokens });
-                continue;
+        let retry_of = m
+            .msgid
+            .as_ref()
+            .and_then(|msgid| match batch_msgids.contains(msgid) {
+                true => Some(RetryOf::Earlier),
+                false => find(msgid).map(|(id, tokens)| RetryOf::Session(id, tokens)),
+            });
+        if retry_of.is_none() {
+            if !appended {
+                check_tool_has_call(session, &m.role, now)
+                    .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
+                appended = true;
+            }
+            if let Some(msgid) = &m.msgid {
+                batch_msgids.insert(msgid.clone());
             }
         }
-        if !appended {
-            check_tool_has_call(session, &m.role, now)
-                .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
-            appended = true;
-        }
-        last_id = next_id(last_id).map_err(crate::error::session)?;
-        if let Some(msgid) = &m.msgid {
-            batch_msgids.insert(msgid.clone(), (last_id, m.tokens));
-        }
         let message = Message {
-            id: last_id,
+            // Given when it is appended (Batch::commit).
+            id: 0,
             role: m.role.into(),
             content: m.content,
             ts: m.ts.unwrap_or(now),
@@ -271,16 +298,17 @@ fn steps(
             meta: m.meta,
         };
         let msgid = m.msgid.map(Box::from);
-        steps.push(Step::New(
-            Op::Append {
+        steps.push(Step {
+            op: Op::Append {
                 now,
                 settings: settings.clone(),
                 message,
                 msgid,
             },
-            m.wire,
-            m.prepared,
-        ));
+            wire: m.wire,
+            prepared: m.prepared,
+            retry_of,
+        });
     }
     Ok(steps)
 }
@@ -330,10 +358,15 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
     let messages = counted_under(parsed.messages, parsed.counting, counting, raw.len(), &cfg)?;
     let now = now_ms();
     let steps = steps(messages, key.session(), &settings, now)?;
-    check_room(key.session(), &steps)?;
-    let outcomes = if steps.iter().all(|s| matches!(s, Step::Duplicate { .. })) {
+    let outcomes = if steps.iter().all(|s| s.retry_of.is_some()) {
         retried_whole(key.session(), &steps, now, &cfg)
     } else {
+        check_room(key.session(), &steps)?;
+        // Every message may turn out new by its turn: their ids must exist.
+        let last_id = key.session().map_or(0, |s| s.last_id);
+        (0..steps.len())
+            .try_fold(last_id, |id, _| next_id(id))
+            .map_err(crate::error::session)?;
         let thresholds = settings_thresholds(&settings, &cfg);
         let batch = Batch {
             steps,
@@ -403,13 +436,14 @@ fn worker_needed(
 }
 
 /// Every limit is checked before the first message goes in: a batch
-/// applies whole or not at all (its ops replicate only at the end).
+/// applies whole or not at all (its ops replicate only at the end). Its
+/// retries count too: one may be new by its turn.
 fn check_room(session: Option<&Session>, steps: &[Step]) -> Result<(), RedisError> {
     let Some(session) = session else {
         return Ok(());
     };
-    let added = steps.iter().filter_map(|s| match s {
-        Step::New(Op::Append { message, .. }, _, _) => {
+    let added = steps.iter().filter_map(|s| match &s.op {
+        Op::Append { message, .. } => {
             Some((&*message.role, message.meta.as_deref(), &*message.content))
         }
         _ => None,
@@ -436,9 +470,11 @@ fn retried_whole(
         // The session's totals as reads show them (past maxage left out).
         let live = session.live(now);
         let threshold = live.meets(session_thresholds(&live, cfg));
+        // All retries of the session's: an earlier message of the batch
+        // would have been new.
         for step in steps {
-            if let Step::Duplicate { id, tokens } = step {
-                outcomes.push((live.duplicate_outcome(*id, *tokens), threshold));
+            if let Some(RetryOf::Session(id, tokens)) = step.retry_of {
+                outcomes.push((live.duplicate_outcome(id, tokens), threshold));
             }
         }
         stats::add(&stats::DUPLICATES, outcomes.len() as u64);
@@ -460,7 +496,7 @@ impl Batch {
     /// outcome of each message and whether the session then meets its
     /// summarization threshold.
     fn commit(
-        mut self,
+        self,
         ctx: &Context,
         keyname: &RedisString,
         key: &mut SessionKey,
@@ -468,10 +504,11 @@ impl Batch {
     ) -> Result<Vec<(Outcome, bool)>, RedisError> {
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
-        let first = self.steps.iter().find_map(|s| match s {
-            Step::New(op, _, _) => op.new_session(),
-            Step::Duplicate { .. } => None,
-        });
+        let first = self
+            .steps
+            .iter()
+            .find(|s| s.retry_of.is_none())
+            .and_then(|s| s.op.new_session());
         let now = self.now;
         let session = key.session_or_create(|| first)?;
         // A new tokenizer: the session re-counted first (replicated as an op).
@@ -483,42 +520,55 @@ impl Batch {
             self.counting,
             self.recounted.as_ref(),
         )?;
-        let how = Propagate::Ops(wires(ctx, &mut self.steps));
+        let mut wires = Vec::with_capacity(self.steps.len());
         let mut outcomes = Vec::with_capacity(self.steps.len());
-        for step in self.steps {
-            let outcome = match step {
-                Step::New(op, _, prepared) => session
-                    .apply_one_of_many(op, prepared)
-                    .map_err(crate::error::session)?,
-                Step::Duplicate { id, tokens } => {
-                    stats::add(&stats::DUPLICATES, 1);
-                    session.duplicate_outcome(id, tokens)
-                }
+        // msgid -> id of the batch's messages appended so far.
+        let mut appended: HashMap<Box<str>, u64> = HashMap::new();
+        for mut step in self.steps {
+            // A retry while the session still remembers what it retries.
+            let msgid = step.msgid().map(Box::<str>::from);
+            let original = msgid.as_deref().and_then(|m| {
+                let id = match (appended.get(m), step.retry_of) {
+                    (Some(id), _) => *id,
+                    (None, Some(RetryOf::Session(id, _))) => id,
+                    _ => return None,
+                };
+                session.remembered(m, id)
+            });
+            if let Some((id, tokens)) = original {
+                stats::add(&stats::DUPLICATES, 1);
+                outcomes.push((
+                    session.duplicate_outcome(id, tokens),
+                    session.meets(thresholds),
+                ));
+                continue;
+            }
+            let id = next_id(session.last_id).map_err(crate::error::session)?;
+            if let Op::Append { message, .. } = &mut step.op {
+                message.id = id;
+            }
+            // MEM._APPLY key header content: the content's string the
+            // worker made for a large batch, or one made here.
+            let content = match step.wire.take() {
+                Some(Wire(s)) => s,
+                None => RedisString::create_from_slice(ctx.ctx, step.op.content_bytes()),
             };
+            wires.push((OpHeader::of(&step.op), content));
+            let outcome = session
+                .apply_one_of_many(step.op, step.prepared)
+                .map_err(crate::error::session)?;
+            if let Some(m) = msgid {
+                appended.insert(m, id);
+            }
             outcomes.push((outcome, session.meets(thresholds)));
         }
+        let how = Propagate::Ops(wires);
         session.settle();
         let expiry = session.key_expiry(now);
         let events = Events::appends(&outcomes);
         finish_write(ctx, keyname, key, how, expiry, &events);
         Ok(outcomes)
     }
-}
-
-/// Each new message's op as its header and its content's string (the
-/// worker's, or made here for a small batch): MEM._APPLY key header content.
-fn wires(ctx: &Context, steps: &mut [Step]) -> Vec<(OpHeader, RedisString)> {
-    let mut wires = Vec::with_capacity(steps.len());
-    for step in steps.iter_mut() {
-        if let Step::New(op, wire, _) = step {
-            let content = match wire.take() {
-                Some(Wire(s)) => s,
-                None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
-            };
-            wires.push((OpHeader::of(op), content));
-        }
-    }
-    wires
 }
 
 pub static APPEND_BATCH: CommandDecl = CommandDecl {

@@ -226,6 +226,26 @@ impl Session {
             .map(|d| (d.id, d.tokens))
     }
 
+    /// `(id, tokens)` of message `id`, named `msgid`, while the session
+    /// remembers it (held, or among the departed): what a retry of it is
+    /// answered with. A look at one head and at most [`MAX_DEPARTED`]
+    /// msgids, where [`Session::find_msgid`] scans the held ones.
+    pub fn remembered(&self, msgid: &str, id: u64) -> Option<(u64, u64)> {
+        if let Some(h) = self
+            .messages
+            .position(id)
+            .and_then(|at| self.messages.head(at))
+        {
+            return Some((h.id, u64::from(h.tokens)));
+        }
+        self.msgids
+            .departed
+            .iter()
+            .rev()
+            .find(|d| d.id == id && &*d.msgid == msgid)
+            .map(|d| (d.id, d.tokens))
+    }
+
     /// Of the msgids `wanted`, those the session knows -> `(id, tokens)`,
     /// as [`Session::find_msgid`] answers each (held ones win over
     /// departed ones), in one pass over the held msgids: for a write that

@@ -440,6 +440,127 @@ fn appendbatch_items_and_imports_carry_msgids() {
     );
 }
 
+/// A batch answers each message as consecutive MEM.APPENDs would: whether
+/// a message is a retry is settled when its turn comes. An earlier message
+/// of the batch may evict the one a msgid names and push that msgid out of
+/// the last 128 that left (hostile pass 52: the batch looked every msgid up
+/// before it ran, so a message whose msgid had just been forgotten was
+/// answered `duplicate 1` and dropped). Compared with the same messages
+/// sent one by one to another key, on the master and on a replica.
+#[test]
+fn a_batch_settles_each_retry_when_its_turn_comes() {
+    let master = Server::start();
+    let replica = Server::start();
+    let mut con = master.client();
+    let mut rcon = replica.client();
+    ok(
+        &mut rcon,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    );
+    let outcome = |f: Vec<(String, redis::Value)>| {
+        (
+            int_field(&f, "id"),
+            int_field(&f, "duplicate"),
+            int_field(&f, "messages"),
+            int_field(&f, "trimmed"),
+        )
+    };
+    // Case 1: 128 departed msgids m0..m127 and m128 held; the batch's first
+    // message evicts m128, which pushes m0 out; m0 is then new. Case 2: the
+    // batch's own "x" leaves, 128 more follow it out, and "x" comes again.
+    let held_first: Vec<(String, String)> = (0..=128)
+        .map(|i| (format!("m{i}"), format!("msg {i}")))
+        .collect();
+    let case1: Vec<(String, String)> = vec![
+        ("new1".to_owned(), "new".to_owned()),
+        ("m0".to_owned(), "retry of m0?".to_owned()),
+        ("m128".to_owned(), "m128 left, remembered".to_owned()),
+    ];
+    let mut case2: Vec<(String, String)> = vec![("x".to_owned(), "first x".to_owned())];
+    case2.extend((0..129).map(|i| (format!("y{i}"), format!("y {i}"))));
+    case2.push(("x".to_owned(), "x again".to_owned()));
+    case2.push(("y128".to_owned(), "y128 held".to_owned()));
+    for (name, setup, batch) in [
+        ("case1", &held_first[..], &case1),
+        ("case2", &[][..], &case2),
+    ] {
+        let (by_batch, one_by_one) = (format!("mem:{{{name}}}b"), format!("mem:{{{name}}}a"));
+        for k in [&by_batch, &one_by_one] {
+            for (msgid, content) in setup {
+                append(
+                    &mut con,
+                    k,
+                    "user",
+                    content,
+                    &["TOKENS", "1", "MSGID", msgid, "MAXMSGS", "1"],
+                );
+            }
+        }
+        let items: Vec<String> = batch
+            .iter()
+            .map(|(msgid, content)| {
+                format!(r#"{{"role":"user","content":"{content}","msgid":"{msgid}","tokens":1}}"#)
+            })
+            .collect();
+        let v = ok(
+            &mut con,
+            &[
+                "MEM.APPENDBATCH",
+                &by_batch,
+                &format!("[{}]", items.join(",")),
+                "MAXMSGS",
+                "1",
+            ],
+        );
+        let redis::Value::Array(replies) = v else {
+            panic!("{v:?}")
+        };
+        let got: Vec<_> = replies.into_iter().map(as_fields).map(outcome).collect();
+        let want: Vec<_> = batch
+            .iter()
+            .map(|(msgid, content)| {
+                outcome(append(
+                    &mut con,
+                    &one_by_one,
+                    "user",
+                    content,
+                    &["TOKENS", "1", "MSGID", msgid, "MAXMSGS", "1"],
+                ))
+            })
+            .collect();
+        assert_eq!(got, want, "{name}");
+        // The same messages (their times are each write's own).
+        let held = |con: &mut redis::Connection, k: &str| {
+            let redis::Value::Array(items) = ok(con, &["MEM.GET", k]) else {
+                panic!()
+            };
+            items
+                .into_iter()
+                .map(|m| {
+                    let mut f = as_fields(m);
+                    f.retain(|(name, _)| name != "ts");
+                    f
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            held(&mut con, &by_batch),
+            held(&mut con, &one_by_one),
+            "{name}"
+        );
+        let dups = got.iter().filter(|o| o.1 == 1).count();
+        assert_eq!(dups, 1, "{name}: only the last message is a retry");
+        // The replica applied the batch's ops: the same session.
+        let master_view = ok(&mut con, &["MEM.GET", &by_batch]);
+        wait_until("the replica's copy of the batch", 10, || {
+            redis::cmd("MEM.GET")
+                .arg(&by_batch)
+                .query::<redis::Value>(&mut rcon)
+                .is_ok_and(|v| v == master_view)
+        });
+    }
+}
+
 /// A large append is counted on the pool while the client waits: a retry
 /// sent meanwhile (another connection, the first one timed out) is counted
 /// too, and the second to come back finds the first's message: stored once.
