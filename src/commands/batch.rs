@@ -374,7 +374,7 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
             counting,
             recounted,
         };
-        batch.commit(ctx, keyname, &mut key, thresholds)?
+        batch.commit(ctx, keyname, &mut key, thresholds, &cfg)?
     };
     let reply = Reply::new(ctx);
     reply.array(outcomes.len());
@@ -501,6 +501,7 @@ impl Batch {
         keyname: &RedisString,
         key: &mut SessionKey,
         thresholds: Thresholds,
+        cfg: &Config,
     ) -> Result<Vec<(Outcome, bool)>, RedisError> {
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
@@ -511,19 +512,16 @@ impl Batch {
             .and_then(|s| s.op.new_session());
         let now = self.now;
         let session = key.session_or_create(|| first)?;
-        // A new tokenizer: the session re-counted first (replicated as an op).
-        model_switch::apply(
-            ctx,
-            keyname,
-            session,
-            now,
-            self.counting,
-            self.recounted.as_ref(),
-        )?;
         let mut wires = Vec::with_capacity(self.steps.len());
         let mut outcomes = Vec::with_capacity(self.steps.len());
         // msgid -> id of the batch's messages appended so far.
         let mut appended: HashMap<Box<str>, u64> = HashMap::new();
+        // A retry's reply as MEM.APPEND's: the session's totals as reads
+        // show them (past maxage left out) and its own thresholds, taken
+        // once for a run of retries (an aged session's view is a pass over
+        // its heads).
+        let mut retry_reply: Option<(Outcome, bool)> = None;
+        let mut switched = false;
         for mut step in self.steps {
             // A retry while the session still remembers what it retries.
             let msgid = step.msgid().map(Box::<str>::from);
@@ -537,11 +535,33 @@ impl Batch {
             });
             if let Some((id, tokens)) = original {
                 stats::add(&stats::DUPLICATES, 1);
-                outcomes.push((
-                    session.duplicate_outcome(id, tokens),
-                    session.meets(thresholds),
-                ));
+                let (totals, summarize) = retry_reply.get_or_insert_with(|| {
+                    let live = session.live(now);
+                    let summarize = live.meets(session_thresholds(&live, cfg));
+                    (live.duplicate_outcome(0, 0), summarize)
+                });
+                let outcome = Outcome {
+                    id,
+                    tokens,
+                    ..totals.clone()
+                };
+                outcomes.push((outcome, *summarize));
                 continue;
+            }
+            retry_reply = None;
+            if !switched {
+                // A new tokenizer: the session re-counted (replicated as an
+                // op) before the first message appended, as a MEM.APPEND's
+                // would be; the retries before it change nothing.
+                model_switch::apply(
+                    ctx,
+                    keyname,
+                    session,
+                    now,
+                    self.counting,
+                    self.recounted.as_ref(),
+                )?;
+                switched = true;
             }
             let id = next_id(session.last_id).map_err(crate::error::session)?;
             if let Op::Append { message, .. } = &mut step.op {

@@ -561,6 +561,87 @@ fn a_batch_settles_each_retry_when_its_turn_comes() {
     }
 }
 
+/// A case: its name, the appends before it, the batch's items (content,
+/// msgid, ts) and the batch's options.
+type Case<'a> = (
+    &'a str,
+    Vec<Vec<&'a str>>,
+    Vec<(&'a str, &'a str, Option<&'a str>)>,
+    Vec<&'a str>,
+);
+
+/// A retry in a batch that also appends is answered as MEM.APPEND answers
+/// it (hostile pass 53): before a MODEL switch the batch makes, with the
+/// session's own caps for `summarize`, and with the totals reads show
+/// (messages past MAXAGE left out).
+#[test]
+fn a_retry_in_a_batch_is_answered_as_mem_append_answers_it() {
+    let server = Server::start();
+    let mut con = server.client();
+    let text = "héllo wörld, ünïcode text 日本語のテキスト";
+    let cases: [Case; 3] = [
+        (
+            "model switch",
+            vec![vec!["user", text, "MSGID", "m1", "MODEL", "gpt-4o"]],
+            vec![(text, "m1", None), ("y", "m2", None)],
+            vec!["MODEL", "gpt-4"],
+        ),
+        (
+            "new caps",
+            vec![
+                vec!["user", "one", "MSGID", "m1"],
+                vec!["user", "two", "MSGID", "m2"],
+                vec!["user", "three", "MSGID", "m3"],
+            ],
+            vec![("one", "m1", None), ("x", "m4", None)],
+            vec!["MAXMSGS", "3"],
+        ),
+        (
+            "maxage",
+            vec![],
+            vec![("hi", "a", Some("1000")), ("hi", "a", None)],
+            vec!["MAXAGE", "100"],
+        ),
+    ];
+    for (n, (name, setup, items, opts)) in cases.into_iter().enumerate() {
+        let (by_batch, one_by_one) = (format!("mem:{{r{n}}}b"), format!("mem:{{r{n}}}a"));
+        for k in [&by_batch, &one_by_one] {
+            for args in &setup {
+                append(&mut con, k, args[0], args[1], &args[2..]);
+            }
+        }
+        let json: Vec<String> = items
+            .iter()
+            .map(|(content, msgid, ts)| {
+                let ts = ts.map(|t| format!(r#","ts":{t}"#)).unwrap_or_default();
+                format!(r#"{{"role":"user","content":"{content}","msgid":"{msgid}"{ts}}}"#)
+            })
+            .collect();
+        let json = format!("[{}]", json.join(","));
+        let mut args = vec!["MEM.APPENDBATCH", by_batch.as_str(), json.as_str()];
+        args.extend_from_slice(&opts);
+        let redis::Value::Array(replies) = ok(&mut con, &args) else {
+            panic!("{name}")
+        };
+        let got: Vec<_> = replies.into_iter().map(as_fields).collect();
+        for (i, (content, msgid, ts)) in items.iter().enumerate() {
+            let mut item_opts = vec!["MSGID", msgid];
+            if let Some(ts) = ts {
+                item_opts.extend_from_slice(&["TS", ts]);
+            }
+            item_opts.extend_from_slice(&opts);
+            let want = append(&mut con, &one_by_one, "user", content, &item_opts);
+            let pick = |f: &[(String, redis::Value)]| {
+                OUTCOME_FIELDS
+                    .iter()
+                    .map(|name| int_field(f, name))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(pick(&got[i]), pick(&want), "{name}: item {i}");
+        }
+    }
+}
+
 /// A large append is counted on the pool while the client waits: a retry
 /// sent meanwhile (another connection, the first one timed out) is counted
 /// too, and the second to come back finds the first's message: stored once.
