@@ -467,19 +467,36 @@ fn retried_whole(
 ) -> Vec<(Outcome, bool)> {
     let mut outcomes = Vec::with_capacity(steps.len());
     if let Some(session) = session {
-        // The session's totals as reads show them (past maxage left out).
-        let live = session.live(now);
-        let threshold = live.meets(session_thresholds(&live, cfg));
+        let totals = retry_totals(session, now, cfg);
         // All retries of the session's: an earlier message of the batch
         // would have been new.
         for step in steps {
             if let Some(RetryOf::Session(id, tokens)) = step.retry_of {
-                outcomes.push((live.duplicate_outcome(id, tokens), threshold));
+                outcomes.push(retry_outcome(&totals, id, tokens));
             }
         }
         stats::add(&stats::DUPLICATES, outcomes.len() as u64);
     }
     outcomes
+}
+
+/// What a retry's reply takes from the session, as MEM.APPEND's: its
+/// totals as reads show them (past maxage left out) and whether it meets
+/// its own thresholds (`id` and `tokens` are the retried message's).
+fn retry_totals(session: &Session, now: i64, cfg: &Config) -> (Outcome, bool) {
+    let live = session.live(now);
+    let summarize = live.meets(session_thresholds(&live, cfg));
+    (live.duplicate_outcome(0, 0), summarize)
+}
+
+/// The reply to a retry of message `id`, which carries `tokens`.
+fn retry_outcome((totals, summarize): &(Outcome, bool), id: u64, tokens: u64) -> (Outcome, bool) {
+    let outcome = Outcome {
+        id,
+        tokens,
+        ..totals.clone()
+    };
+    (outcome, *summarize)
 }
 
 /// A checked batch with something new in it, ready to commit.
@@ -516,10 +533,8 @@ impl Batch {
         let mut outcomes = Vec::with_capacity(self.steps.len());
         // msgid -> id of the batch's messages appended so far.
         let mut appended: HashMap<Box<str>, u64> = HashMap::new();
-        // A retry's reply as MEM.APPEND's: the session's totals as reads
-        // show them (past maxage left out) and its own thresholds, taken
-        // once for a run of retries (an aged session's view is a pass over
-        // its heads).
+        // A retry's reply (`retry_totals`), taken once for a run of
+        // retries: an aged session's view is a pass over its heads.
         let mut retry_reply: Option<(Outcome, bool)> = None;
         let mut switched = false;
         for mut step in self.steps {
@@ -535,17 +550,8 @@ impl Batch {
             });
             if let Some((id, tokens)) = original {
                 stats::add(&stats::DUPLICATES, 1);
-                let (totals, summarize) = retry_reply.get_or_insert_with(|| {
-                    let live = session.live(now);
-                    let summarize = live.meets(session_thresholds(&live, cfg));
-                    (live.duplicate_outcome(0, 0), summarize)
-                });
-                let outcome = Outcome {
-                    id,
-                    tokens,
-                    ..totals.clone()
-                };
-                outcomes.push((outcome, *summarize));
+                let totals = retry_reply.get_or_insert_with(|| retry_totals(session, now, cfg));
+                outcomes.push(retry_outcome(totals, id, tokens));
                 continue;
             }
             retry_reply = None;
