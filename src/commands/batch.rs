@@ -23,7 +23,7 @@ use crate::key::SessionKey;
 use crate::offload::{self, can_block, encoding_build, model_switch, Pass};
 use crate::session::{
     check_tool_has_call, next_id, Message, Op, Outcome, Prepared, Recounted, Session, Settings,
-    Snapshot, Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS,
+    Snapshot, Thresholds, MAX_MESSAGE_TOKENS, MAX_ROLE_BYTES, MAX_TS, TOOL_ROLE,
 };
 use crate::stats;
 use crate::tokenizer::{count_message, Counting};
@@ -229,15 +229,6 @@ enum RetryOf {
     Session(u64, u64),
     /// An earlier message of the batch.
     Earlier,
-}
-
-impl Step {
-    fn msgid(&self) -> Option<&str> {
-        match &self.op {
-            Op::Append { msgid, .. } => msgid.as_deref(),
-            _ => None,
-        }
-    }
 }
 
 /// The steps of a batch, each message's retry looked up in the session
@@ -520,74 +511,43 @@ impl Batch {
         thresholds: Thresholds,
         cfg: &Config,
     ) -> Result<Vec<(Outcome, bool)>, RedisError> {
+        self.check_tool_results(key.session(), thresholds, cfg)?;
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
-        let first = self
-            .steps
-            .iter()
-            .find(|s| s.retry_of.is_none())
-            .and_then(|s| s.op.new_session());
-        let now = self.now;
+        let first = self.first_session();
+        let (now, counting) = (self.now, self.counting);
+        let recounted = self.recounted;
         let session = key.session_or_create(|| first)?;
         let mut wires = Vec::with_capacity(self.steps.len());
-        let mut outcomes = Vec::with_capacity(self.steps.len());
-        // msgid -> id of the batch's messages appended so far.
-        let mut appended: HashMap<Box<str>, u64> = HashMap::new();
-        // A retry's reply (`retry_totals`), taken once for a run of
-        // retries: an aged session's view is a pass over its heads.
-        let mut retry_reply: Option<(Outcome, bool)> = None;
-        let mut switched = false;
-        for mut step in self.steps {
-            // A retry while the session still remembers what it retries.
-            let msgid = step.msgid().map(Box::<str>::from);
-            let original = msgid.as_deref().and_then(|m| {
-                let id = match (appended.get(m), step.retry_of) {
-                    (Some(id), _) => *id,
-                    (None, Some(RetryOf::Session(id, _))) => id,
-                    _ => return None,
+        let steps = self.steps.into_iter().map(|s| {
+            let wire = s.wire;
+            (s.op, s.prepared, s.retry_of, wire)
+        });
+        // A new tokenizer: the session re-counted (replicated as an op)
+        // before the first message appended, as a MEM.APPEND's would be.
+        let recount = |s: &mut Session| {
+            model_switch::apply(ctx, keyname, s, now, counting, recounted.as_ref())
+        };
+        let outcomes = replay(
+            session,
+            steps,
+            now,
+            thresholds,
+            cfg,
+            recount,
+            |_, _, op, wire| {
+                // MEM._APPLY key header content: the content's string the
+                // worker made for a large batch, or one made here.
+                let content = match wire {
+                    Some(Wire(s)) => s,
+                    None => RedisString::create_from_slice(ctx.ctx, op.content_bytes()),
                 };
-                session.remembered(m, id)
-            });
-            if let Some((id, tokens)) = original {
-                stats::add(&stats::DUPLICATES, 1);
-                let totals = retry_reply.get_or_insert_with(|| retry_totals(session, now, cfg));
-                outcomes.push(retry_outcome(totals, id, tokens));
-                continue;
-            }
-            retry_reply = None;
-            if !switched {
-                // A new tokenizer: the session re-counted (replicated as an
-                // op) before the first message appended, as a MEM.APPEND's
-                // would be; the retries before it change nothing.
-                model_switch::apply(
-                    ctx,
-                    keyname,
-                    session,
-                    now,
-                    self.counting,
-                    self.recounted.as_ref(),
-                )?;
-                switched = true;
-            }
-            let id = next_id(session.last_id).map_err(crate::error::session)?;
-            if let Op::Append { message, .. } = &mut step.op {
-                message.id = id;
-            }
-            // MEM._APPLY key header content: the content's string the
-            // worker made for a large batch, or one made here.
-            let content = match step.wire.take() {
-                Some(Wire(s)) => s,
-                None => RedisString::create_from_slice(ctx.ctx, step.op.content_bytes()),
-            };
-            wires.push((OpHeader::of(&step.op), content));
-            let outcome = session
-                .apply_one_of_many(step.op, step.prepared)
-                .map_err(crate::error::session)?;
-            if let Some(m) = msgid {
-                appended.insert(m, id);
-            }
-            outcomes.push((outcome, session.meets(thresholds)));
-        }
+                wires.push((OpHeader::of(op), content));
+                Ok(())
+            },
+        )?;
+        let retries = outcomes.iter().filter(|(o, _)| o.duplicate).count();
+        stats::add(&stats::DUPLICATES, retries as u64);
         let how = Propagate::Ops(wires);
         session.settle();
         let expiry = session.key_expiry(now);
@@ -595,6 +555,142 @@ impl Batch {
         finish_write(ctx, keyname, key, how, expiry, &events);
         Ok(outcomes)
     }
+
+    /// The session a batch to a missing key creates.
+    fn first_session(&self) -> Option<Session> {
+        self.steps
+            .iter()
+            .find(|s| s.retry_of.is_none())
+            .and_then(|s| s.op.new_session())
+    }
+
+    /// A tool result needs a message a read shows before it, as each
+    /// MEM.APPEND checks (`check_tool_has_call`). Every message of a batch
+    /// is read at `now`, so one appended before a tool result shows, unless
+    /// its TS is already past MAXAGE: then the batch is run on a copy of
+    /// the session first (rare; a message that ages out in the batch may
+    /// take others with it, which only running the steps settles).
+    fn check_tool_results(
+        &self,
+        session: Option<&Session>,
+        thresholds: Thresholds,
+        cfg: &Config,
+    ) -> Result<(), RedisError> {
+        // From the last message back: one pass, whatever the batch's size.
+        let mut tool_after = false;
+        let aged_then_tool = self.steps.iter().rev().any(|s| match &s.op {
+            Op::Append {
+                settings, message, ..
+            } => {
+                let aged = settings
+                    .age_cutoff(self.now)
+                    .is_some_and(|cutoff| message.ts < cutoff);
+                let found = aged && tool_after;
+                tool_after |= message.role.as_ref() == TOOL_ROLE;
+                found
+            }
+            _ => false,
+        });
+        if !aged_then_tool {
+            return Ok(());
+        }
+        let mut copy = match session {
+            Some(s) => s.clone(),
+            None => self.first_session().ok_or_else(crate::error::no_such_key)?,
+        };
+        let now = self.now;
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| (s.op.clone(), None, s.retry_of, ()));
+        let recount = |s: &mut Session| {
+            let op = model_switch::recount_op(s, now, self.counting, self.recounted.as_ref())?;
+            match op {
+                Some(op) => s.apply(op).map(drop).map_err(crate::error::session),
+                None => Ok(()),
+            }
+        };
+        replay(
+            &mut copy,
+            steps,
+            now,
+            thresholds,
+            cfg,
+            recount,
+            |i, s, op, ()| {
+                let role = match op {
+                    Op::Append { message, .. } => &*message.role,
+                    _ => "",
+                };
+                check_tool_has_call(Some(s), role, now)
+                    .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))
+            },
+        )
+        .map(drop)
+    }
+}
+
+/// Runs a batch's steps on `session` as consecutive MEM.APPENDs would: a
+/// retry answered while the session still remembers what it retries,
+/// `recount` run just before the first message appended, ids given as
+/// messages go in. `appending` sees each new message (its index, the
+/// session before it, its op, `W`) before it is applied. The outcome of
+/// each message and whether the session then meets `thresholds`.
+fn replay<W>(
+    session: &mut Session,
+    steps: impl Iterator<Item = (Op, Option<Prepared>, Option<RetryOf>, W)>,
+    now: i64,
+    thresholds: Thresholds,
+    cfg: &Config,
+    mut recount: impl FnMut(&mut Session) -> Result<(), RedisError>,
+    mut appending: impl FnMut(usize, &Session, &Op, W) -> Result<(), RedisError>,
+) -> Result<Vec<(Outcome, bool)>, RedisError> {
+    let mut outcomes = Vec::with_capacity(steps.size_hint().0);
+    // msgid -> id of the batch's messages appended so far.
+    let mut appended: HashMap<Box<str>, u64> = HashMap::new();
+    // A retry's reply (`retry_totals`), taken once for a run of retries:
+    // an aged session's view is a pass over its heads.
+    let mut retry_reply: Option<(Outcome, bool)> = None;
+    let mut switched = false;
+    for (i, (mut op, prepared, retry_of, w)) in steps.enumerate() {
+        // A retry while the session still remembers what it retries.
+        let msgid = match &op {
+            Op::Append { msgid, .. } => msgid.clone(),
+            _ => None,
+        };
+        let original = msgid.as_deref().and_then(|m| {
+            let id = match (appended.get(m), retry_of) {
+                (Some(id), _) => *id,
+                (None, Some(RetryOf::Session(id, _))) => id,
+                _ => return None,
+            };
+            session.remembered(m, id)
+        });
+        if let Some((id, tokens)) = original {
+            let totals = retry_reply.get_or_insert_with(|| retry_totals(session, now, cfg));
+            outcomes.push(retry_outcome(totals, id, tokens));
+            continue;
+        }
+        retry_reply = None;
+        if !switched {
+            // The retries before it change nothing.
+            recount(session)?;
+            switched = true;
+        }
+        let id = next_id(session.last_id).map_err(crate::error::session)?;
+        if let Op::Append { message, .. } = &mut op {
+            message.id = id;
+        }
+        appending(i, session, &op, w)?;
+        let outcome = session
+            .apply_one_of_many(op, prepared)
+            .map_err(crate::error::session)?;
+        if let Some(m) = msgid {
+            appended.insert(m, id);
+        }
+        outcomes.push((outcome, session.meets(thresholds)));
+    }
+    Ok(outcomes)
 }
 
 pub static APPEND_BATCH: CommandDecl = CommandDecl {

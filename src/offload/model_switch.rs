@@ -7,7 +7,7 @@ use redis_module::{Context, RedisError, RedisString};
 use crate::config::Config;
 use crate::error;
 use crate::persistence;
-use crate::session::{Recounted, Session, Snapshot};
+use crate::session::{Op, Recounted, Session, Snapshot};
 use crate::tokenizer::{count_message, Counting, Encoding, ToolFormat};
 
 /// The session's counter under `encoding`, with `tools`' format of tool calls.
@@ -50,9 +50,27 @@ pub fn apply(
     counting: Counting,
     done: Option<&Recounted>,
 ) -> Result<(), RedisError> {
+    let Some(op) = recount_op(session, now, counting, done)? else {
+        return Ok(());
+    };
+    let payload = persistence::encode_op(&op);
+    session.apply(op).map_err(error::session)?;
+    let payload = RedisString::create_from_slice(ctx.ctx, &payload);
+    crate::commands::replicate(ctx, c"MEM._APPLY", [keyname, &payload]);
+    Ok(())
+}
+
+/// The re-count [`apply`] applies, or None when the session already
+/// counts under `counting` (a batch's dry run applies it to a copy).
+pub fn recount_op(
+    session: &Session,
+    now: i64,
+    counting: Counting,
+    done: Option<&Recounted>,
+) -> Result<Option<Op>, RedisError> {
     let encoding = counting.encoding;
     if needed(Some(session), counting).is_none() {
-        return Ok(());
+        return Ok(None);
     }
     // Counts of another lifetime of the key (deleted and made again while
     // the worker counted) cover nothing: its ids name other messages.
@@ -66,12 +84,11 @@ pub fn apply(
     if uncovered as u64 >= cfg.inline_limit(encoding) {
         return Err(grew_meanwhile(uncovered));
     }
-    let op = session.recount_op(now, &coverage, &counter(counting.tools));
-    let payload = persistence::encode_op(&op);
-    session.apply(op).map_err(error::session)?;
-    let payload = RedisString::create_from_slice(ctx.ctx, &payload);
-    crate::commands::replicate(ctx, c"MEM._APPLY", [keyname, &payload]);
-    Ok(())
+    Ok(Some(session.recount_op(
+        now,
+        &coverage,
+        &counter(counting.tools),
+    )))
 }
 
 /// A large text counted off the main thread whose session changed tokenizer

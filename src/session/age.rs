@@ -9,21 +9,13 @@
 
 use std::borrow::Cow;
 
-use super::Session;
+use super::{Session, Settings};
 
 impl Session {
     /// The earliest `ts` a message may have at `now` and stay, or `None`
     /// when the session has no age limit.
     pub fn age_cutoff(&self, now: i64) -> Option<i64> {
-        if self.settings.max_age == 0 {
-            return None;
-        }
-        // max_age is bounded (100 years from clients; loaded values are
-        // clamped here), so the product cannot overflow.
-        let age_ms = i64::try_from(self.settings.max_age)
-            .unwrap_or(i64::MAX)
-            .saturating_mul(1000);
-        Some(now.saturating_sub(age_ms))
+        self.settings.age_cutoff(now)
     }
 
     /// Which messages an eviction at `now` removes (true = evicted), or
@@ -197,5 +189,21 @@ impl Session {
         }
         view.msgids.leave_ids(&left);
         Cow::Owned(view)
+    }
+}
+
+impl Settings {
+    /// The earliest `ts` a message may have at `now` and stay under these
+    /// settings, or `None` when they set no age limit.
+    pub fn age_cutoff(&self, now: i64) -> Option<i64> {
+        if self.max_age == 0 {
+            return None;
+        }
+        // max_age is bounded (100 years from clients; loaded values are
+        // clamped here), so the product cannot overflow.
+        let age_ms = i64::try_from(self.max_age)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1000);
+        Some(now.saturating_sub(age_ms))
     }
 }

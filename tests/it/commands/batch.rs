@@ -308,3 +308,155 @@ fn meta_is_stored_alike_by_every_command_and_null_means_none_in_documents() {
     );
     assert_eq!(get(&mut con, &["MEM.GET", "mem:{n}"]).len(), 1);
 }
+
+/// A tool result needs a message a read shows before it, in a batch as one
+/// by one (hostile pass 53, F4): the batch checked only its first new
+/// message, so a message whose TS was already past MAXAGE let the tool
+/// result after it in, where MEM.APPEND refuses it (the aged call would be
+/// kept alive by its result). Each case runs the same messages through
+/// MEM.APPENDBATCH and MEM.APPEND one by one: the batch is refused whole
+/// (naming the message MEM.APPEND refused, the key unchanged) or equal to
+/// the appends, on the master and on a replica.
+#[test]
+fn a_tool_result_after_an_aged_message_is_refused_in_a_batch_as_one_by_one() {
+    let master = Server::start();
+    let (_replica, mut rcon) = start_replica(&master);
+    let mut con = master.client();
+    let now = now_ms();
+    let (aged, fresh) = (1_000i64, now - 1_000);
+    let msg =
+        |role: &str, ts: i64| json!({"role": role, "content": format!("{role} at {ts}"), "ts": ts});
+    // (name, messages already held, the batch, its options, the item refused)
+    type Case<'a> = (&'a str, Json, Json, &'a [&'a str], Option<usize>);
+    let cases: [Case; 5] = [
+        (
+            "empty",
+            json!([]),
+            json!([msg("user", aged), msg("tool", fresh)]),
+            &["MAXAGE", "100"],
+            Some(1),
+        ),
+        (
+            "live before",
+            json!([msg("user", fresh)]),
+            json!([msg("assistant", aged), msg("tool", fresh)]),
+            &["MAXAGE", "100"],
+            None,
+        ),
+        (
+            "capped away",
+            json!([msg("user", fresh)]),
+            json!([msg("assistant", aged), msg("tool", fresh)]),
+            &["MAXAGE", "100", "MAXMSGS", "1"],
+            Some(1),
+        ),
+        (
+            "later in the batch",
+            json!([]),
+            json!([
+                msg("user", fresh),
+                msg("assistant", aged),
+                msg("user", aged),
+                msg("tool", fresh)
+            ]),
+            &["MAXAGE", "100", "MAXMSGS", "1"],
+            Some(3),
+        ),
+        (
+            "no maxage",
+            json!([]),
+            json!([msg("user", aged), msg("tool", fresh)]),
+            &[],
+            None,
+        ),
+    ];
+    for (n, (name, held, items, opts, refused)) in cases.into_iter().enumerate() {
+        let (by_batch, singles) = (format!("mem:{{t{n}}}b"), format!("mem:{{t{n}}}a"));
+        for k in [&by_batch, &singles] {
+            if !held.as_array().unwrap().is_empty() {
+                batch(&mut con, k, &held, opts);
+            }
+        }
+        let before = snap(&mut con, &by_batch);
+        // One by one, up to the first refusal.
+        let mut want = Vec::new();
+        let mut refused_at = None;
+        for (i, m) in items.as_array().unwrap().iter().enumerate() {
+            let (role, content, ts) = (
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap(),
+                m["ts"].to_string(),
+            );
+            let mut args = vec![
+                "MEM.APPEND",
+                singles.as_str(),
+                role,
+                content,
+                "TS",
+                ts.as_str(),
+            ];
+            args.extend_from_slice(opts);
+            match cmd(&mut con, &args) {
+                Ok(v) => want.push(as_fields(v)),
+                Err(e) => {
+                    assert!(
+                        err_text(&e).contains("cannot be the session's first message"),
+                        "{name}: {e}"
+                    );
+                    refused_at = Some(i);
+                    break;
+                }
+            }
+        }
+        assert_eq!(refused_at, refused, "{name}: one by one");
+        let text = items.to_string();
+        let mut args = vec!["MEM.APPENDBATCH", by_batch.as_str(), text.as_str()];
+        args.extend_from_slice(opts);
+        match refused {
+            Some(i) => {
+                let e = err(&mut con, &args);
+                assert!(
+                    e.contains(&format!(
+                        "messages[{i}]: a tool result cannot be the session's first message"
+                    )),
+                    "{name}: {e}"
+                );
+                assert_unchanged(&mut con, &by_batch, &before, name);
+            }
+            None => {
+                let Value::Array(got) = ok(&mut con, &args) else {
+                    panic!("{name}")
+                };
+                let got: Vec<_> = got.into_iter().map(as_fields).collect();
+                assert_eq!(got, want, "{name}: replies");
+                assert_eq!(
+                    history(&mut con, &by_batch),
+                    history(&mut con, &singles),
+                    "{name}"
+                );
+            }
+        }
+        let view = |c: &mut redis::Connection| {
+            redis::cmd("MEM.GET")
+                .arg(&by_batch)
+                .arg("FORMAT")
+                .arg("JSON")
+                .query::<Option<String>>(c)
+        };
+        let master_view = view(&mut con).unwrap();
+        session::wait_until("the replica's copy of the batch's key", 10, || {
+            view(&mut rcon).is_ok_and(|v| v == master_view)
+        });
+    }
+    // The copy a batch is first run on switches tokenizer as the session
+    // would: the same counts and the same messages as one by one.
+    let items = json!([msg("assistant", aged), msg("tool", fresh)]);
+    let opts = ["MAXAGE", "100", "MODEL", "gpt-4o"];
+    for k in ["mem:{m}b", "mem:{m}a"] {
+        append(&mut con, k, "user", "held", &["MODEL", "gpt-4"]);
+    }
+    let got = batch(&mut con, "mem:{m}b", &items, &opts);
+    let want = one_by_one(&mut con, "mem:{m}a", &items, &opts);
+    assert_eq!(got, want, "model switch: replies");
+    assert_eq!(history(&mut con, "mem:{m}b"), history(&mut con, "mem:{m}a"));
+}
