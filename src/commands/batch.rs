@@ -353,17 +353,20 @@ fn batch_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Parsed>) -> R
         retried_whole(key.session(), &steps, now, &cfg)
     } else {
         check_room(key.session(), &steps)?;
-        // Every message may turn out new by its turn: their ids must exist.
+        // Every message may turn out new by its turn; when the ids left
+        // are fewer than the messages, the batch is run on a copy first
+        // (commit): only the messages new by their turn take one.
         let last_id = key.session().map_or(0, |s| s.last_id);
-        (0..steps.len())
+        let ids_short = (0..steps.len())
             .try_fold(last_id, |id, _| next_id(id))
-            .map_err(crate::error::session)?;
+            .is_err();
         let thresholds = settings_thresholds(&settings, &cfg);
         let batch = Batch {
             steps,
             now,
             counting,
             recounted,
+            ids_short,
         };
         batch.commit(ctx, keyname, &mut key, thresholds, &cfg)?
     };
@@ -497,6 +500,8 @@ struct Batch {
     counting: Counting,
     /// The session's counts under `encoding`, counted by the worker.
     recounted: Option<Recounted>,
+    /// The session has fewer ids left than the batch has messages.
+    ids_short: bool,
 }
 
 impl Batch {
@@ -511,7 +516,7 @@ impl Batch {
         thresholds: Thresholds,
         cfg: &Config,
     ) -> Result<Vec<(Outcome, bool)>, RedisError> {
-        self.check_tool_results(key.session(), thresholds, cfg)?;
+        self.check_on_copy(key.session(), thresholds, cfg)?;
         // Everything is validated; from here on the write cannot fail (an
         // op is refused only for an id that is not increasing, checked above).
         let first = self.first_session();
@@ -564,13 +569,16 @@ impl Batch {
             .and_then(|s| s.op.new_session())
     }
 
-    /// A tool result needs a message a read shows before it, as each
-    /// MEM.APPEND checks (`check_tool_has_call`). Every message of a batch
-    /// is read at `now`, so one appended before a tool result shows, unless
-    /// its TS is already past MAXAGE: then the batch is run on a copy of
-    /// the session first (rare; a message that ages out in the batch may
-    /// take others with it, which only running the steps settles).
-    fn check_tool_results(
+    /// What only running the batch settles, settled on a copy of the
+    /// session before the batch changes anything. A tool result needs a
+    /// message a read shows before it, as each MEM.APPEND checks
+    /// (`check_tool_has_call`): every message of a batch is read at `now`,
+    /// so one appended before a tool result shows, unless its TS is already
+    /// past MAXAGE (then a message that ages out may take others with it).
+    /// And when the session has fewer ids left than the batch has messages,
+    /// only those new by their turn (not retries) take one. Rare: any other
+    /// batch is not copied.
+    fn check_on_copy(
         &self,
         session: Option<&Session>,
         thresholds: Thresholds,
@@ -591,7 +599,7 @@ impl Batch {
             }
             _ => false,
         });
-        if !aged_then_tool {
+        if !aged_then_tool && !self.ids_short {
             return Ok(());
         }
         let mut copy = match session {

@@ -453,10 +453,71 @@ fn a_tool_result_after_an_aged_message_is_refused_in_a_batch_as_one_by_one() {
     let items = json!([msg("assistant", aged), msg("tool", fresh)]);
     let opts = ["MAXAGE", "100", "MODEL", "gpt-4o"];
     for k in ["mem:{m}b", "mem:{m}a"] {
-        append(&mut con, k, "user", "held", &["MODEL", "gpt-4"]);
+        let ts = fresh.to_string();
+        append(&mut con, k, "user", "held", &["MODEL", "gpt-4", "TS", &ts]);
     }
     let got = batch(&mut con, "mem:{m}b", &items, &opts);
     let want = one_by_one(&mut con, "mem:{m}a", &items, &opts);
     assert_eq!(got, want, "model switch: replies");
     assert_eq!(history(&mut con, "mem:{m}b"), history(&mut con, "mem:{m}a"));
+}
+
+/// Near the last id (2^53 - 1) a batch takes ids only for the messages new
+/// by their turn, as MEM.APPEND one by one (hostile pass 53, F5: a retry
+/// counted as needing one, so a batch that fitted was refused); one that
+/// does not fit is refused whole, changing nothing.
+#[test]
+fn a_batch_near_the_last_id_takes_ids_only_for_its_new_messages() {
+    let server = Server::start();
+    let mut con = server.client();
+    let top: u64 = (1 << 53) - 1;
+    // One message (id top - 1, msgid m1) after a summary: one id left.
+    let doc = json!({
+        "conversation_history": [{"role": "user", "content": "near the top", "msgid": "m1"}],
+        "summary": {"text": "long ago", "upto": top - 2},
+    });
+    for k in ["mem:{top}b", "mem:{top}a", "mem:{top}c"] {
+        ok(&mut con, &["MEM.IMPORT", k, &doc.to_string()]);
+    }
+    let retry_then_new = json!([{"role": "user", "content": "near the top", "msgid": "m1"},
+                                {"role": "user", "content": "x"}]);
+    let got = batch(&mut con, "mem:{top}b", &retry_then_new, &[]);
+    let want: Vec<_> = [vec!["MSGID", "m1"], vec![]]
+        .iter()
+        .zip(["near the top", "x"])
+        .map(|(opts, content)| append(&mut con, "mem:{top}a", "user", content, opts))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(int_field(&got[1], "id") as u64, top);
+    // The same messages (the times are each write's own).
+    let untimed = |con: &mut redis::Connection, k: &str| {
+        let mut h = history(con, k);
+        for m in h.as_array_mut().unwrap() {
+            let m = m.as_object_mut().unwrap();
+            m.remove("ts");
+            m.remove("timestamp");
+        }
+        h
+    };
+    assert_eq!(
+        untimed(&mut con, "mem:{top}b"),
+        untimed(&mut con, "mem:{top}a")
+    );
+    // No id left; and two new messages where one id is left.
+    for (k, items) in [
+        ("mem:{top}b", json!([{"role": "user", "content": "y"}])),
+        (
+            "mem:{top}c",
+            json!([{"role": "user", "content": "near the top", "msgid": "m1"},
+                              {"role": "user", "content": "y"}, {"role": "user", "content": "z"}]),
+        ),
+    ] {
+        let before = snap(&mut con, k);
+        assert_err(
+            &mut con,
+            &["MEM.APPENDBATCH", k, &items.to_string()],
+            "used every message id",
+        );
+        assert_unchanged(&mut con, k, &before, k);
+    }
 }
