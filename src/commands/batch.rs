@@ -660,6 +660,8 @@ fn replay<W>(
     // an aged session's view is a pass over its heads.
     let mut retry_reply: Option<(Outcome, bool)> = None;
     let mut switched = false;
+    // Below this id, messages stay past MAXAGE (Session::apply_one_of_many).
+    let mut stays_below = 0;
     for (i, (mut op, prepared, retry_of, w)) in steps.enumerate() {
         // A retry while the session still remembers what it retries.
         let msgid = match &op {
@@ -691,7 +693,7 @@ fn replay<W>(
         }
         appending(i, session, &op, w)?;
         let outcome = session
-            .apply_one_of_many(op, prepared)
+            .apply_one_of_many(op, prepared, &mut stays_below)
             .map_err(crate::error::session)?;
         if let Some(m) = msgid {
             appended.insert(m, id);

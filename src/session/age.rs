@@ -110,13 +110,60 @@ impl Session {
         }
     }
 
+    /// [`Session::evict_aged`] for an append (its own tool group spared)
+    /// when every message before index `from` is known to stay at `now`: an
+    /// earlier append of the same batch (same `now`, same MAXAGE) evicted
+    /// then, and what it left before its newest tool group is in groups not
+    /// wholly past the cutoff, which later appends do not change. Only the
+    /// messages from `from` on are read and moved (a group starts there).
+    pub(super) fn evict_aged_after(&mut self, now: i64, from: usize) -> u64 {
+        if from == 0 {
+            return self.evict_aged(now, true);
+        }
+        let Some(cutoff) = self.age_cutoff(now) else {
+            return 0;
+        };
+        if !self.messages.heads_from(from).any(|h| h.ts < cutoff) {
+            return 0;
+        }
+        let len = self.messages.len();
+        let spared_from = len - self.newest_group_len();
+        let mut gone = vec![false; len.saturating_sub(from)];
+        let mut i = from;
+        while i < spared_from {
+            // i < len: the group is 1..=len - i messages, the loop advances.
+            let end = i + self.group_len_at(i);
+            let old = self
+                .messages
+                .heads_from(i)
+                .take(end - i)
+                .all(|h| h.ts < cutoff);
+            if old {
+                if let Some(g) = gone.get_mut(i - from..end - from) {
+                    g.fill(true);
+                }
+            }
+            i = end;
+        }
+        if !gone.contains(&true) {
+            return 0;
+        }
+        self.evict_flagged_from(from, gone, true)
+    }
+
     /// Evicts the messages `gone` flags (as [`Session::aged`] gave them),
     /// then any tool result left first. Returns the messages evicted.
     pub(super) fn evict_flagged(&mut self, gone: Vec<bool>, protect_newest: bool) -> u64 {
+        self.evict_flagged_from(0, gone, protect_newest)
+    }
+
+    /// [`Session::evict_flagged`] where `gone` flags the messages from index
+    /// `from` on (those before it stay).
+    fn evict_flagged_from(&mut self, from: usize, gone: Vec<bool>, protect_newest: bool) -> u64 {
         let mut tokens = 0u64;
         let mut left = Vec::new();
         let mut flags = gone.into_iter();
-        self.messages.retain(|h| {
+        self.messages.retain_from(from, |h| {
             let go = flags.next().unwrap_or(false);
             if go {
                 tokens += u64::from(h.tokens);
@@ -145,6 +192,37 @@ impl Session {
             *left = true;
         }
         Some(gone)
+    }
+
+    /// Whether a read at `now` shows any message (`live_count(now) > 0`),
+    /// from the newest group back. A group not wholly past the cutoff that
+    /// starts with a message that is not a tool result shows; a run of tool
+    /// results at the start shows only when no group is past the cutoff
+    /// (the results left first by an eviction are hidden). Usually the
+    /// newest group answers (`live_count` reads every head: each tool result
+    /// of a batch on a 100,000-message session did).
+    pub fn has_live(&self, now: i64) -> bool {
+        let Some(cutoff) = self.age_cutoff(now) else {
+            return !self.messages.is_empty();
+        };
+        let (mut end, mut saw_old) = (self.messages.len(), false);
+        while end > 0 {
+            let mut start = end - 1;
+            while start > 0 && self.messages.is_tool(start) {
+                start -= 1;
+            }
+            let young = self
+                .messages
+                .heads_from(start)
+                .take(end - start)
+                .any(|h| h.ts >= cutoff);
+            if young && (!self.messages.is_tool(start) || !saw_old) {
+                return true;
+            }
+            saw_old |= !young;
+            end = start;
+        }
+        false
     }
 
     /// `live(now).message_count()` without building the view.

@@ -486,3 +486,60 @@ fn old_messages_first_age_out_as_group_by_group_would() {
         }
     }
 }
+
+#[test]
+fn has_live_is_a_live_count_above_zero() {
+    let mut rng = StdRng::seed_from_u64(31);
+    for _ in 0..3_000 {
+        let n = rng.gen_range(0..12);
+        let messages: Vec<(&str, i64)> = (0..n)
+            .map(|_| {
+                let role = ["user", "assistant", "tool", "tool"][rng.gen_range(0..4)];
+                let ts = [NOW - 8 * DAY_MS, NOW, NOW + DAY_MS][rng.gen_range(0..3)];
+                (role, ts)
+            })
+            .collect();
+        let s = session(&messages);
+        assert_eq!(s.has_live(NOW), s.live_count(NOW) > 0, "{messages:?}");
+    }
+}
+
+/// A batch's appends read only what follows the last one's tool group
+/// (`apply_one_of_many`'s `stays_below`): the same sessions and outcomes
+/// as each applied whole, for random sessions and batches of aged, fresh
+/// and future messages, tool results, and caps.
+#[test]
+fn a_batchs_appends_age_out_what_appends_one_by_one_do() {
+    let mut rng = StdRng::seed_from_u64(37);
+    let role =
+        |rng: &mut StdRng| ["user", "assistant", "tool", "tool", "system"][rng.gen_range(0..5)];
+    let ts =
+        |rng: &mut StdRng| [NOW - 8 * DAY_MS, NOW - DAY_MS, NOW, NOW + DAY_MS][rng.gen_range(0..4)];
+    for round in 0..3_000 {
+        let held: Vec<(&str, i64)> = (0..rng.gen_range(0..20))
+            .map(|_| (role(&mut rng), ts(&mut rng)))
+            .collect();
+        let mut one_by_one = session(&held);
+        one_by_one.settings.max_msgs = rng.gen_range(1..25);
+        let mut batch = one_by_one.clone();
+        let settings = one_by_one.settings.clone();
+        let mut stays_below = 0;
+        for i in 0..rng.gen_range(1..30) {
+            let message = msg(one_by_one.last_id + 1, role(&mut rng), ts(&mut rng));
+            let op = Op::Append {
+                now: NOW,
+                settings: settings.clone(),
+                message,
+                msgid: None,
+            };
+            let want = one_by_one.apply(op.clone()).unwrap();
+            let got = batch.apply_one_of_many(op, None, &mut stays_below).unwrap();
+            assert_eq!(got, want, "round {round}, item {i}");
+            assert_eq!(ids(&batch), ids(&one_by_one), "round {round}, item {i}");
+            assert_eq!(batch.total_tokens, one_by_one.total_tokens);
+            assert_eq!(batch.history, one_by_one.history);
+        }
+        batch.settle();
+        assert_eq!(batch.messages, one_by_one.messages, "round {round}");
+    }
+}

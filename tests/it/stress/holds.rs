@@ -544,3 +544,106 @@ fn many_departed_msgids_are_freed_and_the_last_ones_still_recognised() {
         "{text}"
     );
 }
+
+/// Hostile pass 54 F1: with MAXAGE set, each append of a batch read every
+/// head of the session for aged messages, and one that aged out the
+/// message before it rebuilt the whole log: a 1,000-message batch on a
+/// 100,000-message session held the main thread 0.1 s (fresh messages) to
+/// 3.6 s (aged ones, then a tool result: the batch first run on a copy).
+/// Now each append after the first reads only what follows the previous
+/// one's tool group. Asserted: the batch's messages as the same appends one
+/// by one leave them (those aged out gone, the session's own kept).
+#[test]
+fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
+    let server = Server::start();
+    let mut con = server.client();
+    open_limits(&mut con);
+    let k = "mem:{aged100k}";
+    // Under the cap of 100,000 with a batch's 1,000 more.
+    let n = 98_000;
+    let now = now_ms();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|&i| serde_json::json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("m{i}"), "ts": now - 1000, "tokens": 1}))
+            .collect();
+        let batch = serde_json::to_string(&batch).unwrap();
+        ok(
+            &mut con,
+            &[
+                "MEM.APPENDBATCH",
+                k,
+                &batch,
+                "MAXMSGS",
+                "100000",
+                "MAXTOKENS",
+                "1000000000",
+                "MAXAGE",
+                "3600",
+                "TTL",
+                "0",
+            ],
+        );
+    }
+    let old = now - 10 * 86_400_000;
+    type Item = Box<dyn Fn(usize) -> serde_json::Value>;
+    let kinds: [(&str, Item); 4] = [
+        (
+            "fresh",
+            Box::new(|i| serde_json::json!({"role": "user", "content": format!("f{i}")})),
+        ),
+        (
+            "aged",
+            Box::new(
+                move |i| serde_json::json!({"role": "user", "content": format!("a{i}"), "ts": old}),
+            ),
+        ),
+        (
+            "aged, tool",
+            Box::new(move |i| {
+                if i % 2 == 0 {
+                    serde_json::json!({"role": "assistant", "content": format!("c{i}"), "ts": old})
+                } else {
+                    serde_json::json!({"role": "tool", "content": format!("r{i}")})
+                }
+            }),
+        ),
+        (
+            "aged then a tool result",
+            Box::new(move |i| {
+                if i < 999 {
+                    serde_json::json!({"role": "user", "content": format!("o{i}"), "ts": old})
+                } else {
+                    serde_json::json!({"role": "tool", "content": "r"})
+                }
+            }),
+        ),
+    ];
+    start_slowlog(&mut con);
+    for (name, item) in &kinds {
+        let copy = format!("mem:{{aged100k}}:{name}");
+        ok(&mut con, &["COPY", k, &copy]);
+        let batch: Vec<serde_json::Value> = (0..1000).map(item).collect();
+        let batch = serde_json::to_string(&batch).unwrap();
+        let Value::Array(replies) = ok(&mut con, &["MEM.APPENDBATCH", &copy, &batch]) else {
+            panic!("{name}")
+        };
+        assert_eq!(replies.len(), 1000, "{name}");
+        // What stays: the session's own messages, then what the last
+        // append left (each append ages out the aged message before it,
+        // unless a tool result it is followed by keeps its group alive).
+        let held = int_field(&info(&mut con, &copy), "messages");
+        let want = match *name {
+            "fresh" | "aged, tool" => n + 1000,
+            // The newest aged message is held, not shown.
+            "aged" => n,
+            // The last aged message stays in its result's group.
+            _ => n + 2,
+        };
+        assert_eq!(held as usize, want, "{name}");
+        report(
+            &mut con,
+            &format!("98,000 messages, MAXAGE, a batch of 1,000: {name}"),
+        );
+    }
+}
