@@ -271,7 +271,7 @@ fn steps(
             });
         if retry_of.is_none() {
             if !appended {
-                check_tool_has_call(session, &m.role, now)
+                check_tool_has_call(session, &m.role, now, settings)
                     .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
                 appended = true;
             }
@@ -625,13 +625,12 @@ impl Batch {
             thresholds,
             cfg,
             recount,
-            |i, s, op, ()| {
-                let role = match op {
-                    Op::Append { message, .. } => &*message.role,
-                    _ => "",
-                };
-                check_tool_has_call(Some(s), role, now)
-                    .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))
+            |i, s, op, ()| match op {
+                Op::Append {
+                    message, settings, ..
+                } => check_tool_has_call(Some(s), &message.role, now, settings)
+                    .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}"))),
+                _ => Ok(()),
             },
         )
         .map(drop)

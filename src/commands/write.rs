@@ -65,8 +65,8 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
     if let Some(reply) = append.retried(ctx, &key, &cfg) {
         return reply;
     }
-    check_tool_has_call(key.session(), append.role, now_ms()).map_err(error::session)?;
     let settings = append.changes.merge(key.session(), &cfg);
+    check_tool_has_call(key.session(), append.role, now_ms(), &settings).map_err(error::session)?;
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;

@@ -194,15 +194,16 @@ impl Session {
         Some(gone)
     }
 
-    /// Whether a read at `now` shows any message (`live_count(now) > 0`),
-    /// from the newest group back. A group not wholly past the cutoff that
+    /// Whether a read shows any message at `cutoff` (the earliest `ts`
+    /// that stays: `live_count(now) > 0` at the session's own), from the
+    /// newest group back. A group not wholly past the cutoff that
     /// starts with a message that is not a tool result shows; a run of tool
     /// results at the start shows only when no group is past the cutoff
     /// (the results left first by an eviction are hidden). Usually the
     /// newest group answers (`live_count` reads every head: each tool result
     /// of a batch on a 100,000-message session did).
-    pub fn has_live(&self, now: i64) -> bool {
-        let Some(cutoff) = self.age_cutoff(now) else {
+    pub fn has_live(&self, cutoff: Option<i64>) -> bool {
+        let Some(cutoff) = cutoff else {
             return !self.messages.is_empty();
         };
         let (mut end, mut saw_old) = (self.messages.len(), false);

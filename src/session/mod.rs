@@ -106,16 +106,20 @@ pub fn check_name_chars(what: &str, name: &str) -> Result<(), String> {
 }
 
 /// A new message with `role` appended at `now` to `session` (None: a new
-/// key): a tool result needs a message before it that a read shows (an LLM
-/// API refuses a tool result without its call; one past `maxage` would be
-/// kept alive by it). The commands check it before the op exists; an op
-/// already replicated or in the AOF applies as it was.
+/// key) under `settings` (the session's as the write changes them): a tool
+/// result needs a message before it that a read shows (an LLM API refuses a
+/// tool result without its call; one past `maxage` would be kept alive by
+/// it), past the MAXAGE the same write sets, as its eviction is. The
+/// commands check it before the op exists; an op already replicated or in
+/// the AOF applies as it was.
 pub fn check_tool_has_call(
     session: Option<&Session>,
     role: &str,
     now: i64,
+    settings: &Settings,
 ) -> Result<(), SessionError> {
-    if role == TOOL_ROLE && !session.is_some_and(|s| s.has_live(now)) {
+    let cutoff = settings.age_cutoff(now);
+    if role == TOOL_ROLE && !session.is_some_and(|s| s.has_live(cutoff)) {
         return Err(SessionError::ToolResultFirst);
     }
     Ok(())

@@ -814,6 +814,59 @@ fn simulate_append(
     evicted
 }
 
+/// The tool rule reads the session under the MAXAGE the same write sets,
+/// as the write's eviction does (hostile pass 54 F2: it read the old one,
+/// so `MAXAGE 60` let a result in behind a two-hour-old call, and a longer
+/// MAXAGE that makes the call live again was refused). MEM.APPEND and
+/// MEM.APPENDBATCH alike; a refusal changes nothing.
+#[test]
+fn the_tool_rule_reads_the_session_under_the_writes_own_maxage() {
+    let server = Server::start();
+    let mut con = server.client();
+    let old = (now_ms() - 7_200_000).to_string();
+    // No MAXAGE held: the two-hour-old call shows, until MAXAGE 60 comes.
+    append(&mut con, "mem:{a}", "user", "q", &["TS", &old]);
+    let before = snap(&mut con, "mem:{a}");
+    assert_err(
+        &mut con,
+        &["MEM.APPEND", "mem:{a}", "tool", "r", "MAXAGE", "60"],
+        "cannot be the session's first message",
+    );
+    assert_err(
+        &mut con,
+        &[
+            "MEM.APPENDBATCH",
+            "mem:{a}",
+            r#"[{"role":"tool","content":"r"}]"#,
+            "MAXAGE",
+            "60",
+        ],
+        "messages[0]: a tool result cannot be the session's first message",
+    );
+    assert_unchanged(&mut con, "mem:{a}", &before, "refused under MAXAGE 60");
+    // MAXAGE 3600 held hides the call; MAXAGE 86400 with the result shows it.
+    for (k, batch) in [("mem:{b}", false), ("mem:{c}", true)] {
+        append(&mut con, k, "user", "q", &["TS", &old, "MAXAGE", "3600"]);
+        if batch {
+            ok(
+                &mut con,
+                &[
+                    "MEM.APPENDBATCH",
+                    k,
+                    r#"[{"role":"tool","content":"r"}]"#,
+                    "MAXAGE",
+                    "86400",
+                ],
+            );
+        } else {
+            append(&mut con, k, "tool", "r", &["MAXAGE", "86400"]);
+        }
+        let held = get(&mut con, &["MEM.GET", k]);
+        let roles: Vec<&str> = held.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "tool"], "{k}");
+    }
+}
+
 #[test]
 fn a_tool_result_is_refused_as_a_session_s_first_message() {
     // SPEC 3: no path leaves a `tool` message first. A tool result the
@@ -927,7 +980,9 @@ fn a_tool_result_is_refused_as_a_session_s_first_message() {
         "",
         &["TS", "1000", "META", call],
     );
-    append(&mut con, grp, "tool", "21 C", &["MAXAGE", "1000000000"]);
+    // (No MAXAGE yet: the call shows. One that hides it refuses the
+    // result: the_tool_rule_reads_the_session_under_the_writes_own_maxage.)
+    append(&mut con, grp, "tool", "21 C", &[]);
     let r = append(&mut con, grp, "tool", "22 C", &["MAXAGE", "10"]);
     assert_eq!(int_field(&r, "messages"), 3);
 }
