@@ -558,6 +558,16 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
     let server = Server::start();
     let mut con = server.client();
     open_limits(&mut con);
+    // The batch reaches the replica as one op a message, in MULTI/EXEC.
+    let (_replica, mut rcon) = start_replica(&server);
+    let exec_us = |c: &mut redis::Connection| {
+        session::info_field(c, "commandstats", "cmdstat_exec")
+            .and_then(|v| {
+                v.split(',')
+                    .find_map(|f| f.strip_prefix("usec=")?.parse::<i64>().ok())
+            })
+            .unwrap_or(0)
+    };
     let k = "mem:{aged100k}";
     // Under the cap of 100,000 with a batch's 1,000 more.
     let n = 98_000;
@@ -623,6 +633,12 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
     for (name, item) in &kinds {
         let copy = format!("mem:{{aged100k}}:{name}");
         ok(&mut con, &["COPY", k, &copy]);
+        let _: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(60_000)
+            .query(&mut con)
+            .unwrap();
+        let exec_before = exec_us(&mut rcon);
         let batch: Vec<serde_json::Value> = (0..1000).map(item).collect();
         let batch = serde_json::to_string(&batch).unwrap();
         let Value::Array(replies) = ok(&mut con, &["MEM.APPENDBATCH", &copy, &batch]) else {
@@ -641,6 +657,22 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
             _ => n + 2,
         };
         assert_eq!(held as usize, want, "{name}");
+        // The replica holds the same session (it reads only each op's
+        // tail too: internal.rs's LastAppend).
+        let _: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(60_000)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(
+            digest(&mut rcon, &copy),
+            digest(&mut con, &copy),
+            "{name}: the replica"
+        );
+        println!(
+            "attack3 holds / 98,000 messages, MAXAGE, a batch of 1,000: {name}: the replica's EXEC {} us",
+            exec_us(&mut rcon) - exec_before
+        );
         report(
             &mut con,
             &format!("98,000 messages, MAXAGE, a batch of 1,000: {name}"),
