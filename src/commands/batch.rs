@@ -271,7 +271,7 @@ fn steps(
             });
         if retry_of.is_none() {
             if !appended {
-                check_tool_has_call(session, &m.role, now, settings)
+                check_tool_has_call(session, &m.role, now, settings, None)
                     .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}")))?;
                 appended = true;
             }
@@ -540,7 +540,7 @@ impl Batch {
             thresholds,
             cfg,
             recount,
-            |_, _, op, wire| {
+            |_, _, op, wire, _| {
                 // MEM._APPLY key header content: the content's string the
                 // worker made for a large batch, or one made here.
                 let content = match wire {
@@ -625,10 +625,10 @@ impl Batch {
             thresholds,
             cfg,
             recount,
-            |i, s, op, ()| match op {
+            |i, s, op, (), group| match op {
                 Op::Append {
                     message, settings, ..
-                } => check_tool_has_call(Some(s), &message.role, now, settings)
+                } => check_tool_has_call(Some(s), &message.role, now, settings, group)
                     .map_err(|e| crate::error::invalid(format!("messages[{i}]: {e}"))),
                 _ => Ok(()),
             },
@@ -641,7 +641,8 @@ impl Batch {
 /// retry answered while the session still remembers what it retries,
 /// `recount` run just before the first message appended, ids given as
 /// messages go in. `appending` sees each new message (its index, the
-/// session before it, its op, `W`) before it is applied. The outcome of
+/// session before it, its op, `W`, where the newest tool group starts when
+/// known) before it is applied. The outcome of
 /// each message and whether the session then meets `thresholds`.
 fn replay<W>(
     session: &mut Session,
@@ -650,7 +651,7 @@ fn replay<W>(
     thresholds: Thresholds,
     cfg: &Config,
     mut recount: impl FnMut(&mut Session) -> Result<(), RedisError>,
-    mut appending: impl FnMut(usize, &Session, &Op, W) -> Result<(), RedisError>,
+    mut appending: impl FnMut(usize, &Session, &Op, W, Option<usize>) -> Result<(), RedisError>,
 ) -> Result<Vec<(Outcome, bool)>, RedisError> {
     let mut outcomes = Vec::with_capacity(steps.size_hint().0);
     // msgid -> id of the batch's messages appended so far.
@@ -690,7 +691,9 @@ fn replay<W>(
         if let Op::Append { message, .. } = &mut op {
             message.id = id;
         }
-        appending(i, session, &op, w)?;
+        // Where the newest tool group starts, once an append said so.
+        let group = (stays_below != 0).then(|| session.messages.after_id(stays_below - 1));
+        appending(i, session, &op, w, group)?;
         let outcome = session
             .apply_one_of_many(op, prepared, &mut stays_below)
             .map_err(crate::error::session)?;

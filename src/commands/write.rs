@@ -66,7 +66,8 @@ fn append_counted(ctx: &Context, args: Vec<RedisString>, pass: Pass<Counted>) ->
         return reply;
     }
     let settings = append.changes.merge(key.session(), &cfg);
-    check_tool_has_call(key.session(), append.role, now_ms(), &settings).map_err(error::session)?;
+    check_tool_has_call(key.session(), append.role, now_ms(), &settings, None)
+        .map_err(error::session)?;
     let last_id = key.session().map_or(0, |s| s.last_id);
     let id = next_id(last_id).map_err(error::session)?;
     let encoding = settings.encoding;

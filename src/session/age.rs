@@ -115,19 +115,27 @@ impl Session {
     /// earlier append of the same batch (same `now`, same MAXAGE) evicted
     /// then, and what it left before its newest tool group is in groups not
     /// wholly past the cutoff, which later appends do not change. Only the
-    /// messages from `from` on are read and moved (a group starts there).
-    pub(super) fn evict_aged_after(&mut self, now: i64, from: usize) -> u64 {
+    /// messages from `from` on are read and moved (a group starts there),
+    /// and none of the newest `spared` (the append's own tool group).
+    pub(super) fn evict_aged_after(&mut self, now: i64, from: usize, spared: usize) -> u64 {
         if from == 0 {
             return self.evict_aged(now, true);
         }
         let Some(cutoff) = self.age_cutoff(now) else {
             return 0;
         };
-        if !self.messages.heads_from(from).any(|h| h.ts < cutoff) {
+        // `spared`: the newest tool group's length, which the append keeps.
+        let len = self.messages.len();
+        let spared_from = len.saturating_sub(spared);
+        if spared_from <= from
+            || !self
+                .messages
+                .heads_from(from)
+                .take(spared_from - from)
+                .any(|h| h.ts < cutoff)
+        {
             return 0;
         }
-        let len = self.messages.len();
-        let spared_from = len - self.newest_group_len();
         let mut gone = vec![false; len.saturating_sub(from)];
         let mut i = from;
         while i < spared_from {
@@ -202,11 +210,31 @@ impl Session {
     /// (the results left first by an eviction are hidden). Usually the
     /// newest group answers (`live_count` reads every head: each tool result
     /// of a batch on a 100,000-message session did).
-    pub fn has_live(&self, cutoff: Option<i64>) -> bool {
+    ///
+    /// `newest_group`: where the newest tool group starts, when known (a
+    /// batch's results, one by one: no walk back over their group).
+    pub fn has_live(&self, cutoff: Option<i64>, newest_group: Option<usize>) -> bool {
         let Some(cutoff) = cutoff else {
             return !self.messages.is_empty();
         };
-        let (mut end, mut saw_old) = (self.messages.len(), false);
+        // A young message in the newest group shows it: the group starts
+        // with a call, or it is the only group.
+        if self
+            .messages
+            .heads()
+            .next_back()
+            .is_some_and(|h| h.ts >= cutoff)
+        {
+            return true;
+        }
+        let mut end = self.messages.len();
+        if let Some(start) = newest_group.filter(|s| *s < end) {
+            if self.messages.heads_from(start).any(|h| h.ts >= cutoff) {
+                return true;
+            }
+            end = start;
+        }
+        let mut saw_old = end < self.messages.len();
         while end > 0 {
             let mut start = end - 1;
             while start > 0 && self.messages.is_tool(start) {

@@ -500,11 +500,14 @@ fn has_live_is_a_live_count_above_zero() {
             })
             .collect();
         let s = session(&messages);
-        assert_eq!(
-            s.has_live(s.age_cutoff(NOW)),
-            s.live_count(NOW) > 0,
-            "{messages:?}"
-        );
+        let newest = s.messages.len() - s.newest_group_len();
+        for group in [None, Some(newest)] {
+            assert_eq!(
+                s.has_live(s.age_cutoff(NOW), group),
+                s.live_count(NOW) > 0,
+                "{messages:?}, {group:?}"
+            );
+        }
     }
 }
 

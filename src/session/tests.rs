@@ -962,15 +962,3 @@ fn eviction_over_the_caps_equals_evicting_group_by_group() {
         assert_eq!(s, by_groups, "round {round}");
     }
 }
-#[test]
-fn zz_print_sizes() {
-    println!(
-        "SIZES session {} log {} settings {} history {} msgids {} attrs {}",
-        std::mem::size_of::<Session>(),
-        std::mem::size_of::<MessageLog>(),
-        std::mem::size_of::<Settings>(),
-        std::mem::size_of::<History>(),
-        std::mem::size_of::<super::Msgids>(),
-        std::mem::size_of::<super::Attrs>()
-    );
-}

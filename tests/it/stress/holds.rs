@@ -549,9 +549,11 @@ fn many_departed_msgids_are_freed_and_the_last_ones_still_recognised() {
 /// head of the session for aged messages, and one that aged out the
 /// message before it rebuilt the whole log: a 1,000-message batch on a
 /// 100,000-message session held the main thread 0.1 s (fresh messages) to
-/// 3.6 s (aged ones, then a tool result: the batch first run on a copy).
-/// Now each append after the first reads only what follows the previous
-/// one's tool group. Asserted: the batch's messages as the same appends one
+/// 3.6 s (aged ones, then a tool result: the batch first run on a copy);
+/// a call and 999 results 15 ms, 999 aged results 49 ms (hostile pass 55
+/// F2: each append walked back over its whole tool group). Now each append
+/// after the first reads only what follows the previous one's tool group,
+/// whose start it is handed. Asserted: the batch's messages as the same appends one
 /// by one leave them (those aged out gone, the session's own kept).
 #[test]
 fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
@@ -597,7 +599,7 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
     }
     let old = now - 10 * 86_400_000;
     type Item = Box<dyn Fn(usize) -> serde_json::Value>;
-    let kinds: [(&str, Item); 4] = [
+    let kinds: [(&str, Item); 6] = [
         (
             "fresh",
             Box::new(|i| serde_json::json!({"role": "user", "content": format!("f{i}")})),
@@ -617,6 +619,19 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
                     serde_json::json!({"role": "tool", "content": format!("r{i}")})
                 }
             }),
+        ),
+        (
+            "a call then its results",
+            Box::new(|i| {
+                let role = if i == 0 { "assistant" } else { "tool" };
+                serde_json::json!({"role": role, "content": format!("t{i}")})
+            }),
+        ),
+        (
+            "aged results of the last message",
+            Box::new(
+                move |i| serde_json::json!({"role": "tool", "content": format!("t{i}"), "ts": old}),
+            ),
         ),
         (
             "aged then a tool result",
@@ -650,7 +665,12 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
         // unless a tool result it is followed by keeps its group alive).
         let held = int_field(&info(&mut con, &copy), "messages");
         let want = match *name {
-            "fresh" | "aged, tool" => n + 1000,
+            // Results stay with their call (the session's last message is
+            // fresh: its group is not wholly old).
+            "fresh"
+            | "aged, tool"
+            | "a call then its results"
+            | "aged results of the last message" => n + 1000,
             // The newest aged message is held, not shown.
             "aged" => n,
             // The last aged message stays in its result's group.
