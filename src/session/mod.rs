@@ -807,12 +807,16 @@ impl Session {
             return 0;
         }
         // A group starts at a message that is not a tool result (or at len).
+        // Never into the spared newest: the walk stops at their start (a
+        // walk over a group of 20,000 results held over the cap, at every
+        // message of a batch, held the main thread 0.4 s).
+        let limit = len.saturating_sub(spared);
         let mut cut = need;
-        while cut < len && self.messages.is_tool(cut) {
+        while cut <= limit && cut < len && self.messages.is_tool(cut) {
             cut += 1;
         }
-        if len - cut < spared {
-            cut = len.saturating_sub(spared);
+        if cut > limit {
+            cut = limit;
             while cut > 0 && self.messages.is_tool(cut) {
                 cut -= 1;
             }

@@ -699,3 +699,79 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
         );
     }
 }
+
+/// Hostile pass 56: a session that is one large tool group (a call and
+/// 19,999 results). More results over MAXMSGS walked the group at every
+/// message (the caps' cut: 0.35-0.44 s, a replica's EXEC as long); aged
+/// messages after it walked back over it for the tool rule (0.3 s); fresh
+/// results with MAXAGE read every head (25 ms). Asserted: what the batches
+/// leave, and the replica's digests; the holds are printed.
+#[test]
+fn batches_after_a_tool_group_of_twenty_thousand_results() {
+    let server = Server::start();
+    let mut con = server.client();
+    open_limits(&mut con);
+    let (_replica, mut rcon) = start_replica(&server);
+    let k = "mem:{group20k}";
+    let opts = ["MAXMSGS", "20000", "MAXAGE", "3600", "TTL", "0"];
+    for b in 0..20 {
+        let batch: Vec<serde_json::Value> = (0..1000)
+            .map(|i| {
+                let role = if b == 0 && i == 0 {
+                    "assistant"
+                } else {
+                    "tool"
+                };
+                serde_json::json!({"role": role, "content": format!("r{b}.{i}"), "tokens": 1})
+            })
+            .collect();
+        let text = serde_json::to_string(&batch).unwrap();
+        let mut args = vec!["MEM.APPENDBATCH", k, &text];
+        args.extend_from_slice(&opts);
+        ok(&mut con, &args);
+    }
+    let old = now_ms() - 10 * 86_400_000;
+    let results: Vec<serde_json::Value> = (0..1000)
+        .map(|i| serde_json::json!({"role": "tool", "content": format!("more {i}"), "tokens": 1}))
+        .collect();
+    let aged: Vec<serde_json::Value> = (0..1000)
+        .map(|i| {
+            let role = if i == 0 { "assistant" } else { "tool" };
+            serde_json::json!({"role": role, "content": format!("aged {i}"), "ts": old, "tokens": 1})
+        })
+        .collect();
+    start_slowlog(&mut con);
+    for (name, batch, cap, held) in [
+        // The group is held whole over the cap (its call is never cut off).
+        ("1,000 more results over MAXMSGS", &results, "20000", 21_000),
+        // A new group, aged: its results may follow it while the large
+        // group, fresh, shows before them (under a cap that keeps it); held,
+        // not shown (wholly past MAXAGE), until the next write ages it out.
+        ("an aged call and 999 aged results", &aged, "100000", 20_000),
+    ] {
+        let copy = format!("mem:{{group20k}}:{name}");
+        ok(&mut con, &["COPY", k, &copy]);
+        let text = serde_json::to_string(batch).unwrap();
+        let reply = cmd(&mut con, &["MEM.APPENDBATCH", &copy, &text, "MAXMSGS", cap]);
+        let Ok(Value::Array(replies)) = reply else {
+            panic!("{name}: {:?}", reply.err())
+        };
+        assert_eq!(replies.len(), 1000, "{name}");
+        let messages = int_field(&info(&mut con, &copy), "messages");
+        assert_eq!(messages, held, "{name}");
+        let _: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(60_000)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(
+            digest(&mut rcon, &copy),
+            digest(&mut con, &copy),
+            "{name}: the replica"
+        );
+        report(
+            &mut con,
+            &format!("a tool group of 20,000 results, MAXAGE: {name}"),
+        );
+    }
+}
