@@ -78,6 +78,17 @@ fn slowlog(con: &mut redis::Connection) -> Vec<(String, i64, usize, usize)> {
     by
 }
 
+/// Once the replica has the master's writes, it holds `key` as the master.
+fn assert_replica_holds(
+    con: &mut redis::Connection,
+    rcon: &mut redis::Connection,
+    key: &str,
+    what: &str,
+) {
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(60_000).query(con).unwrap();
+    assert_eq!(digest(rcon, key), digest(con, key), "{what}: the replica");
+}
+
 fn start_slowlog(con: &mut redis::Connection) {
     ok(con, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
     ok(con, &["CONFIG", "SET", "slowlog-max-len", "100000"]);
@@ -679,16 +690,7 @@ fn batches_of_aged_messages_and_tool_results_on_a_large_session() {
         assert_eq!(held as usize, want, "{name}");
         // The replica holds the same session (it reads only each op's
         // tail too: internal.rs's LastAppend).
-        let _: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(60_000)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(
-            digest(&mut rcon, &copy),
-            digest(&mut con, &copy),
-            "{name}: the replica"
-        );
+        assert_replica_holds(&mut con, &mut rcon, &copy, name);
         println!(
             "attack3 holds / 98,000 messages, MAXAGE, a batch of 1,000: {name}: the replica's EXEC {} us",
             exec_us(&mut rcon) - exec_before
@@ -759,16 +761,7 @@ fn batches_after_a_tool_group_of_twenty_thousand_results() {
         assert_eq!(replies.len(), 1000, "{name}");
         let messages = int_field(&info(&mut con, &copy), "messages");
         assert_eq!(messages, held, "{name}");
-        let _: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(60_000)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(
-            digest(&mut rcon, &copy),
-            digest(&mut con, &copy),
-            "{name}: the replica"
-        );
+        assert_replica_holds(&mut con, &mut rcon, &copy, name);
         report(
             &mut con,
             &format!("a tool group of 20,000 results, MAXAGE: {name}"),
