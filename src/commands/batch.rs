@@ -660,7 +660,8 @@ fn replay<W>(
     // an aged session's view is a pass over its heads.
     let mut retry_reply: Option<(Outcome, bool)> = None;
     let mut switched = false;
-    // Below this id, messages stay past MAXAGE (Session::apply_one_of_many).
+    // Below this id, no message goes by MAXAGE at this batch's `now`
+    // (Session::apply_one_of_many).
     let mut stays_below = 0;
     for (i, (mut op, prepared, retry_of, w)) in steps.enumerate() {
         // A retry while the session still remembers what it retries.

@@ -664,8 +664,14 @@ impl Session {
         self.purge_external(now);
         // After the settings: a MAXAGE given with this append applies to it.
         let (aged, spared) = match group {
-            Some((from, _)) => {
-                let spared = self.newest_group_len_hinted(group);
+            // The newest tool group started at `from` before this message,
+            // which joins it when it is a tool result (see
+            // [`Session::apply_one_of_many`]); walked back when not known.
+            Some((from, joins)) => {
+                let spared = match joins {
+                    true => self.messages.len().saturating_sub(from).max(1),
+                    false => 1,
+                };
                 (self.evict_aged_after(now, from, spared), spared)
             }
             None => (self.evict_aged(now, true), self.newest_group_len()),
@@ -677,17 +683,6 @@ impl Session {
         // The newest group's length, as the trim left it (the same rule).
         let spared = spared.min(self.messages.len());
         Ok((self.outcome(id, tokens, trimmed), spared))
-    }
-
-    /// The newest tool group's length, from where it started before the
-    /// newest message and whether that message is a tool result (see
-    /// [`Session::apply_one_of_many`]); walked back when not known.
-    fn newest_group_len_hinted(&self, group: Option<(usize, bool)>) -> usize {
-        match group {
-            Some((from, true)) => self.messages.len().saturating_sub(from).max(1),
-            Some((_, false)) => 1,
-            None => self.newest_group_len(),
-        }
     }
 
     /// Adds `message` as the newest one, keeping `last_id` and the totals.
