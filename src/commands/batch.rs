@@ -126,7 +126,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
 fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
     let text = crate::utf8::str(bytes).ok_or_else(|| "messages is not valid UTF-8".to_owned())?;
     let items: Vec<Item> = serde_json::from_str(text).map_err(|e| {
-        format!("messages must be a JSON array of {{\"role\",\"content\",\"ts\"?,\"meta\"?,\"msgid\"?,\"tokens\"?}} objects: {e}")
+        let shape = "messages must be a JSON array of {\"role\",\"content\",\"ts\"?,\"meta\"?,\"msgid\"?,\"tokens\"?} objects";
+        match first_bad_item(text) {
+            Some((i, why)) => format!("{shape}: messages[{i}]: {why}"),
+            None => format!("{shape}: {e}"),
+        }
     })?;
     if items.is_empty() || items.len() > MAX_BATCH {
         return Err(format!("a batch holds 1 to {MAX_BATCH} messages"));
@@ -136,6 +140,17 @@ fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
         .enumerate()
         .map(|(i, item)| check(item, limits).map_err(|e| format!("messages[{i}]: {e}")))
         .collect()
+}
+
+/// The first item of a well-formed JSON array that is not a batch item, and
+/// why: serde's error for the whole array names only a line and column
+/// (hostile pass 54 F4). Only on the error path: the array is parsed again.
+fn first_bad_item(text: &str) -> Option<(usize, serde_json::Error)> {
+    let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
+    items
+        .iter()
+        .enumerate()
+        .find_map(|(i, raw)| serde_json::from_str::<Item>(raw.get()).err().map(|e| (i, e)))
 }
 
 fn check(item: Item, limits: Limits) -> Result<Counted, String> {

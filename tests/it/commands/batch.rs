@@ -123,8 +123,22 @@ fn a_bad_message_refuses_the_whole_batch() {
         ),
         (
             json!([good, {"role": "user", "content": "x", "extra": 1}]).to_string(),
-            "unknown field",
+            "messages[1]: unknown field",
         ),
+        // serde's type errors name the item too, not only a column (pass 54 F4).
+        (
+            json!([good, good, {"role": "user", "content": "x", "tokens": -1}]).to_string(),
+            "messages[2]: invalid value: integer `-1`",
+        ),
+        (
+            json!([good, {"role": 5, "content": "x"}]).to_string(),
+            "messages[1]: invalid type: integer `5`, expected a string",
+        ),
+        (
+            json!([good, {"role": "user", "content": "x", "ts": "soon"}]).to_string(),
+            "messages[1]: invalid type: string",
+        ),
+        (json!([good, 7]).to_string(), "messages[1]: invalid type: integer"),
         (
             json!([good, {"role": "user", "content": "x", "ts": 253_402_300_800_000i64}])
                 .to_string(),
