@@ -147,10 +147,11 @@ fn parse_items(bytes: &[u8], limits: Limits) -> Result<Vec<Counted>, String> {
 /// (hostile pass 54 F4). Only on the error path: the array is parsed again.
 fn first_bad_item(text: &str) -> Option<(usize, serde_json::Error)> {
     let items: Vec<&RawValue> = serde_json::from_str(text).ok()?;
-    items
-        .iter()
-        .enumerate()
-        .find_map(|(i, raw)| serde_json::from_str::<Item>(raw.get()).err().map(|e| (i, e)))
+    items.iter().enumerate().find_map(|(i, raw)| {
+        serde_json::from_str::<Item>(raw.get())
+            .err()
+            .map(|e| (i, e))
+    })
 }
 
 fn check(item: Item, limits: Limits) -> Result<Counted, String> {

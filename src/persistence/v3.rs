@@ -29,19 +29,22 @@ pub fn encode_session(s: &Session) -> Vec<u8> {
 
 /// [`encode_session`] written into `out` (emptied first).
 pub fn encode_session_into(s: &Session, out: Vec<u8>) -> Vec<u8> {
-    let bytes = s.messages.stored_len();
-    // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes.
-    let mut w = Writer::reusing(out, FORMAT_4, 256 + bytes + s.messages.len() * 12);
+    // Heads take at most 4 varints of 10 bytes; most take 5-8 bytes. The
+    // bytes' room is reserved once the heads have said how many there are
+    // (the buffer is reused: it rarely grows).
+    let mut w = Writer::reusing(out, FORMAT_4, 256 + s.messages.len() * 12);
     v2::put_session_head(&mut w, s);
     w.length(s.messages.len());
-    let (mut prev_id, mut prev_ts) = (0u64, 0i64);
-    for (head, data) in s.messages.stored() {
+    let (mut prev_id, mut prev_ts, mut bytes) = (0u64, 0i64, 0usize);
+    for (head, len) in s.messages.stored_heads() {
         w.u64(head.id.wrapping_sub(prev_id));
         w.i64(head.ts.wrapping_sub(prev_ts));
         w.u64(u64::from(head.tokens));
-        w.length(data.len());
+        w.length(len);
         (prev_id, prev_ts) = (head.id, head.ts);
+        bytes += len;
     }
+    w.reserve(bytes + 64);
     w.length(bytes);
     for piece in s.messages.stored_bytes() {
         w.raw(piece);

@@ -179,6 +179,11 @@ impl Writer {
         Writer(bytes)
     }
 
+    /// Room for `n` more bytes.
+    pub fn reserve(&mut self, n: usize) {
+        self.0.reserve(n);
+    }
+
     pub fn into_bytes(self) -> Vec<u8> {
         self.0
     }

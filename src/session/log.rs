@@ -1078,6 +1078,24 @@ impl MessageLog {
         })
     }
 
+    /// Each message's head and the bytes it takes as stored, from the heads
+    /// alone: SAVE's walk, which reads the segments once, by
+    /// [`stored_bytes`](MessageLog::stored_bytes). Finding each message in
+    /// its segment ([`stored`](MessageLog::stored)) read the segment's
+    /// header per message, and the stored length the ring's last head
+    /// first: two cache misses a session on a walk over 100,000.
+    pub fn stored_heads(&self) -> impl Iterator<Item = (Head, usize)> + '_ {
+        let mut begin = self.first;
+        self.heads.iter().enumerate().map(move |(i, h)| {
+            if self.view_starts.is_some() {
+                begin = self.begin(i);
+            }
+            let len = h.end.wrapping_sub(begin) as usize;
+            begin = h.end;
+            (h, len)
+        })
+    }
+
     /// Each message's head, and the message itself unless it is a common
     /// role and content alone (then its head says all a check of it needs).
     pub fn checkable(&self) -> impl Iterator<Item = (Head, Option<MessageRef<'_>>)> + '_ {

@@ -321,6 +321,14 @@ fn random_operations_agree_with_a_plain_deque() {
         for i in 0..view.len() {
             assert_eq!(view.stored_len_of(i), view.data(i).len());
         }
+        // SAVE's walk of the heads alone says what the walk of the bytes does.
+        for l in [&log, &view] {
+            let by_heads: Vec<_> = l.stored_heads().collect();
+            let by_bytes: Vec<_> = l.stored().map(|(h, d)| (h, d.len())).collect();
+            assert_eq!(by_heads, by_bytes, "round {round}");
+            let total: usize = by_heads.iter().map(|(_, n)| n).sum();
+            assert_eq!(total, l.stored_bytes().map(<[u8]>::len).sum::<usize>());
+        }
         for (copy, then) in &copies {
             assert_eq!(
                 &copy.iter().map(|m| m.to_message()).collect::<Vec<_>>(),

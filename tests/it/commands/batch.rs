@@ -138,7 +138,10 @@ fn a_bad_message_refuses_the_whole_batch() {
             json!([good, {"role": "user", "content": "x", "ts": "soon"}]).to_string(),
             "messages[1]: invalid type: string",
         ),
-        (json!([good, 7]).to_string(), "messages[1]: invalid type: integer"),
+        (
+            json!([good, 7]).to_string(),
+            "messages[1]: invalid type: integer",
+        ),
         (
             json!([good, {"role": "user", "content": "x", "ts": 253_402_300_800_000i64}])
                 .to_string(),
