@@ -613,8 +613,8 @@ class RedisMemMiddleware(AgentMiddleware):
     def _unsynced(self, key: str, msgs: Sequence[BaseMessage], held: Optional[Set[str]]) -> List[BaseMessage]:
         """Messages of the state not in the session yet. ``held``: on the
         first sight of a session with a longer state (a checkpointer, a new
-        process), the msgids the session holds: the state up to the last
-        message it holds is taken as stored."""
+        process), the msgids the session holds or let go last: the state up
+        to the newest message it holds or held is taken as stored."""
         body = [m for m in msgs if not _is_summary(m)]
         if held is not None:
             last = -1
@@ -1141,11 +1141,31 @@ class RedisMemMiddleware(AgentMiddleware):
         self._mark(key, [m.id for m in context if not _is_summary(m)])
         return _Loaded(context, attrs, tokens, model, budget)
 
+    @staticmethod
+    def _held_or_departed(key: str, doc: Optional[Mapping[str, Any]]) -> Set[str]:
+        """The msgids of the session's messages (as :meth:`_held`) and of the
+        last ones that left it (MAXAGE, the caps, a summary: the module keeps
+        128, in ``FORMAT JSON``'s ``departed_msgids``). A first sight that
+        knew only the held ones took a state whose stored messages had all
+        aged out as never stored, and sent it again: every message older
+        than the last 128 came back as new, stamped now (hostile pass 58 F1)."""
+        out: Set[str] = set()
+        if not doc:
+            return out
+        for e in doc.get("conversation_history") or []:
+            if e.get("msgid"):
+                out.add(str(e["msgid"]))
+            out.add(f"redis-mem-{key}-{e.get('id')}")
+        for d in (doc.get("redis_mem") or {}).get("departed_msgids") or []:
+            if d.get("msgid"):
+                out.add(str(d["msgid"]))
+        return out
+
     def _sight_core(self, key: str, msgs: Sequence[BaseMessage]) -> Core[Optional[Set[str]]]:
         if not self._needs_sight(key, msgs) or self._skipping():
             return None
         try:
-            return self._held(key, (yield ("get", key, None)))
+            return self._held_or_departed(key, (yield ("get_json", key)))
         except UNAVAILABLE:
             return None
 
@@ -1309,6 +1329,8 @@ class RedisMemMiddleware(AgentMiddleware):
         kind = op[0]
         if kind == "get":
             return mem.get(op[1], budget=op[2])
+        if kind == "get_json":
+            return mem.get_json(op[1])
         if kind == "append_batch":
             return mem.append_batch(op[1], op[2], **self.settings)
         if kind == "attrget":
@@ -1342,6 +1364,8 @@ class RedisMemMiddleware(AgentMiddleware):
             return await asyncio.to_thread(self._do, op)
         if kind == "get":
             return await mem.get(op[1], budget=op[2])
+        if kind == "get_json":
+            return await mem.get_json(op[1])
         if kind == "append_batch":
             return await mem.append_batch(op[1], op[2], **self.settings)
         if kind == "attrget":

@@ -352,6 +352,32 @@ def test_a_new_process_on_a_checkpointed_thread_stores_nothing_twice(r):
     assert [e.content for e in after[len(before):]] == ["again", "You said: again"]
 
 
+def _echo(messages: List[BaseMessage]) -> AIMessage:
+    return AIMessage("ok " + str(messages[-1].content)[:20])
+
+
+def test_a_new_process_does_not_bring_back_what_maxage_let_go(r):
+    """Hostile pass 58 F1: MAXAGE emptied the session; a new process (a new
+    middleware, the same checkpointer) knew only the msgids the session held
+    (none), sent the whole thread again, and every message older than the 128
+    departed msgids the module remembers came back, stamped now."""
+    saver = InMemorySaver()
+    history: List[BaseMessage] = []
+    for i in range(100):
+        history += [HumanMessage(f"q{i}", id=f"q{i}"), AIMessage(f"a{i}", id=f"a{i}")]
+    first = RedisMemMiddleware(r, maxage=1, maxmsgs=5000, maxtokens=1_000_000)
+    create_agent(ScriptedModel(respond=_echo, prompts=[]), [], middleware=[first],
+                 checkpointer=saver).invoke({"messages": history}, cfg("aged"))
+    assert len(stored(r, "mem:{aged}")) == 201
+    for visit in (1, 2):
+        time.sleep(1.2)  # everything stored is past MAXAGE
+        fresh = RedisMemMiddleware(r, maxage=1, maxmsgs=5000, maxtokens=1_000_000)
+        create_agent(ScriptedModel(respond=_echo, prompts=[]), [], middleware=[fresh],
+                     checkpointer=saver).invoke({"messages": [HumanMessage(f"back {visit}", id=f"b{visit}")]},
+                                                cfg("aged"))
+        assert [e.content for e in stored(r, "mem:{aged}")] == [f"back {visit}", f"ok back {visit}"]
+
+
 def test_human_in_the_loop_resume_stores_the_call_once_with_its_result(r):
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langgraph.types import Command
