@@ -194,13 +194,15 @@ export async function saveUIMessages(
   mem: RedisMem, key: string, messages: readonly UIMessageLike[],
   settings: SessionSettings = {}, o: { warn?: (message: string) => void } = {},
 ): Promise<AppendResult[]> {
-  // Only what follows the newest message the session holds: the module
-  // remembers 128 departed MSGIDs, so a long chat saved whole each turn
-  // would otherwise store its oldest messages again as new ones.
-  const order = (await mem.get(key)).map((e) => e.msgId).filter((id): id is string => !!id);
-  const held = new Set(order);
+  // Only what follows the newest message the session holds or let go last:
+  // the module remembers 128 departed MSGIDs, so a long chat saved whole
+  // each turn would otherwise store its oldest messages again as new ones,
+  // and one whose messages all aged out (MAXAGE) would store them all again
+  // (hostile pass 58 F1).
+  const { held: order, departed } = await mem.msgIds(key);
+  const seen = new Set([...order, ...departed]);
   let from = messages.length;
-  while (from > 0 && !held.has(messages[from - 1]!.id)) from--;
+  while (from > 0 && !seen.has(messages[from - 1]!.id)) from--;
   const listed = new Set(messages.map((m) => m.id));
   const anchor = from > 0 ? order.lastIndexOf(messages[from - 1]!.id) : -1;
   const stale = order.slice(anchor + 1).filter((id) => !listed.has(id));

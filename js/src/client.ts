@@ -185,6 +185,21 @@ export class RedisMem {
     return JSON.parse(await this.getJsonText(key, o)) as JsonObject;
   }
 
+  /** The MSGIDs of the session's messages, oldest first, and of the last
+   * that left it (MAXAGE, the caps, a summary: the module keeps 128, in the
+   * order they left): what a client that saves a whole chat each turn needs
+   * to send only what follows the newest message the session holds or held.
+   * Empty lists for a missing key. */
+  async msgIds(key: string): Promise<{ held: string[]; departed: string[] }> {
+    const doc = await this.getJson(key);
+    const ids = (list: unknown): string[] => (Array.isArray(list) ? list : [])
+      .map((e: unknown) => (e !== null && typeof e === "object" ? (e as { msgid?: unknown }).msgid : undefined))
+      .filter((id): id is string => typeof id === "string" && id !== "");
+    const state = doc["redis_mem"];
+    const departed = state !== null && typeof state === "object" ? (state as JsonObject)["departed_msgids"] : undefined;
+    return { held: ids(doc["conversation_history"]), departed: ids(departed) };
+  }
+
   /** MEM.GET ... FORMAT JSON as the server wrote it: what {@link import}
    * takes back whole, every number as written. */
   async getJsonText(key: string, o: GetOptions = {}): Promise<string> {

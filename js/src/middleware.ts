@@ -375,6 +375,19 @@ export class RedisMemMiddleware {
     let fresh = ready.filter((x) => !done.has(x.id));
     this.remember(key, fresh);
     try {
+      if (!done.size && fresh.length > 1) {
+        // This process's first sight of the session, with a longer state (a
+        // checkpointer, a new process): the state up to the newest message
+        // the session holds or let go last is taken as stored. MSGIDs alone
+        // let every message older than the 128 departed ones in again, as
+        // new (hostile pass 58 F1).
+        const { held, departed } = await this.call(this.mem.msgIds(key));
+        const seen = new Set([...held, ...departed]);
+        let last = ready.length;
+        while (last > 0 && !seen.has(ready[last - 1]!.id)) last--;
+        for (const x of ready.slice(0, last)) done.add(x.id);
+        fresh = fresh.filter((x) => !done.has(x.id));
+      }
       if (this.behind.has(key)) {
         await this.writeBack(key, done);
         fresh = fresh.filter((x) => !done.has(x.id));

@@ -121,6 +121,19 @@ describe("the chat store and odd input", () => {
     assert.deepEqual((await mem.get(key)).map((m) => m.msgId), all.slice(-30).map((m) => m.id));
   });
 
+  it("a chat whose stored messages all aged out (MAXAGE) is not stored again when saved whole (hostile pass 58 F1)", async () => {
+    const key = "mem:{aged-chat}";
+    const all: { id: string; role: "user" | "assistant"; parts: { type: "text"; text: string }[] }[] = [];
+    for (let i = 0; i < 200; i++) all.push({ id: `m${i}`, role: i % 2 ? "assistant" : "user", parts: [{ type: "text", text: `turn ${i}` }] });
+    await saveUIMessages(mem, key, all, { maxAge: 1 });
+    await new Promise((done) => setTimeout(done, 1200));
+    all.push({ id: "new", role: "user", parts: [{ type: "text", text: "back again" }] });
+    // The module remembers the last 128 MSGIDs that left: the 72 before them came back as new.
+    assert.deepEqual((await saveUIMessages(mem, key, all, { maxAge: 1 })).map((r) => r.duplicate), [false]);
+    assert.deepEqual((await mem.get(key)).map((m) => m.msgId), ["new"]);
+    assert.deepEqual(await saveUIMessages(mem, key, all, { maxAge: 1 }), []);
+  });
+
   it("an attribute named __proto__ is read back as a field; a lone surrogate is stored as U+FFFD, not refused", async () => {
     const key = "mem:{odd}";
     await mem.append(key, "user", "hi");

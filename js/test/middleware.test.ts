@@ -111,6 +111,27 @@ describe("RedisMemMiddleware", () => {
     assert.equal(stored.length, 4 + (run.messages.length - 1)); // the second run's own call/result/answer are new messages
   });
 
+  it("a new process given a long thread stores only what follows the newest message the session holds or let go (hostile pass 58 F1)", async () => {
+    const config = { configurable: { thread_id: "aged" } };
+    const history: BaseMessage[] = [];
+    for (let i = 0; i < 100; i++) {
+      history.push(new HumanMessage({ content: `q${i}`, id: `q${i}` }), new AIMessage({ content: `a${i}`, id: `a${i}` }));
+    }
+    const settings = { maxAge: 1, maxMsgs: 5000, maxTokens: 1_000_000 };
+    await agentOf(new FakeToolModel({}), new RedisMemMiddleware(client, settings)).invoke({ messages: history }, config);
+    assert.equal((await mem.get("mem:{aged}")).length, 203); // the thread, the call, its result, the answer
+    // Two visits, each by a new process (a new middleware) given the whole thread again, as a checkpointer
+    // would, once all of it is past MAXAGE: the first write lets the aged messages go, the second found
+    // only the last 128 of their MSGIDs and stored the 75 before them again, as new.
+    for (const city of ["Oslo", "Lima"]) {
+      await new Promise((done) => setTimeout(done, 1200));
+      const out = await agentOf(new FakeToolModel({}), new RedisMemMiddleware(client, settings)).invoke(
+        { messages: [...history, new HumanMessage({ content: city, id: city })] }, config);
+      assert.equal(out.messages[out.messages.length - 1]!.text, `It is 22C in ${city}.`);
+      assert.deepEqual((await mem.get("mem:{aged}")).map((e) => e.content), [city, "", `22C in ${city}`, `It is 22C in ${city}.`]);
+    }
+  });
+
   it("gives the model MEM.GET BUDGET: the newest messages that fit, tool pairs kept", async () => {
     const key = "mem:{budget}";
     const old = [];
