@@ -124,6 +124,11 @@ function touch<K, V>(map: Map<K, V>, key: K, make: () => V): V {
   return v;
 }
 
+/** What a message says, for telling two messages under one id apart. */
+function fingerprint(m: BaseMessage): string {
+  return createHash("sha256").update(`${m.getType()}\0${m.text}`).digest("hex").slice(0, 32);
+}
+
 function hasToolCalls(m: BaseMessage): boolean {
   return m instanceof AIMessage && (m.tool_calls?.length ?? 0) > 0;
 }
@@ -185,6 +190,9 @@ export class RedisMemMiddleware {
   /** MSGIDs this process stored, per session (saves resending them; the
    * module's MSGIDs make a resend harmless). */
   private readonly stored = new Map<string, Set<string>>();
+  /** What each user message this process stored said, by its MSGID, per
+   * session: a new question under a reused id is told from a retry. */
+  private readonly sentText = new Map<string, Map<string, string>>();
   /** The local window of each session (the fallback while Redis is down). */
   private readonly local = new Map<string, { m: BaseMessage; id: string }[]>();
   /** Sessions whose local messages Redis may lack (written back once it answers). */
@@ -369,9 +377,23 @@ export class RedisMemMiddleware {
    * window while Redis is down. */
   private async step(key: string, messages: BaseMessage[], withContext = true): Promise<BaseMessage[]> {
     const done = touch(this.stored, key, () => new Set<string>());
-    if (done.size > MAX_STORED_IDS) done.clear();
+    const sent = touch(this.sentText, key, () => new Map<string, string>());
+    if (done.size > MAX_STORED_IDS) { done.clear(); sent.clear(); }
     const ready = complete(messages.filter((m) => !(m instanceof SystemMessage)))
       .map((m, i) => ({ m, id: this.idOf(key, m, i) }));
+    for (const x of ready) {
+      // An app's constant or restarted per-page id on a new question: taken
+      // as stored, it was dropped and the model answered the previous one
+      // (hostile pass 58 F2). It gets an id of its own, and it is said.
+      const was = sent.get(x.id);
+      if (was === undefined || !(x.m instanceof HumanMessage)) continue;
+      const print = fingerprint(x.m);
+      if (was === print) continue;
+      const old = x.id;
+      x.id = `${old}~${print.slice(0, 16)}`;
+      if (!done.has(x.id)) this.warn(`redis-mem: ${key}: the id ${old} was already stored with another text; this user message is stored `
+        + `as ${x.id} (give each message its own id)`);
+    }
     let fresh = ready.filter((x) => !done.has(x.id));
     this.remember(key, fresh);
     try {
@@ -394,7 +416,10 @@ export class RedisMemMiddleware {
       }
       if (fresh.length) {
         this.lastResults = await this.store(key, fresh);
-        for (const x of fresh) done.add(x.id);
+        for (const x of fresh) {
+          done.add(x.id);
+          if (x.m instanceof HumanMessage) sent.set(x.id, fingerprint(x.m));
+        }
         if (this.lastResults.some((r) => r.summarize) && (this.options.memory ?? "summarize") === "summarize") {
           await this.summarize(key);
         }

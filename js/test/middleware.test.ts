@@ -132,6 +132,22 @@ describe("RedisMemMiddleware", () => {
     }
   });
 
+  it("a new question under a reused id is stored and answered, and said (hostile pass 58 F2)", async () => {
+    const warnings: string[] = [];
+    const memory = new RedisMemMiddleware(client, { warn: (w) => warnings.push(w) });
+    const config = { configurable: { thread_id: "reuse" } };
+    const ask = (city: string) => agentOf(new FakeToolModel({}), memory)
+      .invoke({ messages: [new HumanMessage({ content: city, id: "msg-1" })] }, config);
+    await ask("Paris");
+    const out = await ask("Rome");
+    assert.equal(out.messages[out.messages.length - 1]!.text, "It is 22C in Rome.");
+    // Rome again under the same id: a retry of the second question, not stored again.
+    await ask("Rome");
+    const stored = await mem.get("mem:{reuse}");
+    assert.deepEqual(stored.filter((e) => e.role === "user").map((e) => e.content), ["Paris", "Rome"]);
+    assert.equal(warnings.filter((w) => w.includes("already stored with another text")).length, 1);
+  });
+
   it("gives the model MEM.GET BUDGET: the newest messages that fit, tool pairs kept", async () => {
     const key = "mem:{budget}";
     const old = [];

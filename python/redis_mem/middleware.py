@@ -305,6 +305,11 @@ def _reported_input_tokens(response: Any) -> Optional[int]:
     return None
 
 
+def _fingerprint(m: BaseMessage) -> str:
+    """What a message says, for telling two messages under one id apart."""
+    return hashlib.sha256(f"{m.type}\0{_text_of(m)}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def _text_of(m: BaseMessage) -> str:
     text: Any = m.text  # a str subclass in langchain-core 1.x, a method before
     return text if isinstance(text, str) else str(text())
@@ -536,13 +541,16 @@ class RedisMemMiddleware(AgentMiddleware):
         #: The agent's own chat model (seen in wrap_model_call): the default summarizer.
         self.agent_model: Any = None
         self._lock = threading.Lock()
-        self._synced: "OrderedDict[str, Set[str]]" = OrderedDict()
+        #: Per session, the ids of the state's messages it holds, each with
+        #: the fingerprint of what was sent under it ("" when it was not sent
+        #: from here: loaded, or taken as stored on a first sight).
+        self._synced: "OrderedDict[str, Dict[str, str]]" = OrderedDict()
         self._local_sessions = local_sessions
         #: Appends made (batches), duplicates, summaries committed, local steps,
         #: messages truncated or refused: for tests and metrics.
         self.stats = {"batches": 0, "duplicates": 0, "summaries": 0, "summary_failures": 0, "local": 0,
                       "truncated": 0, "refused": 0, "resent": 0, "provider_tokens": 0,
-                      "provider_tokens_implausible": 0}
+                      "provider_tokens_implausible": 0, "reused_ids": 0}
         #: The last auto budget computed (None: none yet, or a fixed budget).
         self.last_budget: Optional[BudgetBreakdown] = None
         self._drift: Dict[str, UsageDrift] = {}
@@ -598,17 +606,39 @@ class RedisMemMiddleware(AgentMiddleware):
         for i in missing:
             msgs[i].id = f"lg:{base}:{i}" if base else f"lg:{uuid.uuid4().hex}"
 
-    def _synced_of(self, key: str) -> Optional[Set[str]]:
+    def _synced_of(self, key: str) -> Optional[Dict[str, str]]:
         with self._lock:
             return self._synced.get(key)
 
-    def _mark(self, key: str, ids: Sequence[Optional[str]]) -> None:
+    def _mark(self, key: str, ids: Sequence[Optional[str]], prints: Optional[Sequence[str]] = None) -> None:
         with self._lock:
-            s = self._synced.setdefault(key, set())
-            s.update(i for i in ids if i)
+            s = self._synced.setdefault(key, {})
+            for n, i in enumerate(ids):
+                if i:
+                    s[i] = (prints[n] if prints else "") or s.get(i, "")
             self._synced.move_to_end(key)
             while len(self._synced) > max(1, self._local_sessions):
                 self._synced.popitem(last=False)
+
+    def _mark_sent(self, key: str, msgs: Sequence[BaseMessage]) -> None:
+        self._mark(key, [m.id for m in msgs], [_fingerprint(m) for m in msgs])
+
+    def _reused(self, key: str, m: BaseMessage, synced: Dict[str, str]) -> bool:
+        """Whether ``m`` is a new user message under the id of another one
+        this process sent (an app's constant or restarted per-page id): it
+        was dropped as stored, so the model was called without the user's
+        question (hostile pass 58 F2). Given an id of its own, derived from
+        the old one and its text, and said."""
+        was = synced.get(m.id or "")
+        if not was or not isinstance(m, HumanMessage) or was == _fingerprint(m):
+            return False
+        old, m.id = m.id, f"{m.id}~{_fingerprint(m)[:16]}"
+        if m.id in synced:  # sent before: a retry of it
+            return True
+        self.stats["reused_ids"] += 1
+        log.warning("redis-mem: session %s: the id %r was already stored with another text; this user message is "
+                    "stored as %r (give each message its own id)", key, old, m.id)
+        return True
 
     def _unsynced(self, key: str, msgs: Sequence[BaseMessage], held: Optional[Set[str]]) -> List[BaseMessage]:
         """Messages of the state not in the session yet. ``held``: on the
@@ -622,8 +652,8 @@ class RedisMemMiddleware(AgentMiddleware):
                 if (m.id and m.id in held) or (_msgid(m) in held):
                     last = i
             self._mark(key, [m.id for m in body[: last + 1]])
-        synced = self._synced_of(key) or set()
-        return [m for m in body if m.id not in synced]
+        synced = self._synced_of(key) or {}
+        return [m for m in body if m.id not in synced or (self._reused(key, m, synced) and m.id not in synced)]
 
     def _needs_sight(self, key: str, msgs: Sequence[BaseMessage]) -> bool:
         return self._synced_of(key) is None and sum(1 for m in msgs if not _is_summary(m)) > 1
@@ -882,7 +912,7 @@ class RedisMemMiddleware(AgentMiddleware):
         self._up(key)
         self.local.add(key, send, pending=False)
         self.local.pending.pop(key, None)
-        self._mark(key, [m.id for m in send])
+        self._mark_sent(key, send)
         self.stats["batches"] += 1
         self.stats["duplicates"] += sum(r.duplicate for r in results)
         yield from self._after_append_core(key, results)

@@ -378,6 +378,45 @@ def test_a_new_process_does_not_bring_back_what_maxage_let_go(r):
         assert [e.content for e in stored(r, "mem:{aged}")] == [f"back {visit}", f"ok back {visit}"]
 
 
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "checkpointer"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_new_question_under_a_reused_id_is_stored_and_answered(clean, caplog, mode, checkpointed):
+    """Hostile pass 58 F2: an app that reuses a user message's id (a constant,
+    a per-page counter) lost the new question silently: this process had sent
+    that id, so the message was taken as stored and the model answered the
+    previous question."""
+    import asyncio
+
+    import redis.asyncio
+
+    def answer(messages: List[BaseMessage]) -> AIMessage:
+        return AIMessage("answering: " + str(messages[-1].content))
+
+    inputs = [HumanMessage("what is 2+2", id="msg-1"), HumanMessage("capital of France?", id="msg-1")]
+    saver = InMemorySaver() if checkpointed else None
+    if mode == "sync":
+        mw = RedisMemMiddleware(clean.client())
+        agent = create_agent(ScriptedModel(respond=answer, prompts=[]), [], middleware=[mw], checkpointer=saver)
+        out = [agent.invoke({"messages": [m]}, cfg("reuse")) for m in inputs][-1]
+    else:
+        async def main():
+            ar = redis.asyncio.Redis(port=clean.port)
+            try:
+                mw = RedisMemMiddleware(async_client=ar)
+                agent = create_agent(ScriptedModel(respond=answer, prompts=[]), [], middleware=[mw],
+                                     checkpointer=saver)
+                return mw, [await agent.ainvoke({"messages": [m]}, cfg("reuse")) for m in inputs][-1]
+            finally:
+                await ar.aclose()
+        mw, out = asyncio.run(main())
+    assert out["messages"][-1].content == "answering: capital of France?"
+    assert [(e.role, e.content) for e in stored(clean.client(), "mem:{reuse}")] == [
+        ("user", "what is 2+2"), ("assistant", "answering: what is 2+2"),
+        ("user", "capital of France?"), ("assistant", "answering: capital of France?")]
+    assert mw.stats["reused_ids"] == 1
+    assert any("already stored with another text" in r.getMessage() for r in caplog.records)
+
+
 def test_human_in_the_loop_resume_stores_the_call_once_with_its_result(r):
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langgraph.types import Command
