@@ -2,6 +2,7 @@
 // ReplyStream: a reply written from `streamText(...).toUIMessageStream()`, and
 // read back as UI message chunks or as the SSE Response useChat's resume
 // expects. Structural types only: no runtime dependency on `ai`.
+import { createHash } from "node:crypto";
 import { type EventsOptions, type ReplyEvent, ReplyStream, validEventId } from "./reply-stream.js";
 import type { GetOptions, RedisMem, SessionSettings } from "./client.js";
 import type { AppendResult, JsonObject } from "./replies.js";
@@ -184,12 +185,14 @@ export async function loadUIMessages(
 }
 
 /** Saves a chat's UIMessages (what useChat sends, or `onFinish`'s
- * `messages`): those after the newest message the session holds, in
- * MEM.APPENDBATCHes, each message's id as its MSGID, so they are stored once
- * however often the whole list is saved. Text parts only; messages without
- * text are skipped. Messages are only ever added: a regenerated answer or an
- * edited turn is appended after the branch it replaces, which stays in the
- * session; `warn` (default console.warn) is told when that happens. */
+ * `messages`): those after the newest message the session holds or let go
+ * last, in MEM.APPENDBATCHes, each message's id as its MSGID (one made from
+ * its place and text when it has none), so they are stored once however often
+ * the whole list is saved. Text parts only; messages without text are
+ * skipped. Messages are only ever added: a regenerated answer or an edited
+ * turn (under `<id>~<hash of its text>`) is appended after the branch it
+ * replaces, which stays in the session; `warn` (default console.warn) is told
+ * when that happens. */
 export async function saveUIMessages(
   mem: RedisMem, key: string, messages: readonly UIMessageLike[],
   settings: SessionSettings = {}, o: { warn?: (message: string) => void } = {},
@@ -198,22 +201,39 @@ export async function saveUIMessages(
   // the module remembers 128 departed MSGIDs, so a long chat saved whole
   // each turn would otherwise store its oldest messages again as new ones,
   // and one whose messages all aged out (MAXAGE) would store them all again
-  // (hostile pass 58 F1).
-  const { held: order, departed } = await mem.msgIds(key);
+  // (hostile pass 58 F1). A message held under its id with another text was
+  // edited (useChat's sendMessage({ messageId })): it is not stored, and
+  // goes in under an id of its own (hostile pass 59 F4). A message without
+  // an id (onFinish's answer without generateMessageId) gets one from its
+  // place and text: an empty MSGID refused the whole save (pass 59 F5).
+  const { held: order, departed, texts } = await mem.msgIds(key);
   const seen = new Set([...order, ...departed]);
+  const text = (m: UIMessageLike): string => Buffer.from(uiMessageText(m)).toString(); // as stored: U+FFFD for a lone surrogate
+  const ids = messages.map((m, i) => m.id
+    || `ui:${createHash("sha256").update(`${key}\0${i}\0${m.role}\0${text(m)}`).digest("hex").slice(0, 32)}`);
+  const edited = messages.map((m, i) => texts.has(ids[i]!) && texts.get(ids[i]!) !== text(m));
+  const msgIds = messages.map((m, i) => (edited[i]
+    ? `${ids[i]}~${createHash("sha256").update(text(m)).digest("hex").slice(0, 16)}` : ids[i]!));
   let from = messages.length;
-  while (from > 0 && !seen.has(messages[from - 1]!.id)) from--;
-  const listed = new Set(messages.map((m) => m.id));
-  const anchor = from > 0 ? order.lastIndexOf(messages[from - 1]!.id) : -1;
+  while (from > 0 && !seen.has(msgIds[from - 1]!)) from--;
+  const listed = new Set(msgIds);
+  const anchor = from > 0 ? order.lastIndexOf(msgIds[from - 1]!) : -1;
   const stale = order.slice(anchor + 1).filter((id) => !listed.has(id));
+  const warn = o.warn ?? ((m: string) => console.warn(m));
   if (stale.length && from < messages.length) {
-    (o.warn ?? ((m: string) => console.warn(m)))(`redis-mem: ${key} holds ${stale.length} message(s) the chat no longer has `
+    warn(`redis-mem: ${key} holds ${stale.length} message(s) the chat no longer has `
       + `(${stale.slice(0, 3).join(", ")}${stale.length > 3 ? ", ..." : ""}: a regenerated answer or an edited turn); `
       + "they stay in the session, the new ones are added after them");
   }
-  const batch = messages.slice(from)
-    .filter((m) => !(m.role === "system" && m.id.startsWith("summary-"))) // the summary loadUIMessages gave
-    .map((m) => ({ role: m.role, content: uiMessageText(m), msgId: m.id }))
+  const batch = messages.slice(from).map((m, k) => {
+    const i = from + k;
+    if (edited[i] && !seen.has(msgIds[i]!)) {
+      warn(`redis-mem: ${key}: message ${ids[i]} was edited; the new text is stored after what the session holds, as ${msgIds[i]}`);
+    }
+    return { m, msgId: msgIds[i]! };
+  })
+    .filter(({ m }) => !(m.role === "system" && m.id.startsWith("summary-"))) // the summary loadUIMessages gave
+    .map(({ m, msgId }) => ({ role: m.role, content: uiMessageText(m), msgId }))
     .filter((m) => m.content !== "");
   const out: AppendResult[] = [];
   for (let i = 0; i < batch.length; i += 1000) out.push(...await mem.appendBatch(key, batch.slice(i, i + 1000), settings));

@@ -189,15 +189,25 @@ export class RedisMem {
    * that left it (MAXAGE, the caps, a summary: the module keeps 128, in the
    * order they left): what a client that saves a whole chat each turn needs
    * to send only what follows the newest message the session holds or held.
-   * Empty lists for a missing key. */
-  async msgIds(key: string): Promise<{ held: string[]; departed: string[] }> {
+   * `texts`: each held message's content by its MSGID (not those stored
+   * truncated), to tell an edited message (same id, another text) from a
+   * stored one. Empty for a missing key. */
+  async msgIds(key: string): Promise<{ held: string[]; departed: string[]; texts: Map<string, string> }> {
     const doc = await this.getJson(key);
-    const ids = (list: unknown): string[] => (Array.isArray(list) ? list : [])
-      .map((e: unknown) => (e !== null && typeof e === "object" ? (e as { msgid?: unknown }).msgid : undefined))
+    const entries = (list: unknown): { msgid?: unknown; content?: unknown }[] => (Array.isArray(list) ? list : [])
+      .filter((e: unknown): e is { msgid?: unknown; content?: unknown } => e !== null && typeof e === "object");
+    const ids = (list: unknown): string[] => entries(list).map((e) => e.msgid)
       .filter((id): id is string => typeof id === "string" && id !== "");
     const state = doc["redis_mem"];
     const departed = state !== null && typeof state === "object" ? (state as JsonObject)["departed_msgids"] : undefined;
-    return { held: ids(doc["conversation_history"]), departed: ids(departed) };
+    const texts = new Map<string, string>();
+    for (const e of entries(doc["conversation_history"])) {
+      // A message stored truncated has lost the text to compare with.
+      const meta = (e as { meta?: unknown }).meta;
+      const cut = meta !== null && typeof meta === "object" && "redis_mem_truncated" in meta;
+      if (typeof e.msgid === "string" && typeof e.content === "string" && !cut) texts.set(e.msgid, e.content);
+    }
+    return { held: ids(doc["conversation_history"]), departed: ids(departed), texts };
   }
 
   /** MEM.GET ... FORMAT JSON as the server wrote it: what {@link import}

@@ -224,13 +224,13 @@ export class RedisMemMiddleware {
         const own = request.model as unknown as Partial<SummaryModel>;
         if (typeof own.invoke === "function") this.agentModel = own as SummaryModel;
         const key = this.keyOf(request.runtime.configurable);
-        const context = await this.step(key, request.messages);
+        const context = await this.step(key, request.messages, true, request.runtime.configurable?.thread_id);
         this.lastContext = context;
         return handler({ ...request, messages: context });
       },
       afterModel: async (state, runtime) => {
         if (off) return undefined;
-        await this.step(this.keyOf(runtime.configurable), state.messages, false);
+        await this.step(this.keyOf(runtime.configurable), state.messages, false, runtime.configurable?.thread_id);
         return undefined;
       },
     });
@@ -375,9 +375,14 @@ export class RedisMemMiddleware {
   /** Stores the complete messages not stored yet (one MEM.APPENDBATCH), then
    * (when `withContext`) returns the context: MEM.GET BUDGET, or the local
    * window while Redis is down. */
-  private async step(key: string, messages: BaseMessage[], withContext = true): Promise<BaseMessage[]> {
-    const done = touch(this.stored, key, () => new Set<string>());
-    const sent = touch(this.sentText, key, () => new Map<string, string>());
+  private async step(key: string, messages: BaseMessage[], withContext = true, thread?: string): Promise<BaseMessage[]> {
+    // What this process stored is kept per agent state: with a fixed
+    // sessionId several threads share one session, each with its own state,
+    // and a thread first seen after another one's turn skipped its first
+    // sight and stored its whole state again (hostile pass 59 F3).
+    const state = this.options.sessionId && thread ? `${key}\0${thread}` : key;
+    const done = touch(this.stored, state, () => new Set<string>());
+    const sent = touch(this.sentText, state, () => new Map<string, string>());
     if (done.size > MAX_STORED_IDS) { done.clear(); sent.clear(); }
     const ready = complete(messages.filter((m) => !(m instanceof SystemMessage)))
       .map((m, i) => ({ m, id: this.idOf(key, m, i) }));
@@ -403,11 +408,30 @@ export class RedisMemMiddleware {
         // the session holds or let go last is taken as stored. MSGIDs alone
         // let every message older than the 128 departed ones in again, as
         // new (hostile pass 58 F1).
-        const { held, departed } = await this.call(this.mem.msgIds(key));
+        const { held, departed, texts } = await this.call(this.mem.msgIds(key));
         const seen = new Set([...held, ...departed]);
+        const edited = new Set<{ m: BaseMessage; id: string }>();
+        for (const x of ready) {
+          // A user message held under its id with another text was edited
+          // (LangGraph's update_state keeps the id): stored under an id of
+          // its own, as in a process that sent it (hostile pass 59 F1).
+          const stored = texts.get(x.id);
+          if (stored === undefined || !(x.m instanceof HumanMessage)) continue;
+          if (stored === Buffer.from(messageToMem(x.m).content).toString()) {
+            sent.set(x.id, fingerprint(x.m));
+            continue;
+          }
+          const old = x.id;
+          x.id = `${old}~${fingerprint(x.m).slice(0, 16)}`;
+          edited.add(x);
+          if (!seen.has(x.id)) {
+            this.warn(`redis-mem: ${key}: the id ${old} is stored with another text; this user message is stored `
+              + `as ${x.id} (give each message its own id)`);
+          }
+        }
         let last = ready.length;
         while (last > 0 && !seen.has(ready[last - 1]!.id)) last--;
-        for (const x of ready.slice(0, last)) done.add(x.id);
+        for (const x of ready.slice(0, last)) if (!edited.has(x) || seen.has(x.id)) done.add(x.id);
         fresh = fresh.filter((x) => !done.has(x.id));
       }
       if (this.behind.has(key)) {

@@ -134,6 +134,31 @@ describe("the chat store and odd input", () => {
     assert.deepEqual(await saveUIMessages(mem, key, all, { maxAge: 1 }), []);
   });
 
+  it("an edited turn (same id, new text) and an answer without an id are stored (hostile pass 59 F4, F5)", async () => {
+    const key = "mem:{ui-edit}";
+    const t = (id: string, role: "user" | "assistant", text: string) => ({ id, role, parts: [{ type: "text" as const, text }] });
+    const warnings: string[] = [];
+    const save = (list: ReturnType<typeof t>[]) => saveUIMessages(mem, key, list, {}, { warn: (w) => warnings.push(w) });
+    await save([t("u1", "user", "Book Paris"), t("a1", "assistant", "Done: Paris"), t("u2", "user", "for 2 people"),
+      t("a2", "assistant", "2 seats booked")]);
+    // useChat's sendMessage({ text, messageId: "u2" }) keeps the id and drops what followed
+    const edited = [t("u1", "user", "Book Paris"), t("a1", "assistant", "Done: Paris"), t("u2", "user", "for 3 people"),
+      t("a3", "assistant", "3 seats booked")];
+    assert.deepEqual((await save(edited)).map((r) => r.duplicate), [false, false]);
+    assert.deepEqual((await mem.get(key)).map((m) => m.content),
+      ["Book Paris", "Done: Paris", "for 2 people", "2 seats booked", "for 3 people", "3 seats booked"]);
+    assert.equal(warnings.filter((w) => w.includes("was edited")).length, 1);
+    // saved again: nothing new, nothing said again
+    assert.deepEqual(await save(edited), []);
+    assert.equal(warnings.filter((w) => w.includes("was edited")).length, 1);
+    // an answer without an id (onFinish without generateMessageId): stored, once
+    const k2 = "mem:{ui-noid}";
+    const noId = [t("u1", "user", "hi"), t("", "assistant", "hello")];
+    assert.deepEqual((await saveUIMessages(mem, k2, noId)).map((r) => r.duplicate), [false, false]);
+    assert.deepEqual(await saveUIMessages(mem, k2, noId), []);
+    assert.deepEqual((await mem.get(k2)).map((m) => m.content), ["hi", "hello"]);
+  });
+
   it("an attribute named __proto__ is read back as a field; a lone surrogate is stored as U+FFFD, not refused", async () => {
     const key = "mem:{odd}";
     await mem.append(key, "user", "hi");

@@ -148,6 +148,40 @@ describe("RedisMemMiddleware", () => {
     assert.equal(warnings.filter((w) => w.includes("already stored with another text")).length, 1);
   });
 
+  it("a new process's first sight stores an edited turn (same id, new text) (hostile pass 59 F1)", async () => {
+    const config = { configurable: { thread_id: "edit" } };
+    const first = new RedisMemMiddleware(client);
+    await agentOf(new FakeToolModel({}), first).invoke({ messages: [new HumanMessage({ content: "Paris", id: "e1" })] }, config);
+    await agentOf(new FakeToolModel({}), first).invoke({ messages: [new HumanMessage({ content: "Rome", id: "e2" })] }, config);
+    const warnings: string[] = [];
+    const fresh = new RedisMemMiddleware(client, { warn: (w) => warnings.push(w) });
+    const out = await agentOf(new FakeToolModel({}), fresh).invoke({ messages: [
+      new HumanMessage({ content: "Paris", id: "e1" }), new HumanMessage({ content: "Lima", id: "e2" })] }, config);
+    assert.equal(out.messages[out.messages.length - 1]!.text, "It is 22C in Lima.");
+    const users = (await mem.get("mem:{edit}")).filter((e) => e.role === "user");
+    assert.deepEqual(users.map((e) => e.content), ["Paris", "Rome", "Lima"]);
+    assert.match(users[2]!.msgId!, /^e2~[0-9a-f]{16}$/);
+    assert.equal(warnings.filter((w) => w.includes("stored with another text")).length, 1);
+  });
+
+  it("threads sharing one sessionId are each seen first by a new process (hostile pass 59 F3)", async () => {
+    const settings = { sessionId: "mem:{user42}", maxMsgs: 10 };
+    let state: BaseMessage[] = [];
+    const first = new RedisMemMiddleware(client, settings);
+    for (let i = 0; i < 40; i++) {
+      state = (await agentOf(new FakeToolModel({}), first).invoke(
+        { messages: [...state, new HumanMessage({ content: `c${i}`, id: `t2q${i}` })] }, { configurable: { thread_id: "t2" } })).messages;
+    }
+    const lastId = async () => (await mem.info("mem:{user42}"))!.lastId;
+    assert.equal(await lastId(), 160); // 40 turns of question, call, result, answer
+    const fresh = new RedisMemMiddleware(client, settings);
+    await agentOf(new FakeToolModel({}), fresh).invoke({ messages: [new HumanMessage({ content: "t1 hello", id: "t1q0" })] },
+      { configurable: { thread_id: "t1" } });
+    await agentOf(new FakeToolModel({}), fresh).invoke({ messages: [...state, new HumanMessage({ content: "Oslo", id: "t2q40" })] },
+      { configurable: { thread_id: "t2" } });
+    assert.equal(await lastId(), 168);
+  });
+
   it("gives the model MEM.GET BUDGET: the newest messages that fit, tool pairs kept", async () => {
     const key = "mem:{budget}";
     const old = [];

@@ -305,6 +305,15 @@ def _reported_input_tokens(response: Any) -> Optional[int]:
     return None
 
 
+@dataclass
+class _Sight:
+    """What a first sight of a session read: the msgids it holds or let go
+    last, and the held ones' texts (not those stored truncated)."""
+
+    ids: Set[str]
+    texts: Dict[str, str]
+
+
 def _fingerprint(m: BaseMessage) -> str:
     """What a message says, for telling two messages under one id apart."""
     return hashlib.sha256(f"{m.type}\0{_text_of(m)}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -606,17 +615,32 @@ class RedisMemMiddleware(AgentMiddleware):
         for i in missing:
             msgs[i].id = f"lg:{base}:{i}" if base else f"lg:{uuid.uuid4().hex}"
 
+    def _state_key(self, key: str) -> str:
+        """Whose messages ``_synced`` holds: the agent state's. With a fixed
+        ``session_id`` several threads share one session, each with its own
+        state: a thread first seen after another one's turn skipped its
+        first sight and stored its whole state again (hostile pass 59 F3)."""
+        if self.session_id is None:
+            return key
+        try:
+            thread_id = get_config().get("configurable", {}).get("thread_id")
+        except RuntimeError:
+            thread_id = None
+        return f"{key}\0{thread_id}" if thread_id else key
+
     def _synced_of(self, key: str) -> Optional[Dict[str, str]]:
+        state = self._state_key(key)
         with self._lock:
-            return self._synced.get(key)
+            return self._synced.get(state)
 
     def _mark(self, key: str, ids: Sequence[Optional[str]], prints: Optional[Sequence[str]] = None) -> None:
+        state = self._state_key(key)
         with self._lock:
-            s = self._synced.setdefault(key, {})
+            s = self._synced.setdefault(state, {})
+            self._synced.move_to_end(state)
             for n, i in enumerate(ids):
                 if i:
                     s[i] = (prints[n] if prints else "") or s.get(i, "")
-            self._synced.move_to_end(key)
             while len(self._synced) > max(1, self._local_sessions):
                 self._synced.popitem(last=False)
 
@@ -640,18 +664,36 @@ class RedisMemMiddleware(AgentMiddleware):
                     "stored as %r (give each message its own id)", key, old, m.id)
         return True
 
-    def _unsynced(self, key: str, msgs: Sequence[BaseMessage], held: Optional[Set[str]]) -> List[BaseMessage]:
-        """Messages of the state not in the session yet. ``held``: on the
+    def _unsynced(self, key: str, msgs: Sequence[BaseMessage], sight: Optional["_Sight"]) -> List[BaseMessage]:
+        """Messages of the state not in the session yet. ``sight``: on the
         first sight of a session with a longer state (a checkpointer, a new
         process), the msgids the session holds or let go last: the state up
-        to the newest message it holds or held is taken as stored."""
+        to the newest message it holds or held is taken as stored, but for a
+        user message held under its id with another text (an edit: LangGraph's
+        ``update_state`` keeps the id), stored under an id of its own as a
+        process that sent it would (hostile pass 59 F1)."""
         body = [m for m in msgs if not _is_summary(m)]
-        if held is not None:
+        if sight is not None:
+            held = sight.ids
+            edited: Set[int] = set()
+            for m in body:
+                mid = _msgid(m)
+                stored = sight.texts.get(mid) if mid else None
+                if stored is None or not isinstance(m, HumanMessage) or stored == message_to_mem(m)[1]:
+                    continue
+                old, m.id = m.id, f"{m.id}~{_fingerprint(m)[:16]}"
+                if m.id in held or _msgid(m) in held:
+                    continue
+                edited.add(id(m))
+                self.stats["reused_ids"] += 1
+                log.warning("redis-mem: session %s: the id %r is stored with another text; this user message is "
+                            "stored as %r (give each message its own id)", key, old, m.id)
             last = -1
             for i, m in enumerate(body):
                 if (m.id and m.id in held) or (_msgid(m) in held):
                     last = i
-            self._mark(key, [m.id for m in body[: last + 1]])
+            kept = [m for m in body[: last + 1] if id(m) not in edited]
+            self._mark(key, [m.id for m in kept], [_fingerprint(m) for m in kept])
         synced = self._synced_of(key) or {}
         return [m for m in body if m.id not in synced or (self._reused(key, m, synced) and m.id not in synced)]
 
@@ -1172,26 +1214,29 @@ class RedisMemMiddleware(AgentMiddleware):
         return _Loaded(context, attrs, tokens, model, budget)
 
     @staticmethod
-    def _held_or_departed(key: str, doc: Optional[Mapping[str, Any]]) -> Set[str]:
+    def _held_or_departed(key: str, doc: Optional[Mapping[str, Any]]) -> "_Sight":
         """The msgids of the session's messages (as :meth:`_held`) and of the
         last ones that left it (MAXAGE, the caps, a summary: the module keeps
         128, in ``FORMAT JSON``'s ``departed_msgids``). A first sight that
         knew only the held ones took a state whose stored messages had all
         aged out as never stored, and sent it again: every message older
         than the last 128 came back as new, stamped now (hostile pass 58 F1)."""
-        out: Set[str] = set()
+        out = _Sight(set(), {})
         if not doc:
             return out
         for e in doc.get("conversation_history") or []:
             if e.get("msgid"):
-                out.add(str(e["msgid"]))
-            out.add(f"redis-mem-{key}-{e.get('id')}")
+                out.ids.add(str(e["msgid"]))
+                # A message stored truncated has lost the text to compare with.
+                if isinstance(e.get("content"), str) and "redis_mem_truncated" not in (e.get("meta") or {}):
+                    out.texts[str(e["msgid"])] = e["content"]
+            out.ids.add(f"redis-mem-{key}-{e.get('id')}")
         for d in (doc.get("redis_mem") or {}).get("departed_msgids") or []:
             if d.get("msgid"):
-                out.add(str(d["msgid"]))
+                out.ids.add(str(d["msgid"]))
         return out
 
-    def _sight_core(self, key: str, msgs: Sequence[BaseMessage]) -> Core[Optional[Set[str]]]:
+    def _sight_core(self, key: str, msgs: Sequence[BaseMessage]) -> Core[Optional["_Sight"]]:
         if not self._needs_sight(key, msgs) or self._skipping():
             return None
         try:

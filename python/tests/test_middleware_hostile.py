@@ -417,6 +417,53 @@ def test_a_new_question_under_a_reused_id_is_stored_and_answered(clean, caplog, 
     assert any("already stored with another text" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("same_process", [True, False], ids=["same-process", "new-process"])
+def test_an_edited_turn_is_stored_by_a_new_process_too(r, same_process):
+    """Hostile pass 59 F1: LangGraph's edit (update_state replaces a message
+    under its id) was stored by the process that sent the old text, but a new
+    process's first sight found the id held and took the edit as stored."""
+    saver = InMemorySaver()
+
+    def echo(messages: List[BaseMessage]) -> AIMessage:
+        return AIMessage(f"You said: {messages[-1].content}")
+
+    first = RedisMemMiddleware(r, memory="window")
+    agent = create_agent(ScriptedModel(respond=echo, prompts=[]), [], middleware=[first], checkpointer=saver)
+    agent.invoke({"messages": [HumanMessage("Book a flight to Paris", id="q1")]}, cfg("edit"))
+    agent.invoke({"messages": [HumanMessage("for 2 people", id="q2")]}, cfg("edit"))
+    second = first if same_process else RedisMemMiddleware(r, memory="window")
+    model = ScriptedModel(respond=echo, prompts=[])
+    again = create_agent(model, [], middleware=[second], checkpointer=saver)
+    before = next(s for s in again.get_state_history(cfg("edit")) if s.values["messages"][-1].id == "q2")
+    forked = again.update_state(before.config, {"messages": [HumanMessage("for 3 people", id="q2")]})
+    again.invoke(None, forked)
+    assert [m.content for m in model.prompts[-1]][-1] == "for 3 people"
+    assert [e.content for e in stored(r, "mem:{edit}")][-2:] == ["for 3 people", "You said: for 3 people"]
+    assert second.stats["reused_ids"] == 1
+
+
+def test_threads_sharing_a_session_are_each_seen_first(r):
+    """Hostile pass 59 F3: with a fixed session_id two threads share one
+    session; a new process that served another thread first never saw the
+    resumed thread's state, and stored its 200 messages again."""
+    saver = InMemorySaver()
+
+    def echo(messages: List[BaseMessage]) -> AIMessage:
+        return AIMessage(f"re: {messages[-1].content}")
+
+    def agent(mw: RedisMemMiddleware) -> Any:
+        return create_agent(ScriptedModel(respond=echo, prompts=[]), [], middleware=[mw], checkpointer=saver)
+
+    first = agent(RedisMemMiddleware(r, session_id="user42", memory="window", maxmsgs=10))
+    for i in range(100):
+        first.invoke({"messages": [HumanMessage(f"t2 q{i}", id=f"t2q{i}")]}, cfg("t2"))
+    fresh = RedisMemMiddleware(r, session_id="user42", memory="window", maxmsgs=10)
+    agent(fresh).invoke({"messages": [HumanMessage("t1 hello", id="t1q0")]}, cfg("t1"))
+    agent(fresh).invoke({"messages": [HumanMessage("t2 next", id="t2q100")]}, cfg("t2"))
+    info = RedisMemClient(r).info("mem:{user42}")
+    assert info is not None and info.last_id == 204
+
+
 def test_human_in_the_loop_resume_stores_the_call_once_with_its_result(r):
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langgraph.types import Command
