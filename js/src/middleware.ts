@@ -359,6 +359,18 @@ export class RedisMemMiddleware {
     return results;
   }
 
+  /** Gives `x`, a user message under an id stored with another text, an id
+   * of its own (the old one and its text's hash); whether that id is new
+   * (else it was stored under it before: a retry). Said once. */
+  private ownId(key: string, x: { m: BaseMessage; id: string }, known: { has(id: string): boolean }): boolean {
+    const old = x.id;
+    x.id = `${old}~${fingerprint(x.m).slice(0, 16)}`;
+    if (known.has(x.id)) return false;
+    this.warn(`redis-mem: ${key}: the id ${old} is stored with another text; this user message is stored as ${x.id} `
+      + "(give each message its own id)");
+    return true;
+  }
+
   private idOf(key: string, m: BaseMessage, i: number): string {
     return msgIdOf(m) ?? "lc:" + createHash("sha256").update(`${key}\0${i}\0${m.getType()}\0${m.text}`).digest("hex").slice(0, 32);
   }
@@ -391,13 +403,7 @@ export class RedisMemMiddleware {
       // as stored, it was dropped and the model answered the previous one
       // (hostile pass 58 F2). It gets an id of its own, and it is said.
       const was = sent.get(x.id);
-      if (was === undefined || !(x.m instanceof HumanMessage)) continue;
-      const print = fingerprint(x.m);
-      if (was === print) continue;
-      const old = x.id;
-      x.id = `${old}~${print.slice(0, 16)}`;
-      if (!done.has(x.id)) this.warn(`redis-mem: ${key}: the id ${old} was already stored with another text; this user message is stored `
-        + `as ${x.id} (give each message its own id)`);
+      if (was !== undefined && x.m instanceof HumanMessage && was !== fingerprint(x.m)) this.ownId(key, x, done);
     }
     let fresh = ready.filter((x) => !done.has(x.id));
     this.remember(key, fresh);
@@ -421,17 +427,11 @@ export class RedisMemMiddleware {
             sent.set(x.id, fingerprint(x.m));
             continue;
           }
-          const old = x.id;
-          x.id = `${old}~${fingerprint(x.m).slice(0, 16)}`;
-          edited.add(x);
-          if (!seen.has(x.id)) {
-            this.warn(`redis-mem: ${key}: the id ${old} is stored with another text; this user message is stored `
-              + `as ${x.id} (give each message its own id)`);
-          }
+          if (this.ownId(key, x, seen)) edited.add(x);
         }
         let last = ready.length;
         while (last > 0 && !seen.has(ready[last - 1]!.id)) last--;
-        for (const x of ready.slice(0, last)) if (!edited.has(x) || seen.has(x.id)) done.add(x.id);
+        for (const x of ready.slice(0, last)) if (!edited.has(x)) done.add(x.id);
         fresh = fresh.filter((x) => !done.has(x.id));
       }
       if (this.behind.has(key)) {

@@ -145,7 +145,7 @@ describe("RedisMemMiddleware", () => {
     await ask("Rome");
     const stored = await mem.get("mem:{reuse}");
     assert.deepEqual(stored.filter((e) => e.role === "user").map((e) => e.content), ["Paris", "Rome"]);
-    assert.equal(warnings.filter((w) => w.includes("already stored with another text")).length, 1);
+    assert.equal(warnings.filter((w) => w.includes("is stored with another text")).length, 1);
   });
 
   it("a new process's first sight stores an edited turn (same id, new text) (hostile pass 59 F1)", async () => {

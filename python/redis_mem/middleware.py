@@ -94,6 +94,7 @@ from typing import (
     Any,
     Awaitable,
     Callable,
+    Container,
     Dict,
     List,
     Literal,
@@ -656,11 +657,18 @@ class RedisMemMiddleware(AgentMiddleware):
         was = synced.get(m.id or "")
         if not was or not isinstance(m, HumanMessage) or was == _fingerprint(m):
             return False
+        self._own_id(key, m, synced)
+        return True
+
+    def _own_id(self, key: str, m: BaseMessage, known: Container[str]) -> bool:
+        """Gives ``m``, a user message under an id stored with another text,
+        an id of its own (the old one and its text's hash); whether that id
+        is new (else it was stored under it before: a retry). Said once."""
         old, m.id = m.id, f"{m.id}~{_fingerprint(m)[:16]}"
-        if m.id in synced:  # sent before: a retry of it
-            return True
+        if m.id in known or _msgid(m) in known:
+            return False
         self.stats["reused_ids"] += 1
-        log.warning("redis-mem: session %s: the id %r was already stored with another text; this user message is "
+        log.warning("redis-mem: session %s: the id %r is stored with another text; this user message is "
                     "stored as %r (give each message its own id)", key, old, m.id)
         return True
 
@@ -681,13 +689,8 @@ class RedisMemMiddleware(AgentMiddleware):
                 stored = sight.texts.get(mid) if mid else None
                 if stored is None or not isinstance(m, HumanMessage) or stored == message_to_mem(m)[1]:
                     continue
-                old, m.id = m.id, f"{m.id}~{_fingerprint(m)[:16]}"
-                if m.id in held or _msgid(m) in held:
-                    continue
-                edited.add(id(m))
-                self.stats["reused_ids"] += 1
-                log.warning("redis-mem: session %s: the id %r is stored with another text; this user message is "
-                            "stored as %r (give each message its own id)", key, old, m.id)
+                if self._own_id(key, m, held):
+                    edited.add(id(m))
             last = -1
             for i, m in enumerate(body):
                 if (m.id and m.id in held) or (_msgid(m) in held):

@@ -414,7 +414,7 @@ def test_a_new_question_under_a_reused_id_is_stored_and_answered(clean, caplog, 
         ("user", "what is 2+2"), ("assistant", "answering: what is 2+2"),
         ("user", "capital of France?"), ("assistant", "answering: capital of France?")]
     assert mw.stats["reused_ids"] == 1
-    assert any("already stored with another text" in r.getMessage() for r in caplog.records)
+    assert any("is stored with another text" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("same_process", [True, False], ids=["same-process", "new-process"])
