@@ -4,7 +4,7 @@
 // expects. Structural types only: no runtime dependency on `ai`.
 import { createHash } from "node:crypto";
 import { type EventsOptions, type ReplyEvent, ReplyStream, validEventId } from "./reply-stream.js";
-import type { GetOptions, RedisMem, SessionSettings } from "./client.js";
+import { type GetOptions, MAX_MSGID_BYTES, NAME_BREAKER, type RedisMem, type SessionSettings, ownMsgId } from "./client.js";
 import type { AppendResult, JsonObject } from "./replies.js";
 
 /** The UI message chunks this module writes: a subset of the AI SDK's
@@ -209,11 +209,17 @@ export async function saveUIMessages(
   const { held: order, departed, texts } = await mem.msgIds(key);
   const seen = new Set([...order, ...departed]);
   const text = (m: UIMessageLike): string => Buffer.from(uiMessageText(m)).toString(); // as stored: U+FFFD for a lone surrogate
-  const ids = messages.map((m, i) => m.id
-    || `ui:${createHash("sha256").update(`${key}\0${i}\0${m.role}\0${text(m)}`).digest("hex").slice(0, 32)}`);
-  const edited = messages.map((m, i) => texts.has(ids[i]!) && texts.get(ids[i]!) !== text(m));
+  // An id the module refuses as a MSGID (over 128 bytes, a control
+  // character) is hashed, as the middleware does: it refused the whole save
+  // (hostile pass 60 F6).
+  const hash = (t: string): string => createHash("sha256").update(t).digest("hex");
+  const ids = messages.map((m, i) => (!m.id ? `ui:${hash(`${key}\0${i}\0${m.role}\0${text(m)}`).slice(0, 32)}`
+    : Buffer.byteLength(m.id) > MAX_MSGID_BYTES || NAME_BREAKER.test(m.id) ? `sha256:${hash(m.id)}` : m.id));
+  // Only a user turn is edited (useChat's sendMessage({ messageId })); an
+  // answer saved again with more text is the same answer (pass 60 F5).
+  const edited = messages.map((m, i) => m.role === "user" && texts.has(ids[i]!) && texts.get(ids[i]!) !== text(m));
   const msgIds = messages.map((m, i) => (edited[i]
-    ? `${ids[i]}~${createHash("sha256").update(text(m)).digest("hex").slice(0, 16)}` : ids[i]!));
+    ? ownMsgId(ids[i]!, hash(text(m)).slice(0, 16)) : ids[i]!));
   let from = messages.length;
   while (from > 0 && !seen.has(msgIds[from - 1]!)) from--;
   const listed = new Set(msgIds);

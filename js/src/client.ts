@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { type AnyClient, type Arg, type Transport, transportOf } from "./adapter.js";
 import {
   type AppendResult, type JsonObject, type Message, type ModelEntry, type ModelInfo, type SessionInfo,
@@ -8,6 +8,13 @@ import {
 
 /** The module's longest MSGID, in bytes. */
 export const MAX_MSGID_BYTES = 128;
+/** The MSGID of a message stored under `id` with another text: the id and
+ * `suffix` (its text's hash), hashed whole when that is over the MSGID limit. */
+export function ownMsgId(id: string, suffix: string): string {
+  const own = `${id}~${suffix}`;
+  return Buffer.byteLength(own) > MAX_MSGID_BYTES ? `sha256:${createHash("sha256").update(own).digest("hex")}` : own;
+}
+
 /** What the module refuses in a name (role, MSGID, model): control characters (C0, DEL, C1) and U+2028 / U+2029. */
 export const NAME_BREAKER = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/;
 
@@ -190,7 +197,7 @@ export class RedisMem {
    * order they left): what a client that saves a whole chat each turn needs
    * to send only what follows the newest message the session holds or held.
    * `texts`: each held message's content by its MSGID (not those stored
-   * truncated), to tell an edited message (same id, another text) from a
+   * truncated, reduced or with lone surrogates replaced), to tell an edited message (same id, another text) from a
    * stored one. Empty for a missing key. */
   async msgIds(key: string): Promise<{ held: string[]; departed: string[]; texts: Map<string, string> }> {
     const doc = await this.getJson(key);
@@ -202,9 +209,11 @@ export class RedisMem {
     const departed = state !== null && typeof state === "object" ? (state as JsonObject)["departed_msgids"] : undefined;
     const texts = new Map<string, string>();
     for (const e of entries(doc["conversation_history"])) {
-      // A message stored truncated has lost the text to compare with.
+      // A message stored truncated, reduced or with its lone surrogates
+      // replaced has lost the text to compare with (hostile pass 60 F1).
       const meta = (e as { meta?: unknown }).meta;
-      const cut = meta !== null && typeof meta === "object" && "redis_mem_truncated" in meta;
+      const cut = meta !== null && typeof meta === "object"
+        && ["redis_mem_truncated", "redis_mem_meta_dropped", "redis_mem_replaced_surrogates"].some((k) => k in meta);
       if (typeof e.msgid === "string" && typeof e.content === "string" && !cut) texts.set(e.msgid, e.content);
     }
     return { held: ids(doc["conversation_history"]), departed: ids(departed), texts };

@@ -6,7 +6,7 @@ import { createHash } from "node:crypto";
 import { createMiddleware } from "langchain";
 import { AIMessage, type BaseMessage, HumanMessage, SystemMessage, ToolMessage } from "@langchain/core/messages";
 import type { AnyClient } from "./adapter.js";
-import { RedisMem, type SessionSettings } from "./client.js";
+import { RedisMem, type SessionSettings, ownMsgId } from "./client.js";
 import { RedisMemError, RedisMemReplyError } from "./errors.js";
 import { messageFromMem, messageToMem, msgIdOf, summaryMessage, DEFAULT_SUMMARY_PREFIX } from "./langchain.js";
 import type { AppendResult, Message } from "./replies.js";
@@ -124,9 +124,17 @@ function touch<K, V>(map: Map<K, V>, key: K, make: () => V): V {
   return v;
 }
 
+/** A text as stored, with a lone surrogate, U+FFFD and "?" taken as one. */
+function comparable(text: string): string {
+  return Buffer.from(text).toString().replace(/[\ufffd?]/g, "?");
+}
+
 /** What a message says, for telling two messages under one id apart. */
 function fingerprint(m: BaseMessage): string {
-  return createHash("sha256").update(`${m.getType()}\0${m.text}`).digest("hex").slice(0, 32);
+  // As stored: a lone surrogate is U+FFFD there, and a checkpointer may give
+  // it back as "?" (hostile pass 60 F2); the three are one.
+  const text = comparable(m.text);
+  return createHash("sha256").update(`${m.getType()}\0${text}`).digest("hex").slice(0, 32);
 }
 
 function hasToolCalls(m: BaseMessage): boolean {
@@ -361,10 +369,17 @@ export class RedisMemMiddleware {
 
   /** Gives `x`, a user message under an id stored with another text, an id
    * of its own (the old one and its text's hash); whether that id is new
-   * (else it was stored under it before: a retry). Said once. */
-  private ownId(key: string, x: { m: BaseMessage; id: string }, known: { has(id: string): boolean }): boolean {
+   * (else it was stored under it before: a retry). Said once. `again`: the
+   * text is not the latest sent under the id, so one stored under that id
+   * before makes this a new one (A, B, then A). */
+  private ownId(key: string, x: { m: BaseMessage; id: string }, known: { has(id: string): boolean }, again = false): boolean {
     const old = x.id;
-    x.id = `${old}~${fingerprint(x.m).slice(0, 16)}`;
+    const print = fingerprint(x.m).slice(0, 16);
+    x.id = ownMsgId(old, print);
+    for (let n = 2; again && known.has(x.id); n++) x.id = ownMsgId(old, `${print}.${n}`);
+    // On the state's message too, as the Python middleware does: the
+    // run's later steps (and a checkpointer) see the id it is stored under.
+    x.m.id = x.id;
     if (known.has(x.id)) return false;
     this.warn(`redis-mem: ${key}: the id ${old} is stored with another text; this user message is stored as ${x.id} `
       + "(give each message its own id)");
@@ -403,7 +418,12 @@ export class RedisMemMiddleware {
       // as stored, it was dropped and the model answered the previous one
       // (hostile pass 58 F2). It gets an id of its own, and it is said.
       const was = sent.get(x.id);
-      if (was !== undefined && x.m instanceof HumanMessage && was !== fingerprint(x.m)) this.ownId(key, x, done);
+      if (was === undefined || !(x.m instanceof HumanMessage) || was === fingerprint(x.m)) continue;
+      const old = x.id;
+      this.ownId(key, x, done, true);
+      // A retry is of the latest text sent under an id: A, B, then A again
+      // is a new A (hostile pass 60 F3).
+      sent.set(old, fingerprint(x.m));
     }
     let fresh = ready.filter((x) => !done.has(x.id));
     this.remember(key, fresh);
@@ -423,7 +443,7 @@ export class RedisMemMiddleware {
           // its own, as in a process that sent it (hostile pass 59 F1).
           const stored = texts.get(x.id);
           if (stored === undefined || !(x.m instanceof HumanMessage)) continue;
-          if (stored === Buffer.from(messageToMem(x.m).content).toString()) {
+          if (comparable(stored) === comparable(messageToMem(x.m).content)) {
             sent.set(x.id, fingerprint(x.m));
             continue;
           }

@@ -151,6 +151,12 @@ describe("the chat store and odd input", () => {
     // saved again: nothing new, nothing said again
     assert.deepEqual(await save(edited), []);
     assert.equal(warnings.filter((w) => w.includes("was edited")).length, 1);
+    // an answer saved again with more text is the same answer, not an edit; an id the module refuses is hashed
+    const k3 = "mem:{ui-grow}";
+    const longId = "x".repeat(200);
+    await saveUIMessages(mem, k3, [t(longId, "user", "hi"), t("a9", "assistant", "Hel")]);
+    assert.deepEqual(await saveUIMessages(mem, k3, [t(longId, "user", "hi"), t("a9", "assistant", "Hello there")]), []);
+    assert.deepEqual((await mem.get(k3)).map((m) => m.content), ["hi", "Hel"]);
     // an answer without an id (onFinish without generateMessageId): stored, once
     const k2 = "mem:{ui-noid}";
     const noId = [t("u1", "user", "hi"), t("", "assistant", "hello")];

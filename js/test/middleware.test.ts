@@ -164,6 +164,17 @@ describe("RedisMemMiddleware", () => {
     assert.equal(warnings.filter((w) => w.includes("stored with another text")).length, 1);
   });
 
+  it("under a constant id, a text asked again after another one is stored; the same text at once is a retry (hostile pass 60 F3)", async () => {
+    const memory = new RedisMemMiddleware(client, { warn: () => {} });
+    for (const city of ["Paris", "Rome", "Paris", "Paris"]) {
+      await agentOf(new FakeToolModel({}), memory).invoke({ messages: [new HumanMessage({ content: city, id: "msg-1" })] },
+        { configurable: { thread_id: "const" } });
+    }
+    const users = (await mem.get("mem:{const}")).filter((e) => e.role === "user");
+    assert.deepEqual(users.map((e) => e.content), ["Paris", "Rome", "Paris"]);
+    assert.equal(new Set(users.map((e) => e.msgId)).size, 3);
+  });
+
   it("threads sharing one sessionId are each seen first by a new process (hostile pass 59 F3)", async () => {
     const settings = { sessionId: "mem:{user42}", maxMsgs: 10 };
     let state: BaseMessage[] = [];

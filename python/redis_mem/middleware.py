@@ -306,6 +306,10 @@ def _reported_input_tokens(response: Any) -> Optional[int]:
     return None
 
 
+#: META members saying a message was stored other than the state holds it.
+_ALTERED = ("redis_mem_truncated", "redis_mem_meta_dropped", "redis_mem_replaced_surrogates")
+
+
 @dataclass
 class _Sight:
     """What a first sight of a session read: the msgids it holds or let go
@@ -315,9 +319,15 @@ class _Sight:
     texts: Dict[str, str]
 
 
+def _comparable(text: str) -> str:
+    """A text as stored: a lone surrogate is U+FFFD there, and a checkpointer
+    may give it back as "?" (hostile pass 60 F2); the three are one."""
+    return re.sub("[\ud800-\udfff\ufffd?]", "?", text)
+
+
 def _fingerprint(m: BaseMessage) -> str:
     """What a message says, for telling two messages under one id apart."""
-    return hashlib.sha256(f"{m.type}\0{_text_of(m)}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256(f"{m.type}\0{_comparable(_text_of(m))}".encode()).hexdigest()[:32]
 
 
 def _text_of(m: BaseMessage) -> str:
@@ -657,14 +667,25 @@ class RedisMemMiddleware(AgentMiddleware):
         was = synced.get(m.id or "")
         if not was or not isinstance(m, HumanMessage) or was == _fingerprint(m):
             return False
-        self._own_id(key, m, synced)
+        old = m.id or ""
+        self._own_id(key, m, synced, again=True)
+        # A retry is of the latest text sent under an id: A, B, then A again
+        # is a new A (hostile pass 60 F3).
+        synced[old] = _fingerprint(m)
         return True
 
-    def _own_id(self, key: str, m: BaseMessage, known: Container[str]) -> bool:
+    def _own_id(self, key: str, m: BaseMessage, known: Container[str], again: bool = False) -> bool:
         """Gives ``m``, a user message under an id stored with another text,
         an id of its own (the old one and its text's hash); whether that id
-        is new (else it was stored under it before: a retry). Said once."""
-        old, m.id = m.id, f"{m.id}~{_fingerprint(m)[:16]}"
+        is new (else it was stored under it before: a retry). Said once.
+        ``again``: the text is not the latest sent under the id, so one
+        stored under that id before makes this a new one (A, B, then A)."""
+        old = m.id
+        m.id = own = f"{old}~{_fingerprint(m)[:16]}"
+        n = 1
+        while again and (m.id in known or _msgid(m) in known):
+            n += 1
+            m.id = f"{own}.{n}"
         if m.id in known or _msgid(m) in known:
             return False
         self.stats["reused_ids"] += 1
@@ -687,7 +708,8 @@ class RedisMemMiddleware(AgentMiddleware):
             for m in body:
                 mid = _msgid(m)
                 stored = sight.texts.get(mid) if mid else None
-                if stored is None or not isinstance(m, HumanMessage) or stored == message_to_mem(m)[1]:
+                if (stored is None or not isinstance(m, HumanMessage)
+                        or _comparable(stored) == _comparable(message_to_mem(m)[1])):
                     continue
                 if self._own_id(key, m, held):
                     edited.add(id(m))
@@ -1230,8 +1252,10 @@ class RedisMemMiddleware(AgentMiddleware):
         for e in doc.get("conversation_history") or []:
             if e.get("msgid"):
                 out.ids.add(str(e["msgid"]))
-                # A message stored truncated has lost the text to compare with.
-                if isinstance(e.get("content"), str) and "redis_mem_truncated" not in (e.get("meta") or {}):
+                # A message stored truncated, reduced or with lone surrogates
+                # replaced has lost the text to compare with (hostile pass 60 F1).
+                meta = e.get("meta") or {}
+                if isinstance(e.get("content"), str) and not any(k in meta for k in _ALTERED):
                     out.texts[str(e["msgid"])] = e["content"]
             out.ids.add(f"redis-mem-{key}-{e.get('id')}")
         for d in (doc.get("redis_mem") or {}).get("departed_msgids") or []:

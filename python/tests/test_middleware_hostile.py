@@ -464,6 +464,47 @@ def test_threads_sharing_a_session_are_each_seen_first(r):
     assert info is not None and info.last_id == 204
 
 
+def _turns(r: Any, thread: str, inputs: List[BaseMessage], new_process: bool, checkpointed: bool = True,
+           **kw: Any) -> int:
+    """One agent turn an input, with a checkpointer or not; the reused ids said."""
+    saver, mw, reused = InMemorySaver() if checkpointed else None, None, 0
+
+    def echo(messages: List[BaseMessage]) -> AIMessage:
+        return AIMessage("You said: " + str(messages[-1].content)[:40])
+
+    for m in inputs:
+        if mw is None or new_process:
+            reused += mw.stats["reused_ids"] if mw else 0
+            mw = RedisMemMiddleware(r, **kw)
+        create_agent(ScriptedModel(respond=echo, prompts=[]), [], middleware=[mw],
+                     checkpointer=saver).invoke({"messages": [m]}, cfg(thread))
+    return reused + (mw.stats["reused_ids"] if mw else 0)
+
+
+@pytest.mark.parametrize("new_process", [False, True], ids=["same-process", "new-process"])
+def test_messages_stored_other_than_the_state_holds_them_are_not_taken_as_edits(r, new_process):
+    """Hostile pass 60 F1, F2: a first sight compared the text the session
+    holds with the state's, and took a message stored truncated with its
+    META reduced (it lost redis_mem_truncated), or one whose lone surrogate
+    the checkpointer gave back as "?" (stored as U+FFFD), for an edit: each
+    turn stored the older ones again."""
+    long = [HumanMessage("q%d " % i * 400, id=f"u{i}", additional_kwargs={"blob": "b" * 800}) for i in range(4)]
+    assert _turns(r, "long", long, new_process, max_message_bytes=500) == 0
+    assert len(stored(r, "mem:{long}")) == 8
+    odd = [HumanMessage(f"bad \ud800 x {i}", id=f"s{i}") for i in range(4)]
+    assert _turns(r, "odd", odd, new_process) == 0
+    assert len(stored(r, "mem:{odd}")) == 8
+
+
+def test_a_constant_id_stores_a_text_again_after_another_one(r):
+    """Hostile pass 60 F3: under one id (no checkpointer), A, B, then A
+    again stored only A and B (a retry is of the latest text sent under it)."""
+    asked = ["Shall I book Paris?", "yes", "And a hotel?", "yes", "yes"]
+    assert _turns(r, "const", [HumanMessage(t, id="msg-1") for t in asked], False, checkpointed=False) == 3
+    users = [e.content for e in stored(r, "mem:{const}") if e.role == "user"]
+    assert users == ["Shall I book Paris?", "yes", "And a hotel?", "yes"]  # the last "yes" is a retry
+
+
 def test_human_in_the_loop_resume_stores_the_call_once_with_its_result(r):
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langgraph.types import Command
